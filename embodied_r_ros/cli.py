@@ -1,0 +1,211 @@
+"""``embodied-r``: key frames and spatial questions on video files, the synthetic world, serving.
+
+Every user error ends as one line on stderr and exit code 2 (no traceback).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from embodied_r_ros.core.config import ConfigError, KeyframeConfig, load_config
+
+log = logging.getLogger("embodied_r")
+
+EXIT_USAGE = 2
+
+
+class CliError(Exception):
+    """A user-facing error: printed as one line, exit code 2."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # one line, exit 2, like every other user error
+        self.print_usage(sys.stderr)
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n")
+
+
+def _keyframe_config(args: argparse.Namespace) -> KeyframeConfig:
+    values: dict[str, Any] = {}
+    for key in ("sample_fps", "min_frames", "max_frames"):
+        value = getattr(args, key)
+        if value is not None:
+            values[key] = value
+    try:
+        return KeyframeConfig(**values)
+    except Exception as exc:  # pydantic ValidationError: name the option
+        first = exc.errors()[0] if hasattr(exc, "errors") else {"loc": ("?",), "msg": str(exc)}
+        key = ".".join(str(p) for p in first["loc"]) or "keyframes"
+        raise CliError(f"--{key.replace('_', '-')}: {first['msg']}") from None
+
+
+def cmd_keyframes(args: argparse.Namespace) -> int:
+    from embodied_r_ros.core.keyframes import select_keyframes
+    from embodied_r_ros.core.video import iter_frames
+
+    cfg = _keyframe_config(args)
+    selection = select_keyframes(iter_frames(args.path, args.input_fps), cfg)
+    ms = 1000.0 * selection.extractor_seconds / max(selection.n_in, 1)
+    if args.json:
+        print(
+            json.dumps(
+                {
+                    "indices": selection.indices,
+                    "timestamps": [round(s, 6) for s in selection.stamps],
+                    "frames_in": selection.n_in,
+                    "ms_per_frame": round(ms, 3),
+                }
+            )
+        )
+    else:
+        print(f"{len(selection.indices)} key frames of {selection.n_in} frames ({ms:.2f} ms/frame)")
+        for idx, stamp in zip(selection.indices, selection.stamps, strict=True):
+            print(f"  frame {idx:6d}  t={stamp:8.3f} s")
+    return 0
+
+
+def _load_pipeline_config(args: argparse.Namespace):  # noqa: ANN202 - Config
+    if args.profile is None and args.config is None:
+        args.profile = "offline"
+    return load_config(profile=args.profile, path=args.config)
+
+
+def cmd_ask(args: argparse.Namespace) -> int:
+    from embodied_r_ros.core.pipeline import EmbodiedR, validate_query
+    from embodied_r_ros.core.video import iter_frames
+
+    question, options = validate_query(args.question, args.option or [])
+    config = _load_pipeline_config(args)
+    frames = iter_frames(args.video, args.input_fps)
+    pipeline = EmbodiedR(config)
+    try:
+        answer = pipeline.ask(frames, question, options)
+    finally:
+        pipeline.close()
+    timings = {
+        "keyframes_s": round(answer.timings.keyframes_s, 3),
+        "perception_s": round(answer.timings.perception_s, 3),
+        "reasoning_s": round(answer.timings.reasoning_s, 3),
+        "total_s": round(answer.timings.total_s, 3),
+    }
+    key_frames = [
+        {"index": i, "stamp": round(s, 3)}
+        for i, s in zip(answer.key_frame_indices, answer.key_frame_stamps, strict=False)
+    ]
+    if args.json:
+        print(
+            json.dumps(
+                {
+                    "answer": answer.answer,
+                    "answer_text": answer.answer_text,
+                    "think": answer.think,
+                    "perception": answer.perception,
+                    "key_frames": key_frames,
+                    "timings": timings,
+                    "profile": config.name,
+                    "well_formed": answer.well_formed,
+                }
+            )
+        )
+        return 0
+    print(f"profile: {config.name} - {config.description}")
+    print(f"key frames ({len(key_frames)}): " + ", ".join(f"{k['stamp']}s" for k in key_frames))
+    print("\n--- perception ---\n" + answer.perception)
+    print("\n--- thinking ---\n" + (answer.think or "(no <think> block)"))
+    print("\n--- answer ---\n" + (answer.answer or "(none)") +
+          (f". {answer.answer_text}" if answer.answer_text and options else ""))
+    print("\n--- timings ---\n" + "  ".join(f"{k}={v}" for k, v in timings.items()))
+    return 0
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    from embodied_r_ros.core.backends.server import run_server
+
+    config = _load_pipeline_config(args)
+    model = config.reasoning.model if args.role == "lm" else config.perception.vlm
+    if model is None:
+        raise CliError(f"profile '{config.name}' has no VLM to serve (perception is geometric)")
+    run_server(model, args.host, args.port)
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="embodied-r", description=__doc__.splitlines()[0])
+    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    kf = sub.add_parser("keyframes", help="select Embodied-R key frames of a video or image folder")
+    kf.add_argument("path", help="video file, or a folder of images sorted by name")
+    kf.add_argument("--sample-fps", type=float, default=None, help="pre-sampling rate (0: all)")
+    kf.add_argument("--input-fps", type=float, default=1.0, help="rate of an image folder")
+    kf.add_argument("--min-frames", type=int, default=None, help="clamp lower bound (0: off)")
+    kf.add_argument("--max-frames", type=int, default=None, help="clamp upper bound (0: off)")
+    kf.add_argument("--json", action="store_true", help="print one JSON object")
+    kf.set_defaults(func=cmd_keyframes)
+
+    ask = sub.add_parser("ask", help="answer a spatial question about a video")
+    ask.add_argument("video", help="video file, or a folder of images sorted by name")
+    ask.add_argument("--question", "-q", required=True)
+    ask.add_argument("--option", "-o", action="append", help='an option such as "A. left"')
+    ask.add_argument("--input-fps", type=float, default=1.0, help="rate of an image folder")
+    _add_profile_args(ask)
+    ask.add_argument("--json", action="store_true", help="print one JSON object")
+    ask.set_defaults(func=cmd_ask)
+
+    serve = sub.add_parser("serve", help="serve a profile's model over an OpenAI-compatible API")
+    _add_profile_args(serve)
+    serve.add_argument("--role", choices=("vlm", "lm"), default="vlm")
+    serve.add_argument("--host", default="127.0.0.1")
+    serve.add_argument("--port", type=int, default=8000)
+    serve.set_defaults(func=cmd_serve)
+
+    _add_world(sub)
+    return parser
+
+
+def _add_profile_args(p: argparse.ArgumentParser) -> None:
+    group = p.add_mutually_exclusive_group()
+    group.add_argument("--profile", "-p", help="tiny | offline | workstation | server")
+    group.add_argument("--config", "-c", help="a YAML config file")
+
+
+def _add_world(sub: argparse._SubParsersAction) -> None:
+    try:
+        from embodied_r_ros.sim.cli import add_world_parser
+    except ImportError:  # the simulator is optional for the core CLI
+        return
+    add_world_parser(sub)
+
+
+def _user_errors() -> tuple[type[BaseException], ...]:
+    from embodied_r_ros.core.backends.base import BackendError
+    from embodied_r_ros.core.pipeline import QueryError
+    from embodied_r_ros.core.video import VideoError
+
+    return (CliError, ConfigError, VideoError, QueryError, BackendError)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.WARNING,
+        format="%(levelname)s %(name)s: %(message)s",
+    )
+    func: Callable[[argparse.Namespace], int] = args.func
+    try:
+        return func(args)
+    except _user_errors() as exc:
+        code = getattr(exc, "code", None)
+        prefix = f"{code}: " if isinstance(code, str) else ""
+        print(f"embodied-r: error: {prefix}{str(exc).splitlines()[0]}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,263 @@
+"""The whole Embodied-R pipeline: key frames -> perception -> reasoning, with timings.
+
+The CLI, the ROS query server and the trainer's evaluation all call :class:`EmbodiedR`, so a
+question asked of a video file, of a live camera or of a recorded bag goes through the same code.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from embodied_r_ros.core.actions import Motion
+from embodied_r_ros.core.backends.base import BackendError, ChatBackend
+from embodied_r_ros.core.cache import JsonCache
+from embodied_r_ros.core.config import Config
+from embodied_r_ros.core.keyframes import KeyframeSelection, select_keyframes
+from embodied_r_ros.core.perception import (
+    FrameDescription,
+    Perceiver,
+    PerceptionCancelled,
+    PerceptionResult,
+    ProgressFn,
+)
+from embodied_r_ros.core.reasoning import (
+    OptionsError,
+    Reasoning,
+    build_messages,
+    format_question,
+    parse_options,
+    parse_reasoning,
+)
+
+log = logging.getLogger(__name__)
+
+EMPTY_QUESTION = "EMPTY_QUESTION"
+QUESTION_TOO_LONG = "QUESTION_TOO_LONG"
+BAD_OPTIONS = "BAD_OPTIONS"
+NO_FRAMES = "NO_FRAMES"
+CANCELLED = "CANCELLED"
+
+
+class QueryError(Exception):
+    """A question that cannot be answered; ``code`` is machine-readable, the message one line."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def validate_query(
+    question: str, options: Sequence[str], max_question_chars: int = 2000
+) -> tuple[str, list[str]]:
+    """Normalised ``(question, options)`` or :class:`QueryError`."""
+    text = (question or "").strip()
+    if not text:
+        raise QueryError(EMPTY_QUESTION, "the question is empty")
+    if len(text) > max_question_chars:
+        raise QueryError(
+            QUESTION_TOO_LONG,
+            f"the question has {len(text)} characters; at most {max_question_chars} are allowed",
+        )
+    opts = [o.strip() for o in options]
+    try:
+        parse_options(opts)
+    except OptionsError as exc:
+        raise QueryError(BAD_OPTIONS, str(exc)) from None
+    return text, opts
+
+
+@dataclass(frozen=True)
+class Timings:
+    keyframes_s: float = 0.0
+    perception_s: float = 0.0
+    reasoning_s: float = 0.0
+    total_s: float = 0.0
+
+
+@dataclass(frozen=True)
+class Answer:
+    answer: str
+    answer_text: str
+    think: str
+    raw: str
+    well_formed: bool
+    perception: str
+    frames: list[FrameDescription]
+    key_frame_stamps: list[float]
+    key_frame_indices: list[int] = field(default_factory=list)
+    timings: Timings = Timings()
+    perception_from_cache: bool = False
+
+
+class EmbodiedR:
+    """Holds the loaded models; thread-safe for concurrent questions when its backends are."""
+
+    def __init__(
+        self,
+        config: Config,
+        *,
+        vlm: ChatBackend | None = None,
+        lm: ChatBackend | None = None,
+        load_models: bool = True,
+    ) -> None:
+        self.config = config
+        if load_models:
+            from embodied_r_ros.core.backends.factory import create_backend
+
+            if vlm is None and config.perception.backend == "vlm":
+                assert config.perception.vlm is not None
+                vlm = create_backend(config.perception.vlm)
+            if lm is None:
+                lm = create_backend(config.reasoning.model)
+        self.vlm = vlm
+        self.lm = lm
+        cache = JsonCache(config.cache.dir) if config.cache.enabled else None
+        self.perceiver = Perceiver(config.perception, vlm, cache) if (
+            vlm is not None or config.perception.backend == "geometric"
+        ) else None
+
+    # -- stages -------------------------------------------------------------------------------
+
+    def select(self, frames: Iterable[tuple[np.ndarray, float]]) -> KeyframeSelection:
+        return select_keyframes(frames, self.config.keyframes)
+
+    def visual_motions(self, images: Sequence[np.ndarray]) -> list[Motion | None]:
+        from embodied_r_ros.core.egomotion import motion_between
+
+        cam, kf = self.config.perception.camera, self.config.keyframes
+        return [motion_between(a, b, kf, cam) for a, b in zip(images, images[1:], strict=False)]
+
+    def perceive(
+        self,
+        images: Sequence[np.ndarray],
+        stamps: Sequence[float],
+        question: str,
+        options: Sequence[str],
+        *,
+        motions: Sequence[Motion | None] | None = None,
+        on_progress: ProgressFn | None = None,
+        cancelled: Callable[[], bool] | None = None,
+    ) -> PerceptionResult:
+        if not images:
+            raise QueryError(NO_FRAMES, "no frames to perceive")
+        if self.perceiver is None:
+            raise QueryError("BACKEND_DOWN", "no perception model is loaded")
+        if motions is None:
+            motions = self.visual_motions(images)
+        try:
+            return self.perceiver.describe(
+                images,
+                stamps,
+                format_question(question, options),
+                motions,
+                on_progress=on_progress,
+                cancelled=cancelled,
+            )
+        except PerceptionCancelled as exc:
+            raise QueryError(CANCELLED, str(exc)) from None
+        except BackendError as exc:
+            raise QueryError(exc.code, f"perception model: {exc}") from None
+
+    def reason(self, perception_text: str, options: Sequence[str]) -> Reasoning:
+        if self.lm is None:
+            raise QueryError("BACKEND_DOWN", "no reasoning model is loaded")
+        try:
+            raw = self.lm.generate([build_messages(perception_text)])[0]
+        except BackendError as exc:
+            raise QueryError(exc.code, f"reasoning model: {exc}") from None
+        return parse_reasoning(raw, options, self.config.reasoning.answer_mode)
+
+    # -- whole questions ----------------------------------------------------------------------
+
+    def ask_keyframes(
+        self,
+        images: Sequence[np.ndarray],
+        stamps: Sequence[float],
+        question: str,
+        options: Sequence[str] = (),
+        *,
+        motions: Sequence[Motion | None] | None = None,
+        indices: Sequence[int] = (),
+        keyframes_s: float = 0.0,
+        on_progress: ProgressFn | None = None,
+        cancelled: Callable[[], bool] | None = None,
+    ) -> Answer:
+        """Answer over already selected key frames (the ROS buffer selects them itself)."""
+        start = time.perf_counter()
+        question, opts = validate_query(question, options)
+        t0 = time.perf_counter()
+        perception = self.perceive(
+            images,
+            stamps,
+            question,
+            opts,
+            motions=motions,
+            on_progress=on_progress,
+            cancelled=cancelled,
+        )
+        t1 = time.perf_counter()
+        if cancelled is not None and cancelled():
+            raise QueryError(CANCELLED, "cancelled before reasoning")
+        if on_progress:
+            on_progress("reasoning", 0, 1, "")
+        reasoning = self.reason(perception.text, opts)
+        t2 = time.perf_counter()
+        if on_progress:
+            on_progress("reasoning", 1, 1, reasoning.answer)
+        return Answer(
+            answer=reasoning.answer,
+            answer_text=reasoning.answer_text,
+            think=reasoning.think,
+            raw=reasoning.raw,
+            well_formed=reasoning.well_formed,
+            perception=perception.text,
+            frames=perception.frames,
+            key_frame_stamps=[float(s) for s in stamps],
+            key_frame_indices=list(indices),
+            timings=Timings(
+                keyframes_s=keyframes_s,
+                perception_s=t1 - t0,
+                reasoning_s=t2 - t1,
+                total_s=keyframes_s + (t2 - start),
+            ),
+            perception_from_cache=perception.from_cache,
+        )
+
+    def ask(
+        self,
+        frames: Iterable[tuple[np.ndarray, float]],
+        question: str,
+        options: Sequence[str] = (),
+        **kwargs: object,
+    ) -> Answer:
+        """Answer about a whole video: ``frames`` are ``(rgb_image, stamp_seconds)`` pairs."""
+        validate_query(question, options)
+        t0 = time.perf_counter()
+        selection = self.select(frames)
+        if not selection.images:
+            raise QueryError(NO_FRAMES, "the video has no frames")
+        from embodied_r_ros.core.egomotion import keyframe_motions
+
+        motions = kwargs.pop("motions", None) or keyframe_motions(
+            selection, self.config.keyframes, self.config.perception.camera
+        )
+        keyframes_s = time.perf_counter() - t0
+        return self.ask_keyframes(
+            selection.images,
+            selection.stamps,
+            question,
+            options,
+            motions=motions,  # type: ignore[arg-type]
+            indices=selection.indices,
+            keyframes_s=keyframes_s,
+            **kwargs,  # type: ignore[arg-type]
+        )
+
+    def close(self) -> None:
+        for backend in {id(b): b for b in (self.vlm, self.lm) if b is not None}.values():
+            backend.close()
