@@ -1,0 +1,30 @@
+"""Build the backend a :class:`ModelConfig` names, importing heavy libraries only for it.
+
+``import embodied_r_ros.core.backends`` must stay cheap (no torch): ROS nodes that talk to a
+remote VLM never need torch, transformers or vLLM installed.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from embodied_r_ros.core.backends.base import ChatBackend
+from embodied_r_ros.core.config import ModelConfig
+
+
+def create_backend(cfg: ModelConfig, *, cache_dir: str | Path | None = None) -> ChatBackend:
+    """The backend for ``cfg.backend``; ``cache_dir`` overrides where offline models live."""
+    cache = None if cache_dir is None else str(cache_dir)
+    if cfg.backend == "transformers":
+        from embodied_r_ros.core.backends.transformers_backend import TransformersBackend
+
+        return TransformersBackend(cfg, cache_dir=cache)
+    if cfg.backend == "openai":
+        from embodied_r_ros.core.backends.openai_backend import OpenAIBackend
+
+        return OpenAIBackend(cfg)
+    if cfg.backend == "vllm":
+        from embodied_r_ros.core.backends.vllm_backend import VLLMBackend
+
+        return VLLMBackend(cfg, cache_dir=cache)
+    raise ValueError(f"unknown backend {cfg.backend!r}")  # unreachable: the schema validates

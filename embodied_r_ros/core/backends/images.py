@@ -1,0 +1,93 @@
+"""Image helpers shared by the backends: checking message parts, resizing, JPEG data URLs.
+
+Images in the core are numpy uint8 H x W x 3 RGB; OpenCV works in BGR, so the colour order is
+swapped exactly here, at the encode/decode boundary.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from typing import Any
+
+import cv2
+import numpy as np
+
+from embodied_r_ros.core.backends.base import BACKEND_FAILED, BackendError, Message
+
+DATA_URL_PREFIX = "data:image/jpeg;base64,"
+
+
+def check_image(image: object) -> np.ndarray:
+    """The image itself if it is H x W x 3 uint8, else a ``ValueError`` saying what is wrong."""
+    if not isinstance(image, np.ndarray):
+        raise ValueError(f"image must be a numpy array, got {type(image).__name__}")
+    if image.dtype != np.uint8 or image.ndim != 3 or image.shape[2] != 3:
+        raise ValueError(f"image must be H x W x 3 uint8 RGB, got {image.shape} {image.dtype}")
+    return image
+
+
+def content_parts(message: Message) -> str | list[dict[str, Any]]:
+    """A message's content checked: a string, or text/image parts with valid images."""
+    content = message.get("content")
+    if isinstance(content, str):
+        return content
+    if not isinstance(content, list):
+        raise BackendError(BACKEND_FAILED, "message content must be a string or a list of parts")
+    parts: list[dict[str, Any]] = []
+    for part in content:
+        kind = part.get("type") if isinstance(part, dict) else None
+        if kind == "text" and isinstance(part.get("text"), str):
+            parts.append({"type": "text", "text": part["text"]})
+        elif kind == "image":
+            try:
+                parts.append({"type": "image", "image": check_image(part.get("image"))})
+            except ValueError as exc:
+                raise BackendError(BACKEND_FAILED, str(exc)) from None
+        else:
+            raise BackendError(BACKEND_FAILED, f"unsupported content part {kind!r}")
+    return parts
+
+
+def resize_max_side(image: np.ndarray, max_side: int) -> np.ndarray:
+    """Shrink so the longest side is at most ``max_side`` (0 = as is); never enlarges."""
+    height, width = image.shape[:2]
+    longest = max(height, width)
+    if max_side <= 0 or longest <= max_side:
+        return image
+    scale = max_side / longest
+    size = (max(1, round(width * scale)), max(1, round(height * scale)))
+    return cv2.resize(image, size, interpolation=cv2.INTER_AREA)
+
+
+def encode_jpeg(image: np.ndarray, quality: int = 90) -> bytes:
+    bgr = cv2.cvtColor(check_image(image), cv2.COLOR_RGB2BGR)
+    ok, buf = cv2.imencode(".jpg", bgr, [cv2.IMWRITE_JPEG_QUALITY, quality])
+    if not ok:
+        raise ValueError("JPEG encoding failed")
+    return buf.tobytes()
+
+
+def decode_image(data: bytes) -> np.ndarray:
+    """Any format OpenCV reads (JPEG, PNG, ...) to RGB uint8."""
+    bgr = cv2.imdecode(np.frombuffer(data, dtype=np.uint8), cv2.IMREAD_COLOR)
+    if bgr is None:
+        raise ValueError("not a decodable image")
+    return cv2.cvtColor(bgr, cv2.COLOR_BGR2RGB)
+
+
+def to_data_url(image: np.ndarray, max_side: int = 0, quality: int = 90) -> str:
+    """A ``data:image/jpeg;base64,...`` URL as OpenAI-compatible chat APIs accept."""
+    jpeg = encode_jpeg(resize_max_side(check_image(image), max_side), quality)
+    return DATA_URL_PREFIX + base64.b64encode(jpeg).decode("ascii")
+
+
+def from_data_url(url: str) -> np.ndarray:
+    """Decode a base64 image data URL (any image media type); other URLs are refused."""
+    if not url.startswith("data:image/") or ";base64," not in url:
+        raise ValueError("only base64 image data URLs are supported")
+    try:
+        data = base64.b64decode(url.split(";base64,", 1)[1], validate=True)
+    except (binascii.Error, ValueError):
+        raise ValueError("image data URL is not valid base64") from None
+    return decode_image(data)

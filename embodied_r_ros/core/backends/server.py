@@ -1,0 +1,336 @@
+"""A small OpenAI-compatible HTTP server around any :class:`ChatBackend` (stdlib only).
+
+It lets a robot use a VLM running on another machine (``embodied-r serve``) through the
+``openai`` backend, and gives the tests a real server on loopback. Endpoints:
+``POST /v1/chat/completions`` (text and base64 ``image_url`` data-URL parts, ``max_tokens``,
+``temperature``), ``GET /v1/models`` and ``GET /health``. Requests are handled on threads but
+calls into the backend are serialised with a lock: in-process models are not thread-safe.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import threading
+import time
+import uuid
+from collections.abc import Callable, Mapping
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from types import TracebackType
+from typing import Any
+
+from embodied_r_ros.core.backends.base import (
+    BACKEND_DOWN,
+    BACKEND_FAILED,
+    BACKEND_TIMEOUT,
+    BackendError,
+    ChatBackend,
+    Conversation,
+)
+from embodied_r_ros.core.backends.images import from_data_url
+from embodied_r_ros.core.config import ModelConfig
+
+logger = logging.getLogger(__name__)
+
+MAX_BODY_BYTES = 64 * 1024 * 1024
+#: HTTP status for each backend error code
+_STATUS = {BACKEND_DOWN: 503, BACKEND_TIMEOUT: 504, BACKEND_FAILED: 500}
+
+#: called with (method, path, headers) for every request, before it is handled
+RequestHook = Callable[[str, str, Mapping[str, str]], None]
+
+
+class RequestError(ValueError):
+    """A client mistake, answered with an HTTP 4xx and a JSON error."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+def from_openai_messages(messages: object) -> Conversation:
+    """OpenAI chat messages -> core messages; ``image_url`` data URLs become RGB arrays."""
+    if not isinstance(messages, list) or not messages:
+        raise RequestError(400, "'messages' must be a non-empty list")
+    conversation: Conversation = []
+    for msg in messages:
+        if not isinstance(msg, dict) or not isinstance(msg.get("role"), str):
+            raise RequestError(400, "each message must be an object with a string 'role'")
+        content = msg.get("content")
+        if content is None:
+            content = ""
+        if isinstance(content, str):
+            conversation.append({"role": msg["role"], "content": content})
+            continue
+        if not isinstance(content, list):
+            raise RequestError(400, "message 'content' must be a string or a list of parts")
+        conversation.append({"role": msg["role"], "content": [_part(p) for p in content]})
+    return conversation
+
+
+def _part(part: object) -> dict[str, Any]:
+    if not isinstance(part, dict):
+        raise RequestError(400, "content parts must be objects")
+    kind = part.get("type")
+    if kind == "text" and isinstance(part.get("text"), str):
+        return {"type": "text", "text": part["text"]}
+    if kind == "image_url":
+        ref = part.get("image_url")
+        url = ref.get("url") if isinstance(ref, dict) else ref
+        if not isinstance(url, str):
+            raise RequestError(400, "image_url part needs a 'url'")
+        try:
+            return {"type": "image", "image": from_data_url(url)}
+        except ValueError as exc:
+            raise RequestError(400, f"image_url: {exc}") from None
+    raise RequestError(400, f"unsupported content part type {kind!r}")
+
+
+def _number(body: dict[str, Any], key: str, kind: type, low: float, high: float) -> Any:
+    value = body.get(key)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not low <= value <= high:
+        raise RequestError(400, f"'{key}' must be a number in [{low:g}, {high:g}]")
+    if kind is int and value != int(value):
+        raise RequestError(400, f"'{key}' must be an integer")
+    return kind(value)
+
+
+def _parse_json(raw: bytes) -> dict[str, Any]:
+    try:
+        body = json.loads(raw)
+    except ValueError:  # includes UnicodeDecodeError
+        raise RequestError(400, "request body is not valid JSON") from None
+    if not isinstance(body, dict):
+        raise RequestError(400, "request body must be a JSON object")
+    return body
+
+
+def _error_body(status: int, message: str) -> dict[str, Any]:
+    kind = "invalid_request_error" if status < 500 else "server_error"
+    return {"error": {"message": message, "type": kind, "code": status}}
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server: _HTTPServer
+    server_version = "embodied-r"
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib signature
+        # request lines only; headers (and so API keys) are never logged
+        logger.debug("%s %s", self.address_string(), format % args)
+
+    def _send(self, status: int, payload: dict[str, Any]) -> None:
+        data = json.dumps(payload).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def _dispatch(self, method: str) -> None:
+        path = self.path.split("?", 1)[0].rstrip("/")
+        try:
+            status, payload = 200, self._route(method, path)
+        except RequestError as exc:
+            status, payload = exc.status, _error_body(exc.status, str(exc))
+        except BackendError as exc:
+            status = _STATUS.get(exc.code, 500)
+            payload = _error_body(status, f"{exc.code}: {exc}")
+        except Exception as exc:  # noqa: BLE001 - report, keep serving
+            logger.exception("request %s %s failed", method, path)
+            status, payload = 500, _error_body(500, f"internal error: {type(exc).__name__}: {exc}")
+        try:
+            self._send(status, payload)
+        except ConnectionError:  # the client gave up (e.g. its timeout) before the reply
+            logger.debug("client went away before the reply to %s %s", method, path)
+
+    def _route(self, method: str, path: str) -> dict[str, Any]:
+        app = self.server.app
+        if app.request_hook is not None:
+            app.request_hook(method, path, dict(self.headers.items()))
+        # read the body even when refusing: unread data makes the reply a connection reset
+        raw = self._read_body() if method == "POST" else b""
+        app.check_auth(self.headers.get("Authorization"))
+        if method == "GET" and path == "/health":
+            return {"status": "ok", "model": app.backend.model_id}
+        if method == "GET" and path == "/v1/models":
+            return app.models()
+        if method == "POST" and path == "/v1/chat/completions":
+            return app.chat(_parse_json(raw))
+        raise RequestError(404, f"no route for {method} {path}")
+
+    def _read_body(self) -> bytes:
+        try:
+            length = int(self.headers.get("Content-Length", ""))
+        except ValueError:
+            raise RequestError(411, "Content-Length required") from None
+        if length > MAX_BODY_BYTES:
+            raise RequestError(413, f"request body over {MAX_BODY_BYTES} bytes")
+        return self.rfile.read(length)
+
+    def do_GET(self) -> None:  # noqa: N802 - stdlib naming
+        self._dispatch("GET")
+
+    def do_POST(self) -> None:  # noqa: N802 - stdlib naming
+        self._dispatch("POST")
+
+
+class _HTTPServer(ThreadingHTTPServer):
+    daemon_threads = True  # a stuck generation must not block shutdown
+    request_queue_size = 64  # a client batch opens max_concurrency connections at once
+    app: OpenAIServer
+
+
+class OpenAIServer:
+    """Serves ``backend`` over HTTP; ``url`` is the ``base_url`` for the ``openai`` backend."""
+
+    def __init__(
+        self,
+        backend: ChatBackend,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        *,
+        api_key: str | None = None,
+        request_hook: RequestHook | None = None,
+    ) -> None:
+        self.backend = backend
+        self.request_hook = request_hook
+        self._api_key = api_key
+        self._lock = threading.Lock()
+        self._httpd = _HTTPServer((host, port), _Handler)
+        self._httpd.app = self
+        self._thread: threading.Thread | None = None
+        self._served = False  # BaseServer.shutdown() hangs if serve_forever never ran
+        self._closed = False
+
+    @property
+    def host(self) -> str:
+        return str(self._httpd.server_address[0])
+
+    @property
+    def port(self) -> int:
+        return int(self._httpd.server_address[1])
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}/v1"
+
+    # -- request handling (called from handler threads) -----------------------------------
+
+    def check_auth(self, header: str | None) -> None:
+        if self._api_key is not None and header != f"Bearer {self._api_key}":
+            raise RequestError(401, "missing or wrong API key")
+
+    def models(self) -> dict[str, Any]:
+        model = {"id": self.backend.model_id, "object": "model", "owned_by": "embodied-r"}
+        return {"object": "list", "data": [model]}
+
+    def chat(self, body: dict[str, Any]) -> dict[str, Any]:
+        conversation = from_openai_messages(body.get("messages"))
+        has_images = any(
+            isinstance(m["content"], list) and any(p["type"] == "image" for p in m["content"])
+            for m in conversation
+        )
+        if has_images and not self.backend.supports_images:
+            raise RequestError(400, f"model '{self.backend.model_id}' does not accept images")
+        max_tokens = _number(body, "max_tokens", int, 1, 1 << 20)
+        if max_tokens is None:
+            max_tokens = _number(body, "max_completion_tokens", int, 1, 1 << 20)
+        temperature = _number(body, "temperature", float, 0.0, 2.0)
+        with self._lock:
+            text = self.backend.generate(
+                [conversation], max_new_tokens=max_tokens, temperature=temperature
+            )[0]
+        return {
+            "id": f"chatcmpl-{uuid.uuid4().hex}",
+            "object": "chat.completion",
+            "created": int(time.time()),
+            "model": self.backend.model_id,
+            "choices": [
+                {
+                    "index": 0,
+                    "message": {"role": "assistant", "content": text},
+                    "finish_reason": "stop",
+                }
+            ],
+        }
+
+    # -- life cycle -------------------------------------------------------------------------
+
+    def serve_forever(self) -> None:
+        """Block serving requests until :meth:`shutdown` (from another thread)."""
+        self._served = True
+        self._httpd.serve_forever(poll_interval=0.1)
+
+    def start(self) -> OpenAIServer:
+        """Serve from a daemon thread and return at once."""
+        if self._thread is None:
+            self._served = True
+            self._thread = threading.Thread(
+                target=self.serve_forever, name=f"openai-server-{self.port}", daemon=True
+            )
+            self._thread.start()
+        return self
+
+    def shutdown(self) -> None:
+        """Stop serving and close the socket; idempotent. Does not close the backend."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._served:
+            self._httpd.shutdown()  # returns at once if serve_forever already ended
+        if self._thread is not None:
+            self._thread.join()
+        self._httpd.server_close()
+
+    def __enter__(self) -> OpenAIServer:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.shutdown()
+
+
+def serve(
+    backend: ChatBackend,
+    host: str = "127.0.0.1",
+    port: int = 0,
+    *,
+    api_key: str | None = None,
+    request_hook: RequestHook | None = None,
+) -> OpenAIServer:
+    """Start serving ``backend`` in a background thread (port 0 picks a free port)."""
+    server = OpenAIServer(backend, host, port, api_key=api_key, request_hook=request_hook)
+    return server.start()
+
+
+def run_server(
+    cfg: ModelConfig, host: str = "127.0.0.1", port: int = 8000, *, cache_dir: str | None = None
+) -> None:
+    """Load the model of ``cfg`` and serve it until interrupted (``embodied-r serve``).
+
+    If ``cfg.api_key_env`` is set, clients must send that variable's value as a Bearer token.
+    """
+    from embodied_r_ros.core.backends.factory import create_backend
+
+    api_key = None
+    if cfg.api_key_env:
+        api_key = os.environ.get(cfg.api_key_env)
+        if not api_key:
+            raise BackendError(BACKEND_FAILED, f"environment variable {cfg.api_key_env} is not set")
+    backend = create_backend(cfg, cache_dir=cache_dir)
+    server = OpenAIServer(backend, host, port, api_key=api_key)
+    logger.info("serving %s at %s", backend.model_id, server.url)
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        logger.info("interrupted")
+    finally:
+        server.shutdown()
+        backend.close()

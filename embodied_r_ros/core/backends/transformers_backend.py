@@ -1,0 +1,294 @@
+"""In-process transformers backend: any causal LM, and Qwen2-VL / Qwen2.5-VL for images.
+
+Conversations are batched ``batch_size`` at a time with left padding, so every row's completion
+starts at the same column and the prompt is stripped by slicing. Greedy at temperature 0; with
+sampling, each call reseeds a forked RNG from ``seed`` and a call counter, so a fresh backend
+replays the same outputs without touching the process-wide torch RNG.
+
+The stock Qwen2.5-VL processor needs torchvision (for its video processor), which does not
+import beside torch 2.13 CPU. :class:`QwenImageProcessor` does the image-only part of its job
+(images -> patches, expand ``<|image_pad|>``, modality ids) and is used whenever the stock
+processor cannot be built.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import numpy as np
+import torch
+from transformers import (
+    AutoConfig,
+    AutoModelForCausalLM,
+    AutoModelForImageTextToText,
+    AutoProcessor,
+    AutoTokenizer,
+    BatchFeature,
+    Qwen2VLImageProcessorPil,
+)
+from transformers.utils import is_torchvision_available
+
+from embodied_r_ros.core.backends.base import (
+    BACKEND_FAILED,
+    BackendError,
+    ChatBackend,
+    Conversation,
+)
+from embodied_r_ros.core.backends.images import content_parts, resize_max_side
+from embodied_r_ros.core.backends.offline import resolve_model
+from embodied_r_ros.core.config import ModelConfig
+
+logger = logging.getLogger(__name__)
+
+#: model types whose images go through the Qwen2-VL image processor
+QWEN_VL_TYPES = frozenset({"qwen2_vl", "qwen2_5_vl"})
+IMAGE_TOKEN = "<|image_pad|>"
+
+
+def resolve_device(device: str) -> torch.device:
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(device)
+
+
+def resolve_dtype(dtype: str, device: torch.device) -> torch.dtype:
+    if dtype == "auto":
+        return torch.bfloat16 if device.type == "cuda" else torch.float32
+    return getattr(torch, dtype)
+
+
+class QwenImageProcessor:
+    """Image-only Qwen2(.5)-VL processor: tokenizer + ``Qwen2VLImageProcessorPil``.
+
+    Called like the stock processor: ``processor(text=[...], images=[...] | None)`` with one
+    ``<|image_pad|>`` per image in ``text`` (images flattened in order across the batch).
+    """
+
+    chat_template: str | None = None
+
+    def __init__(self, tokenizer: Any, image_processor: Any) -> None:
+        self.tokenizer = tokenizer
+        self.image_processor = image_processor
+        self.image_token_id = int(tokenizer.convert_tokens_to_ids(IMAGE_TOKEN))
+
+    def __call__(
+        self,
+        text: list[str],
+        images: list[np.ndarray] | None = None,
+        return_tensors: str = "pt",
+        padding: bool = True,
+    ) -> BatchFeature:
+        images = images or []
+        expected = sum(t.count(IMAGE_TOKEN) for t in text)
+        if expected != len(images):
+            raise ValueError(f"{expected} image placeholders but {len(images)} images")
+        data: dict[str, Any] = {}
+        if images:
+            vision = self.image_processor(images=images, return_tensors="pt")
+            data.update(vision)
+            merge = self.image_processor.merge_size**2
+            counts = iter((vision["image_grid_thw"].prod(-1) // merge).tolist())
+            text = [self._expand(t, counts) for t in text]
+        enc = self.tokenizer(text, return_tensors=return_tensors, padding=padding)
+        data.update(enc)
+        data["mm_token_type_ids"] = (enc["input_ids"] == self.image_token_id).to(torch.int32)
+        return BatchFeature(data)
+
+    @staticmethod
+    def _expand(text: str, counts: Iterator[int]) -> str:
+        pieces = text.split(IMAGE_TOKEN)
+        out = [pieces[0]]
+        for piece in pieces[1:]:
+            out.append(IMAGE_TOKEN * next(counts) + piece)
+        return "".join(out)
+
+
+def load_processor(path: str, tokenizer: Any) -> Any:
+    """The stock processor where torchvision works, else :class:`QwenImageProcessor`."""
+    if is_torchvision_available():
+        try:
+            proc = AutoProcessor.from_pretrained(path)
+        except Exception as exc:  # noqa: BLE001 - any failure means: use the fallback
+            logger.warning("stock processor unavailable (%s); using the image-only one", exc)
+        else:
+            # AutoProcessor silently returns a bare tokenizer for unknown processor configs
+            if hasattr(proc, "image_processor") and hasattr(proc, "tokenizer"):
+                proc.tokenizer.padding_side = "left"
+                return proc
+    return QwenImageProcessor(tokenizer, Qwen2VLImageProcessorPil.from_pretrained(path))
+
+
+def _from_pretrained(loader: Callable[..., Any], name: str, path: str, **kwargs: Any) -> Any:
+    """Turn transformers' multi-line OSErrors (no hub, no cache) into one clear line."""
+    try:
+        return loader(path, **kwargs)
+    except OSError as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise BackendError(
+            BACKEND_FAILED,
+            f"cannot load model '{name}': not an offline model name, a local directory or a "
+            f"cached hub id ({first})",
+        ) from None
+
+
+class TransformersBackend(ChatBackend):
+    """A transformers model in this process (see the module docstring)."""
+
+    def __init__(self, cfg: ModelConfig, *, cache_dir: str | None = None) -> None:
+        self.cfg = cfg
+        self.model_id = cfg.model
+        self.device = resolve_device(cfg.device)
+        self.dtype = resolve_dtype(cfg.dtype, self.device)
+        path = resolve_model(cfg.model, cache_dir)
+        config = _from_pretrained(AutoConfig.from_pretrained, cfg.model, path)
+        self.supports_images = config.model_type in QWEN_VL_TYPES
+        self.tokenizer = _from_pretrained(AutoTokenizer.from_pretrained, cfg.model, path)
+        self.tokenizer.padding_side = "left"
+        if self.tokenizer.pad_token is None:
+            self.tokenizer.pad_token = self.tokenizer.eos_token
+        model_cls = AutoModelForImageTextToText if self.supports_images else AutoModelForCausalLM
+        self.model = _from_pretrained(model_cls.from_pretrained, cfg.model, path, dtype=self.dtype)
+        self.model.to(self.device).eval()
+        self.processor = load_processor(path, self.tokenizer) if self.supports_images else None
+        self.chat_template = (
+            getattr(self.processor, "chat_template", None) or self.tokenizer.chat_template
+        )
+        if not self.chat_template:
+            raise BackendError(BACKEND_FAILED, f"model '{cfg.model}' has no chat template")
+        self._stop_ids = self._collect_stop_ids()
+        self._sample_calls = 0
+        self._lock = threading.Lock()  # one generation at a time (ROS executors may share us)
+        logger.info(
+            "loaded %s on %s (%s, images: %s)",
+            cfg.model,
+            self.device,
+            self.dtype,
+            self.supports_images,
+        )
+
+    def _collect_stop_ids(self) -> set[int]:
+        eos = self.model.generation_config.eos_token_id
+        ids = set(eos if isinstance(eos, list) else [eos] if eos is not None else [])
+        for tok_id in (self.tokenizer.eos_token_id, self.tokenizer.pad_token_id):
+            if tok_id is not None:
+                ids.add(int(tok_id))
+        return ids
+
+    # -- prompts -----------------------------------------------------------------------------
+
+    def _prepare(self, conversation: Conversation) -> tuple[list[dict[str, Any]], list[np.ndarray]]:
+        """Template-ready messages (images as bare placeholders) and the images in order."""
+        messages: list[dict[str, Any]] = []
+        images: list[np.ndarray] = []
+        for msg in conversation:
+            content = content_parts(msg)
+            if isinstance(content, str):
+                messages.append({"role": msg["role"], "content": content})
+                continue
+            parts: list[dict[str, Any]] = []
+            for part in content:
+                if part["type"] == "image":
+                    if not self.supports_images:
+                        raise BackendError(
+                            BACKEND_FAILED, f"model '{self.model_id}' does not accept images"
+                        )
+                    images.append(resize_max_side(part["image"], self.cfg.image_max_side))
+                    part = {"type": "image"}  # the template only needs the placeholder
+                parts.append(part)
+            if self.supports_images:
+                messages.append({"role": msg["role"], "content": parts})
+            else:  # text-only chat templates expect string content
+                text = "\n".join(p["text"] for p in parts)
+                messages.append({"role": msg["role"], "content": text})
+        return messages, images
+
+    def encode(self, conversations: list[Conversation]) -> BatchFeature:
+        texts: list[str] = []
+        images: list[np.ndarray] = []
+        for conv in conversations:
+            messages, conv_images = self._prepare(conv)
+            texts.append(
+                self.tokenizer.apply_chat_template(
+                    messages,
+                    chat_template=self.chat_template,
+                    tokenize=False,
+                    add_generation_prompt=True,
+                )
+            )
+            images.extend(conv_images)
+        if self.processor is not None:
+            enc = self.processor(
+                text=texts, images=images or None, return_tensors="pt", padding=True
+            )
+        else:
+            enc = self.tokenizer(texts, return_tensors="pt", padding=True)
+        return enc.to(self.device)
+
+    # -- generation --------------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def _rng(self, sample: bool) -> Iterator[None]:
+        """Reproducible sampling without disturbing the caller's torch RNG state."""
+        if not sample:
+            yield
+            return
+        devices = [self.device.index or 0] if self.device.type == "cuda" else []
+        with torch.random.fork_rng(devices=devices, device_type=self.device.type):
+            torch.manual_seed(self.cfg.seed + self._sample_calls)
+            self._sample_calls += 1
+            yield
+
+    def generate_ids(
+        self,
+        conversations: list[Conversation],
+        *,
+        max_new_tokens: int | None = None,
+        temperature: float | None = None,
+    ) -> list[list[int]]:
+        """Completion token ids per conversation, prompt stripped, cut at the first stop token."""
+        max_new = max_new_tokens if max_new_tokens is not None else self.cfg.max_new_tokens
+        temp = self.cfg.temperature if temperature is None else temperature
+        sample = temp > 0
+        gen_kwargs: dict[str, Any] = {
+            "max_new_tokens": max_new,
+            "do_sample": sample,
+            "pad_token_id": self.tokenizer.pad_token_id,
+        }
+        if sample:
+            gen_kwargs.update(temperature=temp, top_p=self.cfg.top_p)
+        else:  # override sampling defaults some generation configs carry
+            gen_kwargs.update(temperature=None, top_p=None, top_k=None)
+        results: list[list[int]] = []
+        size = self.cfg.batch_size
+        for start in range(0, len(conversations), size):
+            enc = self.encode(conversations[start : start + size])
+            prompt_len = enc["input_ids"].shape[1]
+            with self._lock, torch.inference_mode(), self._rng(sample):
+                try:
+                    out = self.model.generate(**enc, **gen_kwargs)
+                except (RuntimeError, ValueError) as exc:
+                    raise BackendError(BACKEND_FAILED, f"generation failed: {exc}") from exc
+            for row in out[:, prompt_len:].tolist():
+                cut = next((i for i, t in enumerate(row) if t in self._stop_ids), len(row))
+                results.append(row[:cut])
+        return results
+
+    def generate(
+        self,
+        conversations: list[Conversation],
+        *,
+        max_new_tokens: int | None = None,
+        temperature: float | None = None,
+    ) -> list[str]:
+        ids = self.generate_ids(
+            conversations, max_new_tokens=max_new_tokens, temperature=temperature
+        )
+        return self.tokenizer.batch_decode(ids, skip_special_tokens=True)
+
+    def close(self) -> None:
+        self.model = None
+        self.processor = None

@@ -1,0 +1,80 @@
+"""In-process vLLM backend (optional extra, GPU only): ``vllm.LLM(...).chat(...)``.
+
+Images travel as the same base64 JPEG data URLs the ``openai`` backend sends: vLLM's chat
+API decodes them locally, so one message format serves both. Untested here (no GPU, and vLLM
+forces a CUDA torch); for a separate process prefer ``vllm serve`` + the ``openai`` backend.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from embodied_r_ros.core.backends.base import (
+    BACKEND_DOWN,
+    BACKEND_FAILED,
+    BackendError,
+    ChatBackend,
+    Conversation,
+)
+from embodied_r_ros.core.backends.offline import resolve_model
+from embodied_r_ros.core.backends.openai_backend import to_openai_messages
+from embodied_r_ros.core.config import ModelConfig
+
+logger = logging.getLogger(__name__)
+
+MISSING_VLLM = "backend 'vllm' needs the optional extra: pip install -e .[vllm]"
+#: Embodied-R sends at most two key frames per VLM call; leave headroom
+MAX_IMAGES_PER_PROMPT = 4
+
+
+def import_vllm() -> Any:
+    try:
+        import vllm
+    except ImportError:
+        raise BackendError(BACKEND_DOWN, MISSING_VLLM) from None
+    return vllm
+
+
+class VLLMBackend(ChatBackend):
+    """A vLLM engine in this process; a batch goes to ``LLM.chat`` in one call."""
+
+    def __init__(self, cfg: ModelConfig, *, cache_dir: str | None = None) -> None:
+        self._vllm = import_vllm()
+        from transformers import AutoConfig
+
+        self.cfg = cfg
+        self.model_id = cfg.model
+        path = resolve_model(cfg.model, cache_dir)
+        self.supports_images = hasattr(AutoConfig.from_pretrained(path), "vision_config")
+        kwargs: dict[str, Any] = {"model": path, "dtype": cfg.dtype, "seed": cfg.seed}
+        if self.supports_images:
+            kwargs["limit_mm_per_prompt"] = {"image": MAX_IMAGES_PER_PROMPT}
+        try:
+            self._llm = self._vllm.LLM(**kwargs)
+        except Exception as exc:  # noqa: BLE001 - engine start-up fails in many ways
+            raise BackendError(BACKEND_FAILED, f"vLLM could not load '{cfg.model}': {exc}") from exc
+
+    def generate(
+        self,
+        conversations: list[Conversation],
+        *,
+        max_new_tokens: int | None = None,
+        temperature: float | None = None,
+    ) -> list[str]:
+        temp = self.cfg.temperature if temperature is None else temperature
+        params = self._vllm.SamplingParams(
+            max_tokens=max_new_tokens if max_new_tokens is not None else self.cfg.max_new_tokens,
+            temperature=temp,
+            top_p=self.cfg.top_p if temp > 0 else 1.0,
+            seed=self.cfg.seed if temp > 0 else None,
+        )
+        messages = [to_openai_messages(c, self.cfg.image_max_side) for c in conversations]
+        try:
+            outputs = self._llm.chat(messages, sampling_params=params, use_tqdm=False)
+        except Exception as exc:  # noqa: BLE001
+            raise BackendError(BACKEND_FAILED, f"vLLM generation failed: {exc}") from exc
+        return [out.outputs[0].text for out in outputs]
+
+    def close(self) -> None:
+        self._llm = None

@@ -1,0 +1,79 @@
+"""Shared fixtures: a hermetic offline-model cache and the tiny models, built once per session."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from embodied_r_ros.core.backends.base import ChatBackend
+from embodied_r_ros.core.backends.offline import CACHE_ENV
+from embodied_r_ros.core.config import ModelConfig
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "slow: runs for many seconds (real model conversion)")
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _model_cache_env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """Point offline-model builds at a session temp dir: tests never touch ~/.cache."""
+    path = tmp_path_factory.mktemp("model_cache")
+    old = os.environ.get(CACHE_ENV)
+    os.environ[CACHE_ENV] = str(path)
+    yield path
+    if old is None:
+        os.environ.pop(CACHE_ENV, None)
+    else:
+        os.environ[CACHE_ENV] = old
+
+
+@pytest.fixture(scope="session")
+def tiny_models_dir(_model_cache_env: Path) -> Path:
+    """The cache (``$EMBODIED_R_MODEL_CACHE``) holding ``tiny-qwen2`` and ``tiny-qwen2.5-vl``."""
+    from embodied_r_ros.core.backends.offline import ensure_offline_model
+
+    for name in ("tiny-qwen2", "tiny-qwen2.5-vl"):
+        ensure_offline_model(name, _model_cache_env)
+    return _model_cache_env
+
+
+def _tiny_config(name: str, **overrides: Any) -> ModelConfig:
+    fields: dict[str, Any] = {"model": name, "max_new_tokens": 12, "batch_size": 4}
+    fields.update(overrides)
+    return ModelConfig(**fields)
+
+
+@pytest.fixture(scope="session")
+def tiny_config() -> Callable[..., ModelConfig]:
+    """``tiny_config(name, **overrides)``: a ``ModelConfig`` with short replies by default."""
+    return _tiny_config
+
+
+@pytest.fixture(scope="session")
+def tiny_lm(tiny_models_dir: Path) -> ChatBackend:
+    """A shared in-process ``tiny-qwen2`` backend (greedy); do not rely on its sampling state."""
+    from embodied_r_ros.core.backends import create_backend
+
+    return create_backend(_tiny_config("tiny-qwen2"), cache_dir=tiny_models_dir)
+
+
+@pytest.fixture(scope="session")
+def tiny_vlm(tiny_models_dir: Path) -> ChatBackend:
+    """A shared in-process ``tiny-qwen2.5-vl`` backend (greedy)."""
+    from embodied_r_ros.core.backends import create_backend
+
+    return create_backend(_tiny_config("tiny-qwen2.5-vl"), cache_dir=tiny_models_dir)
+
+
+@pytest.fixture
+def rgb_frames() -> list[np.ndarray]:
+    """Two distinct 480 x 640 RGB uint8 frames (smooth, so JPEG keeps them recognisable)."""
+    yy, xx = np.mgrid[0:480, 0:640]
+    first = np.stack([xx % 256, yy % 256, (xx + yy) % 256], axis=-1).astype(np.uint8)
+    second = np.ascontiguousarray(first[:, ::-1])
+    return [first, second]

@@ -1,0 +1,468 @@
+"""Backends with real parts: tiny transformers models in process, and the OpenAI-compatible
+server + client over real HTTP on loopback."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from embodied_r_ros.core.backends import (
+    BACKEND_DOWN,
+    BACKEND_FAILED,
+    BACKEND_TIMEOUT,
+    BackendError,
+    ChatBackend,
+    Conversation,
+    create_backend,
+)
+from embodied_r_ros.core.backends.images import from_data_url, resize_max_side, to_data_url
+from embodied_r_ros.core.backends.openai_backend import OpenAIBackend
+from embodied_r_ros.core.backends.server import OpenAIServer, serve
+from embodied_r_ros.core.config import ModelConfig
+
+QUESTIONS = [
+    "Which object is closest to the agent?",
+    "How far is the chair from the table?",
+    "Describe the scene.",
+    "Frame 1: After move forward, Observe: a red building ahead.",
+    "Is the door on the left or the right?",
+]
+
+
+def user(text: str, images: list[np.ndarray] = ()) -> Conversation:
+    parts: list[dict[str, Any]] = [{"type": "image", "image": im} for im in images]
+    return [{"role": "user", "content": [*parts, {"type": "text", "text": text}]}]
+
+
+def text_convs(n: int) -> list[Conversation]:
+    return [
+        [{"role": "user", "content": QUESTIONS[i % len(QUESTIONS)] * (1 + i // 5)}]
+        for i in range(n)
+    ]
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def http_json(url: str, body: bytes | None = None) -> tuple[int, dict[str, Any]]:
+    req = urllib.request.Request(url, data=body, method="POST" if body is not None else "GET")
+    try:
+        with urllib.request.urlopen(req, timeout=10) as resp:
+            return resp.status, json.loads(resp.read())
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.loads(exc.read())
+
+
+class Recorder:
+    """A server request hook that remembers what arrived."""
+
+    def __init__(self) -> None:
+        self.requests: list[tuple[str, str, dict[str, str]]] = []
+        self._lock = threading.Lock()
+
+    def __call__(self, method: str, path: str, headers: Mapping[str, str]) -> None:
+        with self._lock:
+            self.requests.append((method, path, dict(headers)))
+
+    def posts(self) -> int:
+        return sum(1 for method, _, _ in self.requests if method == "POST")
+
+
+class SlowBackend(ChatBackend):
+    """Answers only after ``release`` is set (or 5 s): a server that outlives client timeouts."""
+
+    model_id = "slow"
+
+    def __init__(self) -> None:
+        self.release = threading.Event()
+
+    def generate(self, conversations: list[Conversation], **_: Any) -> list[str]:
+        self.release.wait(5.0)
+        return ["late"] * len(conversations)
+
+
+class BrokenBackend(ChatBackend):
+    """Fails every call: the server answers 500."""
+
+    model_id = "broken"
+
+    def generate(self, conversations: list[Conversation], **_: Any) -> list[str]:
+        raise RuntimeError("model exploded")
+
+
+def openai_cfg(url: str, **overrides: Any) -> ModelConfig:
+    fields: dict[str, Any] = {
+        "backend": "openai",
+        "model": "served",
+        "base_url": url,
+        "max_new_tokens": 12,
+        "timeout_s": 10.0,
+        "retries": 0,
+    }
+    fields.update(overrides)
+    return ModelConfig(**fields)
+
+
+# -- transformers, in process ----------------------------------------------------------------
+
+
+def test_greedy_is_deterministic(
+    tiny_lm: ChatBackend, tiny_models_dir: Path, tiny_config: Callable[..., ModelConfig]
+) -> None:
+    convs = text_convs(3)
+    first = tiny_lm.generate(convs)
+    assert tiny_lm.generate(convs) == first
+    fresh = create_backend(tiny_config("tiny-qwen2"), cache_dir=tiny_models_dir)
+    assert fresh.generate(convs) == first
+    assert all(isinstance(r, str) for r in first) and any(first)
+
+
+def test_batches_keep_order_and_match_unbatched(
+    tiny_models_dir: Path, tiny_config: Callable[..., ModelConfig]
+) -> None:
+    backend = create_backend(tiny_config("tiny-qwen2", batch_size=2), cache_dir=tiny_models_dir)
+    convs = text_convs(5)  # 2 + 2 + 1, prompts of different lengths -> left padding
+    batched = backend.generate(convs)
+    single = [backend.generate([c])[0] for c in convs]
+    assert len(batched) == 5
+    assert batched == single
+    assert len(set(batched)) > 1  # replies depend on the prompt, so order is checked
+
+
+def test_max_new_tokens_is_respected(tiny_lm: Any) -> None:
+    convs = text_convs(4)
+    short = tiny_lm.generate_ids(convs, max_new_tokens=3)
+    longer = tiny_lm.generate_ids(convs, max_new_tokens=10)
+    assert all(len(ids) <= 3 for ids in short)
+    assert max(len(ids) for ids in longer) > 3
+    # a shorter budget is a prefix of the longer greedy completion
+    for a, b in zip(short, longer, strict=True):
+        assert b[: len(a)] == a
+    assert tiny_lm.generate(convs, max_new_tokens=3) == tiny_lm.tokenizer.batch_decode(
+        short, skip_special_tokens=True
+    )
+
+
+def test_sampling_is_seeded_and_leaves_global_rng_alone(
+    tiny_models_dir: Path, tiny_config: Callable[..., ModelConfig]
+) -> None:
+    import torch
+
+    convs = text_convs(2)
+
+    def sample(seed: int) -> list[list[str]]:
+        cfg = tiny_config("tiny-qwen2", temperature=1.0, seed=seed, max_new_tokens=16)
+        backend = create_backend(cfg, cache_dir=tiny_models_dir)
+        return [backend.generate(convs), backend.generate(convs)]
+
+    state = torch.get_rng_state()
+    run_a, run_b, other = sample(0), sample(0), sample(1)
+    assert torch.equal(torch.get_rng_state(), state)
+    assert run_a == run_b  # a fresh backend with the same seed replays the same samples
+    assert run_a[0] != run_a[1]  # successive calls draw differently
+    assert run_a != other
+
+
+def test_vlm_accepts_one_and_two_images(tiny_vlm: ChatBackend, rgb_frames: list[np.ndarray]):
+    first, second = rgb_frames
+    convs = [
+        user("What is ahead?", [first]),
+        user("What changed?", [first, second]),
+        user("What is ahead?"),
+    ]
+    replies = tiny_vlm.generate(convs)
+    assert len(replies) == 3 and all(isinstance(r, str) for r in replies)
+    assert replies == [tiny_vlm.generate([c])[0] for c in convs]  # batching with images
+    # the pixels reach the model: another image changes the greedy reply
+    assert tiny_vlm.generate([user("What is ahead?", [second])])[0] != replies[0]
+
+
+def test_image_processor_expands_one_placeholder_per_vision_token(
+    tiny_vlm: Any, rgb_frames: list[np.ndarray]
+) -> None:
+    enc = tiny_vlm.encode([user("a", rgb_frames[:1]), user("b", rgb_frames)])
+    grid = enc["image_grid_thw"]
+    assert grid.shape == (3, 3)
+    merge = tiny_vlm.processor.image_processor.merge_size**2
+    image_id = tiny_vlm.tokenizer.convert_tokens_to_ids("<|image_pad|>")
+    per_row = (enc["input_ids"] == image_id).sum(dim=1).tolist()
+    tokens = (grid.prod(-1) // merge).tolist()
+    assert per_row == [tokens[0], tokens[1] + tokens[2]]
+    assert enc["mm_token_type_ids"].sum().item() == sum(tokens)
+    assert enc["attention_mask"][0, 0].item() == 0  # shorter row is left-padded
+
+
+def test_text_model_refuses_images(tiny_lm: ChatBackend, rgb_frames: list[np.ndarray]) -> None:
+    assert tiny_lm.supports_images is False
+    with pytest.raises(BackendError) as err:
+        tiny_lm.generate([user("what?", rgb_frames[:1])])
+    assert err.value.code == BACKEND_FAILED and "does not accept images" in str(err.value)
+
+
+def test_malformed_parts_are_refused_before_any_work(tiny_vlm: ChatBackend) -> None:
+    offline_client = OpenAIBackend(openai_cfg("http://127.0.0.1:9/v1"))  # never contacted
+    bad = [
+        user("x", [np.zeros((8, 8), np.uint8)]),  # not H x W x 3
+        [{"role": "user", "content": [{"type": "video", "video": "clip.mp4"}]}],
+        [{"role": "user", "content": 42}],
+    ]
+    for backend in (tiny_vlm, offline_client):
+        for conv in bad:
+            with pytest.raises(BackendError) as err:
+                backend.generate([conv])
+            assert err.value.code == BACKEND_FAILED
+
+
+def test_text_parts_reach_text_only_models(tiny_lm: ChatBackend) -> None:
+    as_parts = [{"role": "user", "content": [{"type": "text", "text": QUESTIONS[0]}]}]
+    as_string = [{"role": "user", "content": QUESTIONS[0]}]
+    assert tiny_lm.generate([as_parts]) == tiny_lm.generate([as_string])
+
+
+def test_unavailable_model_fails_in_one_clear_line(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    import huggingface_hub.constants
+
+    # equivalent of HF_HUB_OFFLINE=1 (read at import time): no 25 s of hub retries
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
+    for name in ("Qwen/Qwen2.5-VL-3B-Instruct-not-cached", str(tmp_path / "missing")):
+        with pytest.raises(BackendError) as err:
+            create_backend(ModelConfig(model=name))
+        assert err.value.code == BACKEND_FAILED
+        assert f"'{name}'" in str(err.value) and "\n" not in str(err.value)
+
+
+def test_vllm_missing_is_a_clear_error() -> None:
+    pytest.importorskip("torch")
+    try:
+        import vllm  # noqa: F401
+    except ImportError:
+        pass
+    else:
+        pytest.skip("vllm is installed")
+    with pytest.raises(BackendError) as err:
+        create_backend(ModelConfig(backend="vllm", model="tiny-qwen2"))
+    assert err.value.code == BACKEND_DOWN
+    assert str(err.value) == "backend 'vllm' needs the optional extra: pip install -e .[vllm]"
+
+
+def test_importing_backends_does_not_import_torch() -> None:
+    code = (
+        "import sys, embodied_r_ros.core.backends, embodied_r_ros.core.backends.server, "
+        "embodied_r_ros.core.backends.openai_backend; "
+        "assert not {'torch', 'transformers', 'vllm'} & set(sys.modules), 'heavy import'"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+
+
+# -- images ----------------------------------------------------------------------------------
+
+
+def test_data_url_round_trip_keeps_rgb_order() -> None:
+    image = np.zeros((60, 80, 3), np.uint8)
+    image[..., 0] = 200  # pure red
+    back = from_data_url(to_data_url(image))
+    assert back.shape == image.shape
+    assert back[..., 0].mean() > 190 and back[..., 2].mean() < 10
+    small = from_data_url(to_data_url(np.zeros((480, 640, 3), np.uint8), max_side=64))
+    assert small.shape == (48, 64, 3)
+    assert resize_max_side(image, 0) is image
+    with pytest.raises(ValueError):
+        from_data_url("https://example.com/a.jpg")
+
+
+# -- server + openai backend over loopback -----------------------------------------------------
+
+
+@pytest.fixture
+def vlm_server(tiny_vlm: ChatBackend) -> Iterator[tuple[OpenAIServer, Recorder]]:
+    recorder = Recorder()
+    with serve(tiny_vlm, request_hook=recorder) as server:
+        yield server, recorder
+
+
+def test_openai_backend_round_trip_text_and_images(
+    vlm_server: tuple[OpenAIServer, Recorder],
+    tiny_vlm: ChatBackend,
+    rgb_frames: list[np.ndarray],
+) -> None:
+    server, recorder = vlm_server
+    client = create_backend(openai_cfg(server.url, image_max_side=320))
+    assert isinstance(client, OpenAIBackend) and client.healthy()
+    text = user("Describe the scene.")
+    assert client.generate([text]) == tiny_vlm.generate([text])
+    # the server sees exactly what the wire carried: resized JPEGs
+    sent = [from_data_url(to_data_url(im, max_side=320)) for im in rgb_frames]
+    assert sent[0].shape == (240, 320, 3)
+    two = user("What changed?", rgb_frames)
+    assert client.generate([two]) == tiny_vlm.generate([user("What changed?", sent)])
+    assert ("POST", "/v1/chat/completions") in [(m, p) for m, p, _ in recorder.requests]
+
+
+def test_openai_backend_runs_a_batch_concurrently_in_order(tiny_vlm: ChatBackend) -> None:
+    # every request waits at the server until all 8 have arrived: sequential sends would
+    # break the barrier (timeout -> HTTP 500 -> BACKEND_FAILED)
+    arrived = threading.Barrier(8, timeout=10)
+
+    def all_in_flight(method: str, path: str, headers: Mapping[str, str]) -> None:
+        if method == "POST":
+            arrived.wait()
+
+    convs = text_convs(8)
+    with serve(tiny_vlm, request_hook=all_in_flight) as server:
+        client = create_backend(openai_cfg(server.url, max_concurrency=8))
+        replies = client.generate(convs)
+    assert replies == tiny_vlm.generate(convs)
+    assert len(set(replies)) > 1
+
+
+def test_server_endpoints_and_bad_requests(vlm_server: tuple[OpenAIServer, Recorder]) -> None:
+    server, _ = vlm_server
+    root = server.url.removesuffix("/v1")
+    assert http_json(root + "/health") == (200, {"status": "ok", "model": "tiny-qwen2.5-vl"})
+    status, models = http_json(server.url + "/models")
+    assert status == 200 and models["data"][0]["id"] == "tiny-qwen2.5-vl"
+    status, err = http_json(server.url + "/chat/completions", b"{not json")
+    assert status == 400 and "JSON" in err["error"]["message"]
+    status, err = http_json(server.url + "/chat/completions", b'{"messages": []}')
+    assert status == 400
+    bad_image = {
+        "messages": [
+            {
+                "role": "user",
+                "content": [
+                    {"type": "image_url", "image_url": {"url": "data:image/jpeg;base64,AAAA"}}
+                ],
+            }
+        ]
+    }
+    status, _ = http_json(server.url + "/chat/completions", json.dumps(bad_image).encode())
+    assert status == 400
+    status, _ = http_json(server.url + "/nowhere")
+    assert status == 404
+    with pytest.raises(BackendError, match="HTTP 404.*API root"):
+        OpenAIBackend(openai_cfg(root)).generate(text_convs(1))  # base_url without /v1
+    status, reply = http_json(
+        server.url + "/chat/completions",
+        json.dumps({"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}).encode(),
+    )
+    assert status == 200 and reply["choices"][0]["message"]["role"] == "assistant"
+
+
+def test_client_errors_are_not_retried(tiny_lm: ChatBackend, rgb_frames: list[np.ndarray]):
+    recorder = Recorder()
+    with serve(tiny_lm, request_hook=recorder) as server:
+        client = OpenAIBackend(openai_cfg(server.url, retries=3))
+        with pytest.raises(BackendError) as err:
+            client.generate([user("what?", rgb_frames[:1])])
+    assert err.value.code == BACKEND_FAILED and "HTTP 400" in str(err.value)
+    assert recorder.posts() == 1
+
+
+def test_api_key_goes_only_into_the_header(
+    tiny_lm: ChatBackend, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    secret = "sk-test-0123456789abcdef"
+    monkeypatch.setenv("EMBODIED_R_TEST_KEY", secret)
+    caplog.set_level(logging.DEBUG)
+    recorder = Recorder()
+    keyed = {"api_key_env": "EMBODIED_R_TEST_KEY", "retries": 1}
+    with serve(tiny_lm, api_key=secret, request_hook=recorder) as server:
+        ok = OpenAIBackend(openai_cfg(server.url, **keyed))
+        assert ok.generate(text_convs(1)) and ok.healthy()
+    assert {h.get("Authorization") for _, _, h in recorder.requests} == {f"Bearer {secret}"}
+    with serve(tiny_lm, api_key="another-key") as server:
+        refused = OpenAIBackend(openai_cfg(server.url, **keyed))
+        with pytest.raises(BackendError) as err:
+            refused.generate(text_convs(1))
+        assert not refused.healthy()
+    assert "HTTP 401" in str(err.value)
+    assert secret not in str(err.value) and secret not in caplog.text
+    monkeypatch.delenv("EMBODIED_R_TEST_KEY")
+    with pytest.raises(BackendError) as err:
+        refused.generate(text_convs(1))
+    assert "EMBODIED_R_TEST_KEY is not set" in str(err.value)
+
+
+def test_backend_down_is_reported_quickly() -> None:
+    port = free_port()  # nothing listens there any more: connection refused
+    client = OpenAIBackend(openai_cfg(f"http://127.0.0.1:{port}/v1", retries=2))
+    start = time.monotonic()
+    with pytest.raises(BackendError) as err:
+        client.generate(text_convs(1))
+    assert err.value.code == BACKEND_DOWN
+    assert time.monotonic() - start < 5.0  # two short back-offs, no hang
+    assert not client.healthy()
+
+
+def test_slow_server_times_out_after_retries() -> None:
+    slow = SlowBackend()
+    recorder = Recorder()
+    with serve(slow, request_hook=recorder) as server:
+        client = OpenAIBackend(openai_cfg(server.url, timeout_s=0.4, retries=1))
+        start = time.monotonic()
+        try:
+            with pytest.raises(BackendError) as err:
+                client.generate(text_convs(1))
+            elapsed = time.monotonic() - start
+        finally:
+            slow.release.set()
+    assert err.value.code == BACKEND_TIMEOUT
+    assert recorder.posts() == 2  # retried once
+    assert elapsed < 0.4 * 2 + 2.0  # ~timeout * (retries + 1) plus back-off, not 5 s
+
+
+def test_server_errors_are_retried_then_failed(caplog: pytest.LogCaptureFixture) -> None:
+    recorder = Recorder()
+    caplog.set_level(logging.CRITICAL, logger="embodied_r_ros.core.backends.server")
+    with serve(BrokenBackend(), request_hook=recorder) as server:
+        client = OpenAIBackend(openai_cfg(server.url, retries=2))
+        with pytest.raises(BackendError) as err:
+            client.generate(text_convs(1))
+    assert err.value.code == BACKEND_FAILED
+    assert "HTTP 500" in str(err.value) and "model exploded" in str(err.value)
+    assert recorder.posts() == 3
+
+
+def test_run_server_serves_a_profile_model_until_interrupted(tiny_models_dir: Path) -> None:
+    port = free_port()
+    code = (
+        "import logging; logging.basicConfig(level=logging.INFO)\n"
+        "from embodied_r_ros.core.config import ModelConfig\n"
+        "from embodied_r_ros.core.backends.server import run_server\n"
+        f"run_server(ModelConfig(model='tiny-qwen2', max_new_tokens=4), '127.0.0.1', {port})\n"
+    )
+    env = {**os.environ, "EMBODIED_R_MODEL_CACHE": str(tiny_models_dir)}
+    proc = subprocess.Popen([sys.executable, "-c", code], env=env, stderr=subprocess.PIPE)
+    try:
+        client = OpenAIBackend(openai_cfg(f"http://127.0.0.1:{port}/v1"))
+        deadline = time.monotonic() + 60
+        while not client.healthy():
+            assert proc.poll() is None, proc.stderr.read().decode()
+            assert time.monotonic() < deadline, "server did not come up"
+            time.sleep(0.2)
+        assert len(client.generate(text_convs(2))) == 2
+    finally:
+        proc.send_signal(signal.SIGINT)
+        _, stderr = proc.communicate(timeout=30)
+    assert proc.returncode == 0, stderr.decode()
+    assert f"serving tiny-qwen2 at http://127.0.0.1:{port}/v1" in stderr.decode()
