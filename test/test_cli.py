@@ -1,0 +1,109 @@
+"""The ``embodied-r`` CLI end to end, in subprocesses, as a user runs it."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from media import pan_frames, write_images, write_video
+
+
+def run_cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "embodied_r_ros.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        env={**os.environ, **(env or {})},
+    )
+
+
+@pytest.fixture(scope="module")
+def video(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    # 3 s at 10 fps panning 8 px/frame: 1-fps pre-sampling keeps frames 80 px apart.
+    folder = tmp_path_factory.mktemp("video")
+    return write_video(folder / "pan.mp4", pan_frames(30, 8), fps=10.0)
+
+
+def test_keyframes_json_on_a_video(video: Path) -> None:
+    proc = run_cli("keyframes", str(video), "--json")
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    assert set(out) == {"indices", "timestamps", "frames_in", "ms_per_frame"}
+    assert out["frames_in"] == 30
+    assert out["indices"][0] == 0 and out["indices"][-1] == 29  # first and last always kept
+    assert len(out["indices"]) >= 4  # the clamp's lower bound
+    assert out["timestamps"] == sorted(out["timestamps"])
+    assert out["ms_per_frame"] > 0
+
+
+def test_keyframes_on_an_image_folder_every_frame(tmp_path: Path) -> None:
+    # 8 px/frame over 320 px: overlap drops below 0.5 after 20 frames (analytically 1 - d/w).
+    folder = write_images(tmp_path / "imgs", pan_frames(45, 8))
+    proc = run_cli("keyframes", str(folder), "--sample-fps", "0", "--input-fps", "5", "--json")
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    assert out["frames_in"] == 45
+    idx = out["indices"]
+    assert idx[0] == 0 and idx[-1] == 44
+    # overlap after k frames is 1 - 8k/320: below 0.5 from k = 21 (k = 20 sits on the boundary)
+    assert [b - a for a, b in zip(idx[:-2], idx[1:-1], strict=True)] in ([21, 21], [20, 21],
+                                                                          [21, 20], [20, 20])
+    assert out["timestamps"][1] == pytest.approx(out["indices"][1] / 5.0)
+
+
+def test_ask_with_the_tiny_profile(video: Path, tmp_path: Path) -> None:
+    cfg = tmp_path / "tiny.yaml"
+    cfg.write_text(f"base: tiny\ncache:\n  dir: {tmp_path / 'cache'}\n")
+    proc = run_cli(
+        "ask", str(video), "-q", "Which way did I move?", "-o", "A. left", "-o", "B. right",
+        "--config", str(cfg), "--json",
+    )
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    assert {"answer", "think", "perception", "key_frames", "timings"} <= set(out)
+    assert len(re.findall(r"^Frame \d+: ", out["perception"], re.M)) == len(out["key_frames"]) >= 4
+    assert out["perception"].rstrip().endswith("A. left\nB. right")
+    assert out["timings"]["total_s"] >= out["timings"]["perception_s"] > 0
+    # the second ask hits the perception cache: the same perception text, no VLM time
+    again = json.loads(run_cli(
+        "ask", str(video), "-q", "Which way did I move?", "-o", "A. left", "-o", "B. right",
+        "--config", str(cfg), "--json",
+    ).stdout)
+    assert again["perception"] == out["perception"]
+    assert again["timings"]["perception_s"] < out["timings"]["perception_s"]
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["keyframes", "/nonexistent.mp4"], "no such file"),
+        (["ask", "VIDEO", "-q", "   "], "EMPTY_QUESTION"),
+        (["ask", "VIDEO", "-q", "x?", "-o", "A left"], "BAD_OPTIONS"),
+        (["ask", "VIDEO", "-q", "x?", "-p", "nope"], "unknown profile 'nope'"),
+        (["ask", "EMPTY", "-q", "x?", "-p", "tiny"], "empty"),
+        (["ask", "CORRUPT", "-q", "x?", "-p", "tiny"], "CORRUPT"),
+        (["keyframes", "VIDEO", "--max-frames", "-3"], "--max-frames"),
+        (["keyframes", "NOIMAGES"], "holds no images"),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_2(
+    args: list[str], message: str, video: Path, tmp_path: Path
+) -> None:
+    empty = tmp_path / "empty.mp4"
+    empty.write_bytes(b"")
+    corrupt = tmp_path / "corrupt.mp4"
+    corrupt.write_bytes(b"\x00\x00\x00\x18ftypmp42" + os.urandom(4000))
+    (tmp_path / "noimages").mkdir()
+    subst = {"VIDEO": str(video), "EMPTY": str(empty), "CORRUPT": str(corrupt),
+             "NOIMAGES": str(tmp_path / "noimages")}
+    proc = run_cli(*[subst.get(a, a) for a in args])
+    assert proc.returncode == 2
+    lines = proc.stderr.strip().splitlines()
+    assert "Traceback" not in proc.stderr
+    assert message.lower() in lines[-1].lower() or message in proc.stderr
