@@ -7,7 +7,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.setup-done
 REQS   := requirements.txt requirements-dev.txt requirements-ros.txt
 
-.PHONY: setup test demo lint bench clean
+.PHONY: setup test demo lint bench train-demo clean
 
 setup: $(STAMP)
 
@@ -27,6 +27,10 @@ test: setup
 
 demo: setup
 	$(PY) -m embodied_r_ros.demo
+
+# sample world -> dataset -> eval -> a few GRPO steps of SmolLM2-135M on CPU -> eval
+train-demo: setup
+	$(PY) -m embodied_r_training.demo --out runs/demo
 
 lint: setup
 	$(PY) -m ruff check .

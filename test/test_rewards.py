@@ -1,0 +1,189 @@
+"""The three Embodied-R rewards on tables of tricky completions, and the batched reference LM."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from embodied_r_ros.core.backends.base import BackendError, ChatBackend, Conversation
+from embodied_r_ros.core.rewards import (
+    ConsistencyReward,
+    accuracy_reward,
+    completion_text,
+    format_reward,
+    reference_conversation,
+    solution_letter,
+)
+
+OPTIONS = ["A. left", "B. right", "C. up", "D. down"]
+PROMPT = [
+    {"role": "system", "content": "system prompt"},
+    {
+        "role": "user",
+        "content": "Video content:\n<\nFrame 0: Observe: a red box.\n>\n"
+        "Question: Which way did you turn?\nChoices:\nA. left\nB. right\nC. up\nD. down",
+    },
+]
+
+FORMAT_TABLE = [
+    ("<think>a</think><answer>B</answer>", 1.0),
+    ("<think>a</think>\n<answer>B</answer>", 1.0),
+    ("<think>\nmulti\nline\n</think>\n\n<answer>\nA\n</answer>", 1.0),
+    ("  <think>a</think> <answer>B</answer>\n", 1.0),  # surrounding whitespace only
+    ("<think></think><answer></answer>", 1.0),  # empty blocks still have the shape
+    ("<think>a</think><answer>B</answer> and more", 0.0),  # text after the answer
+    ("Sure! <think>a</think><answer>B</answer>", 0.0),  # text before the think
+    ("<answer>B</answer><think>a</think>", 0.0),  # wrong order
+    ("<think>a</think>", 0.0),  # no answer
+    ("<answer>B</answer>", 0.0),  # no think
+    ("<think>a<answer>B</answer>", 0.0),  # unclosed think
+    ("<think>a</think> x <answer>B</answer>", 0.0),  # text between the blocks
+    ("<THINK>a</THINK><ANSWER>B</ANSWER>", 0.0),  # tags are case-sensitive
+    ("", 0.0),
+]
+
+
+@pytest.mark.parametrize(("completion", "expected"), FORMAT_TABLE)
+def test_format_reward_table(completion: str, expected: float) -> None:
+    assert format_reward([completion]) == [expected]
+
+
+def test_format_reward_takes_conversational_completions() -> None:
+    good = [{"role": "assistant", "content": "<think>x</think><answer>A</answer>"}]
+    bad = [{"role": "assistant", "content": "A"}]
+    assert format_reward([good, bad]) == [1.0, 0.0]
+    assert completion_text([]) == ""
+
+
+ACCURACY_TABLE = [
+    # (completion, tag-mode reward, official-mode reward); solution "B"
+    ("<think>x</think><answer>B</answer>", 1.0, 1.0),
+    ("<answer>B. right</answer>", 1.0, 1.0),  # accuracy does not need the format
+    ("<answer>right</answer>", 1.0, 0.0),  # the option's text names B
+    ("<answer>(B)</answer>", 1.0, 1.0),
+    ("<answer>b</answer>", 1.0, 1.0),
+    ("<think>A is wrong, so</think><answer>B</answer>", 1.0, 1.0),
+    ("<think>I guess B</think><answer>A</answer>", 0.0, 0.0),  # the tag wins over the think
+    ("<answer>E</answer>", 0.0, 0.0),  # not an option
+    ("<answer>A or B</answer>", 0.0, 1.0),  # tag: the leading letter; official: the last
+    ("B", 1.0, 1.0),  # no tags: a letter anywhere
+    ("no letter at all", 0.0, 0.0),
+    # the official whole-completion extraction misfires on "answer depends" -> D
+    ("<think>The answer depends on the turn</think><answer>B</answer>", 1.0, 0.0),
+    # ... and on "e.g." -> G (the last letter followed by a dot)
+    ("<think>turns, e.g. this one</think><answer>B</answer>", 1.0, 0.0),
+]
+
+
+@pytest.mark.parametrize(("completion", "tag", "official"), ACCURACY_TABLE)
+def test_accuracy_reward_table(completion: str, tag: float, official: float) -> None:
+    assert accuracy_reward([completion], ["B"], [OPTIONS]) == [tag]
+    assert accuracy_reward([completion], ["B"], [OPTIONS], answer_mode="official") == [official]
+
+
+@pytest.mark.parametrize("solution", ["B", " b ", "B. right", "right"])
+def test_solution_forms_normalise_to_the_letter(solution: str) -> None:
+    assert solution_letter(solution, OPTIONS) == "B"
+
+
+def test_accuracy_reward_checks_column_lengths() -> None:
+    with pytest.raises(ValueError, match="2 values for 1"):
+        accuracy_reward(["<answer>B</answer>"], ["B", "C"], [OPTIONS])
+
+
+class RuleReference(ChatBackend):
+    """A deterministic reference LM: it answers the last option letter named in the thinking.
+
+    It records every ``generate`` call, so the tests can see that a batch goes out at once and
+    what the reference was shown.
+    """
+
+    model_id = "rule-reference"
+
+    def __init__(self, fail: bool = False) -> None:
+        self.calls: list[list[Conversation]] = []
+        self.kwargs: list[dict] = []
+        self.fail = fail
+
+    def generate(self, conversations, *, max_new_tokens=None, temperature=None):  # noqa: ANN001
+        self.calls.append(conversations)
+        self.kwargs.append({"max_new_tokens": max_new_tokens, "temperature": temperature})
+        if self.fail:
+            raise BackendError("BACKEND_DOWN", "reference is down")
+        replies = []
+        for conv in conversations:
+            thinking = conv[-1]["content"].split("Thinking process:")[1]
+            letters = re.findall(r"\b([A-D])\b", thinking)
+            replies.append(letters[-1] if letters else "I cannot tell")
+        return replies
+
+
+CONSISTENCY_TABLE = [
+    # correct and the think text leads to B -> 1
+    ("<think>It turned right, so B</think><answer>B</answer>", 1.0),
+    # correct answer, but the reasoning points to A -> 0 (the hacking the reward targets)
+    ("<think>Clearly it is A</think><answer>B</answer>", 0.0),
+    # wrong answer: gated, the reference is never asked -> 0
+    ("<think>B</think><answer>A</answer>", 0.0),
+    # correct but no think block -> 0, not asked
+    ("<answer>B</answer>", 0.0),
+    # the reference cannot name a letter -> 0
+    ("<think>it moved</think><answer>B</answer>", 0.0),
+]
+
+
+def test_consistency_reward_gates_and_batches() -> None:
+    ref = RuleReference()
+    reward = ConsistencyReward(ref)
+    completions = [c for c, _ in CONSISTENCY_TABLE]
+    n = len(completions)
+    got = reward(
+        prompts=[PROMPT] * n, completions=completions, solution=["B"] * n, options=[OPTIONS] * n
+    )
+    assert got == [e for _, e in CONSISTENCY_TABLE]
+    # one call for the whole batch, only the three correct completions with a think block
+    assert len(ref.calls) == 1 and len(ref.calls[0]) == 3
+    assert ref.kwargs == [{"max_new_tokens": 10, "temperature": 0.1}]
+    shown = ref.calls[0][0][-1]["content"]
+    assert "Question: Which way did you turn?" in shown and "D. down" in shown
+    assert "It turned right, so B" in shown
+    assert "Frame 0" not in shown and "red box" not in shown  # no perception text
+    assert reward.last_batch == {"correct": 3, "consistent": 1, "failed": 0}
+
+
+def test_consistency_reward_uses_the_question_block_column_when_given() -> None:
+    ref = RuleReference()
+    ConsistencyReward(ref)(
+        prompts=["unused"], completions=["<think>B</think><answer>B</answer>"],
+        solution=["B"], options=[OPTIONS], question_block=["Question: custom block"],
+    )
+    assert "Question: custom block" in ref.calls[0][0][-1]["content"]
+
+
+def test_consistency_reward_disabled_or_failing_scores_zero() -> None:
+    ref = RuleReference()
+    reward = ConsistencyReward(ref)
+    reward.enabled = False
+    good = "<think>so B</think><answer>B</answer>"
+    assert reward(prompts=[PROMPT], completions=[good], solution=["B"], options=[OPTIONS]) == [0.0]
+    assert ref.calls == []
+    down = ConsistencyReward(RuleReference(fail=True))
+    assert down(prompts=[PROMPT], completions=[good], solution=["B"], options=[OPTIONS]) == [0.0]
+    assert down.last_batch["failed"] == 1
+
+
+def test_consistency_reward_with_a_real_tiny_reference(tiny_lm: ChatBackend) -> None:
+    """The in-process transformers backend as reference: one batched call, scores in {0, 1}."""
+    reward = ConsistencyReward(tiny_lm)
+    completions = ["<think>so B</think><answer>B</answer>"] * 3 + ["<answer>A</answer>"]
+    got = reward(prompts=[PROMPT] * 4, completions=completions, solution=["B"] * 4,
+                 options=[OPTIONS] * 4)
+    assert len(got) == 4 and set(got) <= {0.0, 1.0} and got[3] == 0.0
+    assert reward.last_batch["correct"] == 3
+
+
+def test_reference_conversation_shape() -> None:
+    conv = reference_conversation("Question: q?\nChoices:\nA. x\nB. y", "because y")
+    assert [m["role"] for m in conv] == ["system", "user"]
+    assert "one letter" in conv[1]["content"] and "because y" in conv[1]["content"]

@@ -1,0 +1,294 @@
+"""Training sets from bags and benchmarks: rows, resume, caches, bad bags, importers, splits."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from bagdata import T0_NS, write_bag, write_questions
+from embodied_r_training.cli import main
+from embodied_r_training.datasets_build import (
+    BagFrames,
+    bag_samples,
+    build_dataset,
+    load_rows,
+    read_journal,
+    settings_fingerprint,
+)
+from embodied_r_training.importers import (
+    split_question_text,
+    urbanvideo_samples,
+    vsibench_samples,
+)
+from embodied_r_training.splits import SplitError, kfold_groups, make_splits, split_groups
+from media import pan_frames, write_video
+
+from embodied_r_ros.core.config import load_config
+from embodied_r_ros.core.pipeline import EmbodiedR
+
+FORMATS = Path(__file__).resolve().parents[2] / "shared" / "benchmark-formats"
+
+
+@pytest.fixture(scope="module")
+def bag(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return write_bag(tmp_path_factory.mktemp("bag") / "bag", n_frames=28)
+
+
+@pytest.fixture(scope="module")
+def questions(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return write_questions(tmp_path_factory.mktemp("q") / "questions.jsonl", n=6, scenes=3)
+
+
+def _build(bag: Path, questions: Path, out: Path, cache: Path, *extra: str) -> int:
+    return main([
+        "build", "--bag", str(bag), "--questions", str(questions),
+        "--image-topic", "/camera/image_raw", "--odom-topic", "/odom", "--out", str(out),
+        "--cache-dir", str(cache), "--folds", "3", "--no-progress", *extra,
+    ])
+
+
+def test_build_from_a_bag_writes_a_table_and_reuses_it(
+    bag: Path, questions: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "ds"
+    assert _build(bag, questions, out, tmp_path / "cache") == 0
+    assert "6 rows (6 perceived" in capsys.readouterr().out
+    rows = load_rows(out)
+    assert [r["id"] for r in rows] == [f"q{i}" for i in range(6)]
+    row = rows[0]
+    assert row["prompt"][0]["role"] == "system" and row["prompt"][1]["role"] == "user"
+    user = row["prompt"][1]["content"]
+    assert user.endswith(row["question_block"]) and "D. down" in row["question_block"]
+    assert "After rotate left" in user  # odometry turns left 3 degrees a frame
+    assert row["motion_source"] == "odometry" and row["solution"] == "A"
+    stamps = row["key_frame_stamps"]
+    assert len(stamps) >= 4 and stamps == sorted(stamps)
+    assert T0_NS / 1e9 <= stamps[0] and stamps[-1] <= T0_NS / 1e9 + 4.0
+    assert len(row["frames"]) == len(stamps)
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["motion"] == "odometry" and manifest["rows"] == 6
+    splits = json.loads((out / "splits.json").read_text())
+    assert sorted(splits["train"] + splits["val"] + splits["test"]) == sorted(r["id"] for r in rows)
+    assert len(splits["folds"]) == 3
+    # the same settings again: every row comes from the journal, nothing is perceived
+    assert _build(bag, questions, out, tmp_path / "cache") == 0
+    assert "(0 perceived" in capsys.readouterr().out
+    assert json.loads((out / "manifest.json").read_text())["report"]["reused"] == 6
+
+
+class _Killed(KeyboardInterrupt):
+    """Stands for the user stopping the build."""
+
+
+def test_a_killed_build_resumes_where_it_stopped(bag: Path, questions: Path,
+                                                 tmp_path: Path) -> None:
+    config = load_config("offline", overrides={"cache": {"dir": str(tmp_path / "cache")}})
+    pipeline = EmbodiedR(config, load_models=False)
+    from embodied_r_ros.core.bags import BagReader
+
+    out = tmp_path / "ds"
+    fingerprint = settings_fingerprint(config, "geometric", {})
+    with BagReader(bag) as reader:
+        samples = bag_samples([json.loads(x) for x in questions.read_text().splitlines()],
+                              bag, reader.start_ns)
+        frames = BagFrames(reader, pipeline, "/camera/image_raw", "/odom")
+        calls: list[str] = []
+
+        def dying(sample):  # noqa: ANN001, ANN202
+            if len(calls) == 2:
+                raise _Killed()
+            calls.append(sample.id)
+            return frames(sample)
+
+        with pytest.raises(_Killed):
+            build_dataset(samples, dying, pipeline, out, fingerprint=fingerprint,
+                          split_by="question", folds=0, progress=False)
+        assert not (out / "data.jsonl").exists()  # no table until every sample is done
+        assert len(read_journal(out / ".build" / "rows.jsonl")) == 2
+        # a torn last line (killed mid-write) is ignored, not fatal
+        with (out / ".build" / "rows.jsonl").open("a") as fh:
+            fh.write('{"_key": "tor')
+        seen: list[str] = []
+
+        def counting(sample):  # noqa: ANN001, ANN202
+            seen.append(sample.id)
+            return frames(sample)
+
+        report = build_dataset(samples, counting, pipeline, out, fingerprint=fingerprint,
+                               split_by="question", folds=0, progress=False)
+    assert seen == ["q2", "q3", "q4", "q5"]
+    assert (report.reused, report.perceived, report.rows) == (2, 4, 6)
+    assert len(load_rows(out)) == 6
+
+
+def test_vlm_perception_is_cached_across_rebuilds(bag: Path, questions: Path, tmp_path: Path,
+                                                  tiny_models_dir: Path) -> None:
+    """With the tiny VLM: a rebuild without the journal gets every reply from the cache."""
+    base = ["--profile", "tiny", "--split-by", "question", "--folds", "0"]
+    short = tmp_path / "two.jsonl"
+    short.write_text("".join(questions.read_text().splitlines(keepends=True)[:2]))
+    out = tmp_path / "ds"
+    assert _build(bag, short, out, tmp_path / "cache", *base) == 0
+    first = json.loads((out / "manifest.json").read_text())["report"]
+    assert first["perceived"] == 2 and first["cache_hits"] == 0
+    shutil.rmtree(out)
+    assert _build(bag, short, out, tmp_path / "cache", *base) == 0
+    again = json.loads((out / "manifest.json").read_text())["report"]
+    assert again["perceived"] == 2 and again["cache_hits"] == 2
+    assert load_rows(out)[0]["perception_model"] == "tiny-qwen2.5-vl"
+
+
+@pytest.mark.parametrize("damage", ["truncate", "missing"])
+def test_a_bad_bag_is_one_clear_error_and_leaves_nothing(
+    bag: Path, questions: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], damage: str
+) -> None:
+    copy = tmp_path / "bag"
+    shutil.copytree(bag, copy)
+    storage = next(copy.glob("*.mcap"))
+    if damage == "truncate":
+        storage.write_bytes(storage.read_bytes()[: storage.stat().st_size * 2 // 3])
+    else:
+        storage.unlink()
+    out = tmp_path / "ds"
+    assert _build(copy, questions, out, tmp_path / "cache") == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("embodied-r-train: error: bag ") and "\n" not in err
+    assert not out.exists()
+
+
+def test_a_missing_topic_or_bad_question_fails_before_any_output(
+    bag: Path, questions: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "ds"
+    assert main(["build", "--bag", str(bag), "--questions", str(questions), "--image-topic",
+                 "/nope", "--out", str(out), "--no-progress"]) == 2
+    assert "no topic '/nope'" in capsys.readouterr().err and not out.exists()
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(json.dumps({"id": "x", "question": "q", "options": ["A. a", "B. b"],
+                               "answer": "C", "t_start": 0, "t_end": 1}) + "\n")
+    assert _build(bag, bad, out, tmp_path / "cache") == 2
+    assert "question row 1 (x): answer 'C' is not one of AB" in capsys.readouterr().err
+    assert not out.exists()
+
+
+# -- benchmarks -------------------------------------------------------------------------------
+
+
+@pytest.mark.skipif(not FORMATS.is_dir(), reason="../shared/benchmark-formats not present")
+def test_real_urbanvideo_rows_parse_whatever_the_label() -> None:
+    rows = [json.loads(x) for x in (FORMATS / "urbanvideo_bench_MCQ_sample.jsonl").open()]
+    names = ("Choices:", "Choice:", "choose:")
+    labels = {lab for r in rows for lab in names if lab in r["question"]}
+    assert labels == {"Choices:", "Choice:", "choose:"}
+    for row in rows:
+        question, options = split_question_text(row["question"])
+        assert question and not question.lower().startswith("question")
+        assert len(options) >= 3 and row["answer"] in "".join(o[0] for o in options)
+        assert not any(lab in options[-1] for lab in ("choose:", "Choices:"))
+    inline = next(r for r in rows if "Choice: A. If I fly" in r["question"])
+    assert split_question_text(inline["question"])[1][0].startswith("A. If I fly along")
+
+
+def test_split_question_text_edge_cases() -> None:
+    q, opts = split_question_text('"""\nQuestion: Where?\nchoose:\nAnswer: A. up\nB. down\n"""')
+    assert (q, opts) == ("Where?", ["A. up", "B. down"])
+    q, opts = split_question_text("Question: Pick one. A. red B. blue C. green")  # no label
+    assert q == "Pick one." and opts == ["A. red", "B. blue", "C. green"]
+    with pytest.raises(ValueError, match="fewer than two options"):
+        split_question_text("Question: no options here")
+
+
+def _urbanvideo_root(root: Path) -> Path:
+    rows = [
+        {"Question_id": 1, "video_id": "EmbodiedCity_1.mp4", "question_category":
+         "Landmark Position", "question": "Question: Where is the tower?\nChoices:\nA. left\n"
+         "B. right\nC. behind", "answer": "B"},
+        {"Question_id": 2, "video_id": "EmbodiedCity_1.mp4", "question_category":
+         "Action Generation", "question": "Question: Next move?  \nchoose:  \nA. I rise.  \n"
+         "B. I descend.  ", "answer": "A"},
+        {"Question_id": 3, "video_id": "RealWorld_2.mp4", "question_category": "Counterfactual",
+         "question": "Question: If you turn?\nChoice: A. yes\n   B. no", "answer": "B"},
+        {"Question_id": 4, "video_id": "Missing_9.mp4", "question_category": "Counterfactual",
+         "question": "Question: x?\nChoices:\nA. a\nB. b", "answer": "A"},
+        {"Question_id": 5, "video_id": "EmbodiedCity_1.mp4", "question_category": "Causal",
+         "question": "Question: why?\nChoices:\nA. a\nB. b", "answer": "A"},
+    ]
+    (root / "videos").mkdir(parents=True)
+    pd.DataFrame(rows).to_parquet(root / "MCQ.parquet")
+    for i, name in enumerate(("EmbodiedCity_1.mp4", "RealWorld_2.mp4")):
+        write_video(root / "videos" / name, pan_frames(12, 10, (160, 120), seed=i), fps=4.0)
+    return root
+
+
+def test_import_urbanvideo_from_parquet(tmp_path: Path) -> None:
+    root = _urbanvideo_root(tmp_path / "uv")
+    samples = urbanvideo_samples(root)
+    assert [s.id for s in samples] == ["uv-1", "uv-2", "uv-3"]
+    assert samples[2].options == ["A. yes", "B. no"] and samples[2].scene == "RealWorld_2"
+    assert len(urbanvideo_samples(root, all_categories=True)) == 4  # + Causal
+    out = tmp_path / "ds"
+    assert main(["import-urbanvideo", "--root", str(root), "--out", str(out), "--split-by",
+                 "question", "--folds", "0", "--no-progress",
+                 "--cache-dir", str(tmp_path / "c")]) == 0
+    rows = load_rows(out)
+    assert {r["category"] for r in rows} == {"Landmark Position", "Action Generation",
+                                             "Counterfactual"}
+    report = json.loads((out / "manifest.json").read_text())["import_report"]
+    assert report["skipped"] == {"missing video": 1, "other category": 1}
+    assert rows[0]["motion_source"] == "visual"
+
+
+def test_import_vsibench_real_rows_merge_direction_levels(tmp_path: Path) -> None:
+    src = FORMATS / "vsi_bench_sample.jsonl"
+    if not src.is_file():
+        pytest.skip("../shared/benchmark-formats not present")
+    root = tmp_path / "vsi"
+    (root / "scannet").mkdir(parents=True)
+    shutil.copy(src, root / "test.jsonl")
+    write_video(root / "scannet" / "scene0207_02.mp4", pan_frames(8, 10, (160, 120)), fps=4.0)
+    samples = vsibench_samples(root)
+    cats = {s.category for s in samples}
+    assert cats == {"object_rel_distance", "object_rel_direction", "route_planning",
+                    "obj_appearance_order"}
+    assert all(s.options and s.solution in "ABCD" for s in samples)
+    assert len({s.id for s in samples}) == len(samples)  # ids made up where the column lacks
+    (root / "scannet" / "scene0207_02.mp4").unlink()
+    out = tmp_path / "ds"
+    assert main(["import-vsibench", "--root", str(root), "--out", str(out), "--no-progress"]) == 2
+    assert not out.exists()
+
+
+# -- splits -----------------------------------------------------------------------------------
+
+
+def test_scene_splits_are_seeded_disjoint_and_cover_everything() -> None:
+    rows = [{"id": f"r{i}", "scene": f"s{i % 10}"} for i in range(60)]
+    a = make_splits(rows, seed=3)
+    assert a == make_splits(list(reversed(rows)), seed=3)  # order does not matter
+    assert a != make_splits(rows, seed=4)
+    scene = {r["id"]: r["scene"] for r in rows}
+    parts = [{scene[i] for i in a.ids(s)} for s in ("train", "val", "test")]
+    assert not (parts[0] & parts[1] or parts[0] & parts[2] or parts[1] & parts[2])
+    assert sorted(a.ids("all")) == sorted(scene)
+    assert len(a.folds) == 5
+    for k in range(5):
+        test, train = set(a.ids("test", k)), set(a.ids("train", k))
+        assert not test & train and len(test | train) == 60
+        assert not {scene[i] for i in test} & {scene[i] for i in train}
+    assert sorted(i for f in a.folds for i in f) == sorted(scene)
+
+
+def test_split_errors_are_clear() -> None:
+    with pytest.raises(SplitError, match="split by question"):
+        split_groups(["only"], (0.75, 0.05, 0.2))
+    with pytest.raises(SplitError, match="cannot make 5 folds"):
+        kfold_groups(["a", "b"], 5)
+    with pytest.raises(SplitError, match="sum to 1"):
+        split_groups(["a", "b"], (0.5, 0.5, 0.5))
+    splits = make_splits([{"id": str(i), "scene": "one"} for i in range(10)], by="question")
+    assert len(splits.test) == 2 and len(splits.val) == 1
+    with pytest.raises(SplitError, match="fold 7 does not exist"):
+        splits.ids("test", 7)

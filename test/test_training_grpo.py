@@ -1,0 +1,216 @@
+"""GRPO with the tiny model: parameters move, stages switch at epochs, a stopped run resumes;
+the SFT baseline; evaluation tables."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from bagdata import write_bag, write_questions
+from embodied_r_training.cli import main
+from embodied_r_training.config import PAPER_STAGES, load_train_config
+from embodied_r_training.evaluate import (
+    EvalResult,
+    average_folds,
+    markdown_report,
+    paper_columns,
+    score,
+)
+from embodied_r_training.grpo import NamedReward, local_model, run_grpo
+from embodied_r_training.prompts import fit_prompt, token_counter
+from embodied_r_training.schedule import epoch_index, stage_at, weights_at
+from test_rewards import RuleReference
+from transformers import AutoModelForCausalLM, TrainerCallback
+
+from embodied_r_ros.core.rewards import completion_text
+
+
+@pytest.fixture(scope="module")
+def dataset(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("grpo")
+    bag = write_bag(root / "bag", n_frames=28)
+    questions = write_questions(root / "q.jsonl", n=8)
+    out = root / "ds"
+    assert main(["build", "--bag", str(bag), "--questions", str(questions), "--image-topic",
+                 "/camera/image_raw", "--odom-topic", "/odom", "--out", str(out), "--split-by",
+                 "question", "--folds", "0", "--no-progress", "--cache-dir",
+                 str(root / "cache")]) == 0
+    return out
+
+
+def test_schedule_follows_epochs() -> None:
+    assert [epoch_index(e) for e in (None, 0.0, 0.5, 0.999999, 1.0, 2.0, 2.25)] == [
+        0, 0, 0, 0, 1, 2, 2]
+    stages = list(PAPER_STAGES)
+    assert [stage_at(stages, e) for e in range(13)] == [0, 0, 1, 1] + [2] * 9
+    assert weights_at(stages, 0) == [0.7, 0.3, 0.0]
+    assert weights_at(stages, 3) == [0.3, 0.7, 0.0]
+    assert weights_at(stages, 11) == [0.1, 0.7, 0.2]
+
+
+def test_config_validation_names_the_key() -> None:
+    from embodied_r_ros.core.config import ConfigError
+
+    with pytest.raises(ConfigError, match="grpo.bogus.*unknown key"):
+        load_train_config("cpu-tiny", {"grpo": {"bogus": 1}})
+    with pytest.raises(ConfigError, match="multiple of num_generations"):
+        load_train_config("paper", {"grpo": {"completions_per_step": 12}})
+    paper = load_train_config("paper")
+    assert (paper.grpo.num_generations, paper.grpo.learning_rate, paper.grpo.beta) == (
+        8, 5e-7, 0.001)
+    assert paper.grpo.loss_type == "grpo" and paper.grpo.gradient_accumulation(1) == 4
+    quick = load_train_config("quickstart")
+    assert [s.weights() for s in quick.rewards.stages] == [[0.1, 0.7, 0.2]]
+
+
+def _dense(completions: list[Any], **_: Any) -> list[float]:
+    """A reward random models can earn: the reply's length (so groups differ)."""
+    return [len(completion_text(c)) / 10.0 for c in completions]
+
+
+def _const(value: float) -> Any:
+    return lambda completions, **_: [value] * len(completions)
+
+
+class _StopAfter(TrainerCallback):
+    def __init__(self, step: int) -> None:
+        self.step = step
+
+    def on_step_end(self, args, state, control, **kwargs):  # noqa: ANN001, ANN201
+        if state.global_step >= self.step:
+            control.should_training_stop = True
+        return control
+
+
+def test_grpo_trains_switches_stages_and_resumes(dataset: Path, tmp_path: Path,
+                                                 tiny_models_dir: Path) -> None:
+    cfg = load_train_config("cpu-tiny", {"data": {"max_rows": 2}, "grpo": {"max_steps": 3}})
+    out = tmp_path / "run"
+    # 1) the paper's rewards (the reference LM is built), stopped after one step = one epoch
+    first = run_grpo(cfg, dataset, output_dir=out, callbacks=[_StopAfter(1)])
+    assert first.global_step == 1 and first.resumed_from is None
+    assert (out / "checkpoint-1" / "optimizer.pt").is_file()  # optimizer state is saved
+    # 2) resumed with a dense reward so the random model gets gradients
+    funcs = [NamedReward("format", _dense), NamedReward("accuracy", _const(1.0)),
+             NamedReward("consistency", _const(0.5))]
+    second = run_grpo(cfg, dataset, output_dir=out, reward_funcs=funcs)
+    assert second.resumed_from is not None and second.resumed_from.endswith("checkpoint-1")
+    assert second.global_step == 3
+    history = json.loads((out / "log_history.json").read_text())
+    steps = [h for h in history if "reward_stage" in h]
+    assert [h["step"] for h in steps] == [1, 2, 3]
+    # one prompt pair per step = one epoch per step: the stage changes at every boundary
+    assert [h["reward_stage"] for h in steps] == [1, 2, 3]
+    assert [h["reward_weights/format"] for h in steps] == pytest.approx([0.7, 0.3, 0.1])
+    assert [h["reward_weights/consistency"] for h in steps] == pytest.approx([0.0, 0.0, 0.2])
+    assert [h["consistency_rate"] for h in steps[1:]] == pytest.approx([0.5, 0.5])
+    assert all("completions/mean_length" in h for h in steps)
+    # the parameters moved away from the initial random weights
+    before = AutoModelForCausalLM.from_pretrained(local_model("tiny-qwen2")).state_dict()
+    after = AutoModelForCausalLM.from_pretrained(second.final_model).state_dict()
+    changed = [k for k in before if not torch.equal(before[k], after[k])]
+    assert len(changed) > len(before) // 2
+    assert (out / "curves.png").stat().st_size > 1000
+    assert list((out / "tensorboard").glob("events.out.tfevents.*"))
+
+
+def test_sft_baseline_runs(dataset: Path, tmp_path: Path, tiny_models_dir: Path) -> None:
+    from embodied_r_training.sft import run_sft, target_text
+
+    row = {"options": ["A. left", "B. right"], "solution": "B"}
+    assert target_text(row, "t") == "<think>t</think>\n<answer>B. right</answer>"
+    cfg = load_train_config("cpu-tiny", {"data": {"max_rows": 2}})
+    result = run_sft(cfg, dataset, output_dir=tmp_path / "sft")
+    assert result.global_step == 2 and "loss/first" in result.metrics
+    assert (result.final_model / "config.json").is_file()
+
+
+def test_prompts_drop_the_oldest_frames_first(dataset: Path, tiny_models_dir: Path) -> None:
+    from embodied_r_training.datasets_build import load_rows
+    from transformers import AutoTokenizer
+
+    row = load_rows(dataset)[0]
+    count = token_counter(AutoTokenizer.from_pretrained(local_model("tiny-qwen2")))
+    full = count(row["prompt"])
+    same, dropped = fit_prompt(row, count, full)
+    assert dropped == 0 and same == row["prompt"]
+    shorter, dropped = fit_prompt(row, count, full - 1)
+    text = shorter[1]["content"]
+    assert dropped >= 1 and count(shorter) <= full - 1
+    assert text.endswith(row["question_block"])  # the question block is intact
+    last = row["frames"][-1]["observation"]
+    first = row["frames"][0]["observation"]
+    assert last in text and (first not in text or first == last)
+
+
+def test_score_and_tables() -> None:
+    opts = ["A. left", "B. right"]
+    rows = [
+        {"id": "1", "category": "relative_direction", "solution": "B", "options": opts,
+         "prompt": "Question: q?", "question_block": "Question: q?\nChoices:\nA. left\nB. right"},
+        {"id": "2", "category": "relative_direction", "solution": "A", "options": opts,
+         "prompt": "Question: q?", "question_block": "Question: q?"},
+        {"id": "3", "category": "Landmark Position", "solution": "A", "options": opts,
+         "prompt": "Question: q?", "question_block": "Question: q?"},
+    ]
+    completions = [
+        "<think>it turned right, B</think><answer>B</answer>",  # right, consistent
+        "<think>surely B</think><answer>A</answer>",  # right, inconsistent
+        "A maybe",  # wrong format but the letter is right
+    ]
+    metrics, preds = score(rows, completions, reference=RuleReference())
+    assert metrics["accuracy"] == pytest.approx(1.0) and metrics["n"] == 3
+    assert metrics["format_rate"] == pytest.approx(2 / 3)
+    assert metrics["consistency_rate"] == pytest.approx(1 / 3)  # 1 of 3 correct answers
+    assert metrics["per_category"]["relative_direction"] == {"n": 2, "accuracy": 1.0}
+    assert [p["consistent"] for p in preds] == [True, False, False]
+    result = EvalResult(model="m", split="test", **metrics)
+    assert paper_columns(result.per_category) == {"LP": 100.0, "RDir": 100.0}
+    table = markdown_report({"this run": result})
+    assert "| relative_direction | 2 | 100.0 |" in table
+    assert "| Embodied-R (VLM-72B + LLM-3B) [paper] | 51.1 |" in table
+    assert "| OpenAI-o1 [paper] | 37.2 |" in table and "Gemini-2.5-Pro" in table
+    other = EvalResult(model="m", split="test", n=1, accuracy=0.0, format_rate=0.0,
+                       consistency_rate=None,
+                       per_category={"relative_direction": {"n": 1, "accuracy": 0.0}})
+    mean = average_folds([result, other])
+    assert mean.accuracy == pytest.approx(0.5) and mean.n == 4
+    assert mean.per_category["relative_direction"]["accuracy"] == pytest.approx(0.5)
+    assert mean.per_category["Landmark Position"]["accuracy"] == pytest.approx(1.0)
+    assert mean.consistency_rate == pytest.approx(1 / 3) and len(mean.folds) == 2
+
+
+def test_eval_command_writes_json_markdown_and_png(dataset: Path, tmp_path: Path,
+                                                   tiny_models_dir: Path,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "eval"
+    assert main(["eval", "--config", "cpu-tiny", "--model", "base=tiny-qwen2", "--data",
+                 str(dataset), "--split", "all", "--out", str(out), "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    base = data["base"]
+    assert base["n"] == 8 and 0.0 <= base["accuracy"] <= 1.0
+    assert set(base["per_category"]) == {"rotation", "motion"}
+    assert base["consistency_rate"] is not None
+    assert "| Method | Avg. |" in (out / "eval.md").read_text()
+    assert (out / "eval.png").stat().st_size > 1000
+    preds = (out / "predictions-base.jsonl").read_text().splitlines()
+    assert len(preds) == 8
+
+
+def test_gpu_bench_runs_in_tiny_cpu_mode(tmp_path: Path) -> None:
+    import importlib.util
+
+    path = Path(__file__).resolve().parents[1] / "bench" / "grpo_gpu.py"
+    spec = importlib.util.spec_from_file_location("grpo_gpu_bench", path)
+    assert spec is not None and spec.loader is not None
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    out = tmp_path / "bench.json"
+    assert bench.main(["--tiny", "--json", str(out)]) == 0
+    result = json.loads(out.read_text())
+    assert result["mode"] == "tiny-cpu" and result["steps"] == 2
+    assert result["steps_per_minute"] > 0 and result["completions_per_step"] == 4
+    assert result["parameters"] > 0 and len(result["step_seconds"]) == 2

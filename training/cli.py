@@ -1,0 +1,334 @@
+"""``embodied-r-train``: datasets from bags and benchmarks, GRPO and SFT training, evaluation.
+
+Every user error ends as one line on stderr and exit code 2 (no traceback), as in ``embodied-r``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from embodied_r_ros.cli import EXIT_USAGE, CliError, _Parser
+from embodied_r_ros.core.config import Config, ConfigError, load_config
+
+from .config import TrainConfig, available_configs, load_train_config, parse_overrides
+
+log = logging.getLogger("embodied_r_training")
+
+
+# -- shared options ------------------------------------------------------------------------------
+
+
+def _add_pipeline_args(p: argparse.ArgumentParser, default: str) -> None:
+    group = p.add_mutually_exclusive_group()
+    group.add_argument("--profile", "-p", help=f"perception profile (default {default})")
+    group.add_argument("--config", "-c", help="a pipeline YAML config file")
+    p.set_defaults(default_profile=default)
+    p.add_argument("--cache-dir", help="perception cache directory (default: the profile's)")
+
+
+def _add_split_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--split-by", choices=("scene", "question"), default="scene",
+                   help="keep whole scenes in one split (default) or split questions")
+    p.add_argument("--seed", type=int, default=0, help="split seed")
+    p.add_argument("--val-frac", type=float, default=0.05)
+    p.add_argument("--test-frac", type=float, default=0.20)
+    p.add_argument("--folds", type=int, default=5, help="k-fold splits to record (0: none)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+
+def _add_train_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--config", "-c", default="paper",
+                   help=f"training config name or YAML file ({', '.join(available_configs())})")
+    p.add_argument("--set", action="append", metavar="KEY=VALUE", dest="overrides",
+                   help="override a config key, e.g. --set grpo.max_steps=10 (repeatable)")
+
+
+def _pipeline_config(args: argparse.Namespace) -> Config:
+    overrides = {"cache": {"dir": args.cache_dir}} if args.cache_dir else None
+    profile = args.profile if args.profile or args.config else args.default_profile
+    return load_config(profile=profile, path=args.config, overrides=overrides)
+
+
+def _train_config(args: argparse.Namespace) -> TrainConfig:
+    return load_train_config(args.config, parse_overrides(args.overrides))
+
+
+def _pipeline(config: Config) -> Any:
+    """EmbodiedR with the perception model only (building never runs the reasoning LM)."""
+    from embodied_r_ros.core.pipeline import EmbodiedR
+
+    vlm = None
+    if config.perception.backend == "vlm":
+        from embodied_r_ros.core.backends.factory import create_backend
+
+        assert config.perception.vlm is not None
+        vlm = create_backend(config.perception.vlm)
+    return EmbodiedR(config, vlm=vlm, load_models=False)
+
+
+def _fractions(args: argparse.Namespace) -> tuple[float, float, float]:
+    train = 1.0 - args.val_frac - args.test_frac
+    if train <= 0 or args.val_frac < 0 or args.test_frac < 0:
+        raise CliError("--val-frac and --test-frac must be >= 0 and leave room for training")
+    return (train, args.val_frac, args.test_frac)
+
+
+def _manifest(config: Config, pipeline: Any, kind: str, **extra: Any) -> dict[str, Any]:
+    return {
+        "kind": kind,
+        "profile": config.name,
+        "perception_backend": config.perception.backend,
+        "perception_model": pipeline.perceiver.model_id if pipeline.perceiver else "",
+        "prompt_version": config.perception.prompt_version,
+        "report_motion": config.perception.report_motion,
+        "keyframes": config.keyframes.model_dump(),
+        **extra,
+    }
+
+
+def _build(args: argparse.Namespace, samples: list[Any], frames_for: Any, pipeline: Any,
+           config: Config, manifest: dict[str, Any]) -> int:
+    from .datasets_build import build_dataset, settings_fingerprint
+
+    fingerprint = settings_fingerprint(
+        config, manifest["perception_model"], {"motion": manifest.get("motion")}
+    )
+    report = build_dataset(
+        samples, frames_for, pipeline, args.out,
+        fingerprint=fingerprint, split_by=args.split_by, seed=args.seed,
+        fractions=_fractions(args), folds=args.folds, manifest=manifest,
+        progress=not args.no_progress,
+    )
+    print(f"dataset {args.out}: {report.summary()}")
+    return 0
+
+
+# -- commands --------------------------------------------------------------------------------------
+
+
+def cmd_build(args: argparse.Namespace) -> int:
+    from embodied_r_ros.core.bags import BagReader
+
+    from .datasets_build import BagFrames, bag_samples, camera_info_topic, read_questions
+
+    config = _pipeline_config(args)
+    rows = read_questions(args.questions)
+    with BagReader(args.bag) as bag:
+        samples = bag_samples(rows, Path(args.bag), bag.start_ns)
+        bag.require_topic(args.image_topic)  # before anything is loaded or written
+        info_topic = args.camera_info_topic or camera_info_topic(bag)
+        camera = config.perception.camera
+        if info_topic:
+            info = bag.camera_info(info_topic)
+            if info is not None:
+                camera = info.to_config(camera)
+        pipeline = _pipeline(config)
+        frames_for = BagFrames(bag, pipeline, args.image_topic, args.odom_topic, camera)
+        manifest = _manifest(
+            config, pipeline, "bag", bag=str(Path(args.bag).resolve()),
+            image_topic=args.image_topic, odom_topic=args.odom_topic,
+            motion="odometry" if args.odom_topic else "visual",
+        )
+        return _build(args, samples, frames_for, pipeline, config, manifest)
+
+
+def _cmd_import(args: argparse.Namespace, benchmark: str) -> int:
+    from .importers import ImportReport, VideoFrames, urbanvideo_samples, vsibench_samples
+
+    reader = urbanvideo_samples if benchmark == "UrbanVideo-Bench" else vsibench_samples
+    report = ImportReport()
+    samples = reader(args.root, all_categories=args.all_categories, report=report)
+    print(f"{benchmark}: {report.summary()}", file=sys.stderr)
+    if not samples:
+        raise CliError(f"{benchmark}: no rows left to import ({report.summary()})")
+    config = _pipeline_config(args)
+    pipeline = _pipeline(config)
+    manifest = _manifest(config, pipeline, benchmark, root=str(Path(args.root).resolve()),
+                         motion="visual", import_report=report.to_dict())
+    return _build(args, samples, VideoFrames(pipeline), pipeline, config, manifest)
+
+
+def cmd_import_urbanvideo(args: argparse.Namespace) -> int:
+    return _cmd_import(args, "UrbanVideo-Bench")
+
+
+def cmd_import_vsibench(args: argparse.Namespace) -> int:
+    return _cmd_import(args, "VSI-Bench")
+
+
+def _print_result(result: Any) -> None:
+    print(f"trained {result.global_step} steps in {result.minutes:.1f} min -> {result.final_model}")
+    if result.resumed_from:
+        print(f"resumed from {result.resumed_from}")
+    for key in sorted(result.metrics):
+        if key.endswith("/last"):
+            print(f"  {key[:-5]}: first {result.metrics[key[:-5] + '/first']:.3f}, "
+                  f"last {result.metrics[key]:.3f}")
+
+
+def cmd_grpo(args: argparse.Namespace) -> int:
+    from .grpo import run_grpo
+
+    cfg = _train_config(args)
+    result = run_grpo(cfg, args.data, output_dir=args.out, resume=not args.no_resume)
+    _print_result(result)
+    return 0
+
+
+def cmd_sft(args: argparse.Namespace) -> int:
+    from .sft import run_sft
+
+    cfg = _train_config(args)
+    result = run_sft(cfg, args.data, output_dir=args.out, resume=not args.no_resume)
+    _print_result(result)
+    return 0
+
+
+def _labelled(models: list[str]) -> list[tuple[str, str]]:
+    out = []
+    for spec in models:
+        label, sep, model = spec.partition("=")
+        out.append((label, model) if sep and label and "/" not in label else (spec, spec))
+    return out
+
+
+def cmd_eval(args: argparse.Namespace) -> int:
+    from .evaluate import average_folds, evaluate, markdown_report, write_report
+    from .grpo import reference_backend
+
+    cfg = _train_config(args)
+    reference = None
+    if cfg.eval.consistency and not args.no_consistency:
+        from .config import resolve_device
+
+        reference = reference_backend(cfg, resolve_device(cfg.eval.device))
+    results, predictions = {}, {}
+    for label, model in _labelled(args.model):
+        if args.kfold:
+            runs = []
+            for fold in range(args.kfold):
+                result, preds = evaluate(model.format(fold=fold), args.data, cfg, split="test",
+                                         fold=fold, reference=reference)
+                runs.append(result)
+                predictions[f"{label}-fold{fold}"] = preds
+            results[label] = average_folds(runs)
+        else:
+            results[label], predictions[label] = evaluate(
+                model.format(fold=args.fold) if args.fold is not None else model, args.data, cfg,
+                split=args.split, fold=args.fold, reference=reference,
+            )
+    out = Path(args.out or Path(args.data) / "eval")
+    paths = write_report(results, out, predictions)
+    if args.json:
+        print(json.dumps({k: r.to_dict() for k, r in results.items()}))
+    else:
+        print(markdown_report(results))
+        print("written: " + ", ".join(str(p) for p in paths.values()))
+    return 0
+
+
+# -- parser ----------------------------------------------------------------------------------------
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="embodied-r-train", description=__doc__.splitlines()[0])
+    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    b = sub.add_parser("build", help="build a training set from a recorded bag and questions",
+                       description="Perceive the key frames of each question's window of a "
+                       "rosbag2 recording (mcap or sqlite3) and write a datasets-compatible table.")
+    b.add_argument("--bag", required=True, help="rosbag2 directory, or a .mcap / .db3 file")
+    b.add_argument("--questions", required=True, help="JSONL: id, question, options, answer, "
+                   "category, stamp_start_ns/stamp_end_ns (or t_start/t_end)")
+    b.add_argument("--image-topic", required=True, help="sensor_msgs/Image or CompressedImage")
+    b.add_argument("--odom-topic", help="nav_msgs/Odometry: motions from odometry, not vision")
+    b.add_argument("--camera-info-topic", help="intrinsics (default: the bag's only CameraInfo)")
+    b.add_argument("--out", required=True, help="dataset directory")
+    _add_pipeline_args(b, "offline")
+    _add_split_args(b)
+    b.set_defaults(func=cmd_build)
+
+    for name, func, text in (
+        ("import-urbanvideo", cmd_import_urbanvideo, "UrbanVideo-Bench (MCQ.parquet + videos/)"),
+        ("import-vsibench", cmd_import_vsibench, "VSI-Bench (parquet or jsonl + scene videos)"),
+    ):
+        p = sub.add_parser(name, help=f"build a training set from {text}",
+                           description=f"Import {text}: the paper's task categories, key frames "
+                           "and perception of each question's video.")
+        p.add_argument("--root", required=True, help="the benchmark folder")
+        p.add_argument("--out", required=True, help="dataset directory")
+        p.add_argument("--all-categories", action="store_true",
+                       help="keep every multiple-choice category, not only the paper's")
+        _add_pipeline_args(p, "offline")
+        _add_split_args(p)
+        p.set_defaults(func=func)
+
+    for name, func, text in (
+        ("grpo", cmd_grpo, "train the reasoning LM with GRPO (the paper's recipe)"),
+        ("sft", cmd_sft, "train the SFT baseline on the same rows"),
+    ):
+        p = sub.add_parser(name, help=text, description=text[0].upper() + text[1:] + ".")
+        p.add_argument("--data", required=True, help="a built dataset directory")
+        p.add_argument("--out", help="run directory (default: the config's output.dir)")
+        p.add_argument("--no-resume", action="store_true",
+                       help="start afresh even if the run directory has checkpoints")
+        _add_train_args(p)
+        p.set_defaults(func=func)
+
+    e = sub.add_parser("eval", help="accuracy per category, format and consistency rates",
+                       description="Run reasoning LMs over a split (cached perception) and "
+                       "report JSON, a markdown table beside the paper's and a bar chart.")
+    e.add_argument("--model", required=True, action="append",
+                   help="model dir, hub id or offline name; LABEL=MODEL to name it; repeatable; "
+                   "'{fold}' in it is the fold number in k-fold mode")
+    e.add_argument("--data", required=True, help="a built dataset directory")
+    e.add_argument("--split", default="test", choices=("train", "val", "test", "all"))
+    folds = e.add_mutually_exclusive_group()
+    folds.add_argument("--fold", type=int, help="the test part of this k-fold split")
+    folds.add_argument("--kfold", type=int, metavar="K", help="average over the K folds")
+    e.add_argument("--out", help="report directory (default: DATA/eval)")
+    e.add_argument("--no-consistency", action="store_true", help="skip the reference LM")
+    e.add_argument("--json", action="store_true", help="print JSON instead of the tables")
+    _add_train_args(e)
+    e.set_defaults(func=cmd_eval)
+    return parser
+
+
+def _user_errors() -> tuple[type[BaseException], ...]:
+    from embodied_r_ros.core.backends.base import BackendError
+    from embodied_r_ros.core.bags import BagError
+    from embodied_r_ros.core.pipeline import QueryError
+    from embodied_r_ros.core.video import VideoError
+
+    from .datasets_build import BuildError
+    from .splits import SplitError
+
+    return (CliError, ConfigError, BagError, BuildError, SplitError, VideoError, QueryError,
+            BackendError)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.INFO,
+        format="%(levelname)s %(name)s: %(message)s",
+    )
+    func: Callable[[argparse.Namespace], int] = args.func
+    try:
+        return func(args)
+    except _user_errors() as exc:
+        print(f"embodied-r-train: error: {str(exc).splitlines()[0]}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

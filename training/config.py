@@ -1,0 +1,268 @@
+"""The trainer's validated configuration: one YAML file per setting set (``training/configs``).
+
+The defaults here ARE the paper's recipe (digest §3.2 and §2.4): group size 8, learning rate
+5e-7, KL beta 0.001, rollout temperature 1.0, 32 completions per step, completions up to 2048
+tokens, prompts up to 6144, 12 epochs in three reward stages, full fine-tuning in bf16, plain
+GRPO loss. A file may name another in ``base`` and override any key; unknown keys and bad values
+raise :class:`~embodied_r_ros.core.config.ConfigError` naming the key, as the core config does.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from embodied_r_ros.core.config import ConfigError, ModelConfig
+from embodied_r_ros.core.config import _deep_merge as deep_merge
+from embodied_r_ros.core.config import _format_error as format_error
+from embodied_r_ros.core.config import _read_yaml as read_yaml
+from embodied_r_ros.core.rewards import REWARD_NAMES
+
+CONFIG_DIR = Path(__file__).resolve().parent / "configs"
+ACCELERATE_DIR = Path(__file__).resolve().parent / "accelerate"
+
+Dtype = Literal["auto", "float32", "float16", "bfloat16"]
+Device = Literal["auto", "cpu", "cuda"]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True)
+
+
+class LoraSettings(_Strict):
+    """PEFT LoRA instead of full fine-tuning (the paper trains all weights)."""
+
+    r: int = Field(16, ge=1)
+    alpha: int = Field(32, ge=1)
+    dropout: float = Field(0.05, ge=0.0, lt=1.0)
+    target_modules: list[str] | str = "all-linear"
+
+
+class PolicySettings(_Strict):
+    """The reasoning LM being trained: hub id, local directory or offline model name."""
+
+    model: str = Field("Qwen/Qwen2.5-3B-Instruct", min_length=1)
+    dtype: Dtype = "bfloat16"
+    gradient_checkpointing: bool = False
+    lora: LoraSettings | None = None
+
+
+class DataSettings(_Strict):
+    split: Literal["train", "val", "test", "all"] = "train"
+    fold: int | None = Field(None, ge=0, description="k-fold: train on all folds but this one")
+    max_prompt_tokens: int = Field(6144, ge=64, description="older frames are dropped beyond it")
+    max_rows: int | None = Field(None, ge=1, description="the split's first N rows (demos)")
+
+
+class Stage(_Strict):
+    """A run of epochs with fixed reward weights (format : accuracy : consistency)."""
+
+    epochs: int = Field(ge=1)
+    format: float = Field(ge=0.0)
+    accuracy: float = Field(ge=0.0)
+    consistency: float = Field(ge=0.0)
+
+    def weights(self) -> list[float]:
+        return [float(getattr(self, name)) for name in REWARD_NAMES]
+
+
+PAPER_STAGES = (
+    Stage(epochs=2, format=0.7, accuracy=0.3, consistency=0.0),
+    Stage(epochs=2, format=0.3, accuracy=0.7, consistency=0.0),
+    Stage(epochs=8, format=0.1, accuracy=0.7, consistency=0.2),
+)
+
+
+class RewardSettings(_Strict):
+    answer_mode: Literal["tag", "official"] = "tag"
+    # The last stage continues when training runs past the listed epochs.
+    stages: list[Stage] = Field(default_factory=lambda: list(PAPER_STAGES), min_length=1)
+    # The frozen reference LM of the consistency reward (temperature/max_new_tokens are the
+    # paper's 0.1 / 10 whatever is set here). None: the policy's initial weights, in-process.
+    reference: ModelConfig | None = None
+    skip_unweighted_consistency: bool = Field(
+        True, description="no reference calls while the consistency weight is 0"
+    )
+
+
+class GRPOSettings(_Strict):
+    num_generations: int = Field(8, ge=2, description="group size G")
+    completions_per_step: int = Field(32, ge=2, description="completions per optimizer step")
+    per_device_batch: int = Field(8, ge=1, description="completions per device per micro-step")
+    learning_rate: float = Field(5e-7, gt=0.0)
+    beta: float = Field(0.001, ge=0.0, description="KL coefficient")
+    temperature: float = Field(1.0, gt=0.0)
+    top_p: float = Field(1.0, gt=0.0, le=1.0)
+    max_completion_length: int = Field(2048, ge=1)
+    num_epochs: float = Field(12.0, gt=0.0)
+    max_steps: int = Field(-1, description="> 0 overrides num_epochs")
+    warmup_ratio: float = Field(0.05, ge=0.0, lt=1.0)
+    loss_type: Literal["grpo", "dapo", "dr_grpo", "bnpo"] = "grpo"
+    scale_rewards: Literal["group", "batch", "none"] = "group"
+    num_iterations: int = Field(1, ge=1)
+    max_grad_norm: float = Field(1.0, gt=0.0)
+    seed: int = 0
+    device: Device = "auto"
+    use_vllm: bool = False
+    vllm_mode: Literal["colocate", "server"] = "colocate"
+    vllm_server_base_url: str | None = None
+    vllm_gpu_memory_utilization: float = Field(0.4, gt=0.0, le=1.0)
+    vllm_tensor_parallel_size: int = Field(1, ge=1)
+
+    @model_validator(mode="after")
+    def _batches(self) -> GRPOSettings:
+        if self.completions_per_step % self.num_generations:
+            raise ValueError("completions_per_step must be a multiple of num_generations")
+        if self.completions_per_step % self.per_device_batch:
+            raise ValueError("completions_per_step must be a multiple of per_device_batch")
+        return self
+
+    def gradient_accumulation(self, world_size: int) -> int:
+        per_step = self.per_device_batch * world_size
+        if self.completions_per_step % per_step:
+            raise ConfigError(
+                f"config key 'grpo.completions_per_step': {self.completions_per_step} is not a "
+                f"multiple of per_device_batch x processes = {per_step}"
+            )
+        return self.completions_per_step // per_step
+
+
+class SFTSettings(_Strict):
+    """The SFT baseline on the same rows: target = a fixed think text + the right option."""
+
+    learning_rate: float = Field(1e-5, gt=0.0)
+    num_epochs: float = Field(3.0, gt=0.0)
+    max_steps: int = -1
+    per_device_batch: int = Field(4, ge=1)
+    gradient_accumulation_steps: int = Field(1, ge=1)
+    warmup_ratio: float = Field(0.05, ge=0.0, lt=1.0)
+    think_template: str = (
+        "I compare each option with what the video content says about the scene and my motion, "
+        "and keep the one it supports."
+    )
+    seed: int = 0
+    device: Device = "auto"
+
+
+class EvalSettings(_Strict):
+    """Generation settings for ``eval`` (the official batch inference is greedy)."""
+
+    max_new_tokens: int = Field(2048, ge=1)
+    temperature: float = Field(0.0, ge=0.0)
+    batch_size: int = Field(8, ge=1)
+    device: Device = "auto"
+    dtype: Dtype = "auto"
+    consistency: bool = Field(True, description="ask the reference LM about correct answers")
+
+
+class OutputSettings(_Strict):
+    dir: str = "runs/embodied-r"
+    save_steps: int = Field(100, ge=1)
+    save_total_limit: int | None = Field(3, ge=1)
+    logging_steps: int = Field(1, ge=1)
+    tensorboard: bool = True
+    log_completions: bool = False
+
+
+class TrainConfig(_Strict):
+    name: str = "custom"
+    description: str = ""
+    policy: PolicySettings = PolicySettings()
+    data: DataSettings = DataSettings()
+    grpo: GRPOSettings = GRPOSettings()
+    rewards: RewardSettings = RewardSettings()
+    sft: SFTSettings = SFTSettings()
+    eval: EvalSettings = EvalSettings()
+    output: OutputSettings = OutputSettings()
+
+    @model_validator(mode="after")
+    def _vllm(self) -> TrainConfig:
+        g = self.grpo
+        if g.use_vllm and g.vllm_mode == "server" and not g.vllm_server_base_url:
+            raise ValueError("grpo.vllm_server_base_url is required for vllm_mode 'server'")
+        return self
+
+
+def available_configs() -> list[str]:
+    return sorted(p.stem for p in CONFIG_DIR.glob("*.yaml"))
+
+
+def config_path(name_or_path: str | Path) -> Path:
+    """A shipped config by name (``cpu-tiny``) or a YAML file path."""
+    path = Path(name_or_path)
+    if path.suffix in (".yaml", ".yml"):
+        if not path.is_file():
+            raise ConfigError(f"config file not found: {path}")
+        return path
+    candidate = CONFIG_DIR / f"{name_or_path}.yaml"
+    if not candidate.is_file():
+        raise ConfigError(
+            f"unknown training config '{name_or_path}' (known: {', '.join(available_configs())})"
+        )
+    return candidate
+
+
+def _resolve(data: dict[str, Any], seen: tuple[str, ...] = ()) -> dict[str, Any]:
+    base = data.pop("base", None)
+    if base is None:
+        return data
+    if not isinstance(base, str):
+        raise ConfigError("config key 'base': must be a training config name or a path")
+    if base in seen:
+        raise ConfigError(f"config key 'base': cycle through {base!r}")
+    return deep_merge(_resolve(read_yaml(config_path(base)), (*seen, base)), data)
+
+
+def parse_overrides(pairs: list[str] | None) -> dict[str, Any]:
+    """``["grpo.max_steps=10", "output.dir=runs/x"]`` -> a nested dict (values parsed as YAML)."""
+    out: dict[str, Any] = {}
+    for pair in pairs or []:
+        key, sep, raw = pair.partition("=")
+        if not sep or not key.strip():
+            raise ConfigError(f"override {pair!r}: expected KEY=VALUE, e.g. grpo.max_steps=10")
+        try:
+            value = yaml.safe_load(raw) if raw.strip() else None
+        except yaml.YAMLError:
+            value = raw
+        node = out
+        parts = key.strip().split(".")
+        for part in parts[:-1]:
+            node = node.setdefault(part, {})
+            if not isinstance(node, dict):
+                raise ConfigError(f"override {pair!r}: '{part}' is set twice")
+        node[parts[-1]] = value
+    return out
+
+
+def load_train_config(
+    name_or_path: str | Path | None = None, overrides: dict[str, Any] | None = None
+) -> TrainConfig:
+    """A shipped config or file (default: the paper's), nested ``overrides`` applied, validated."""
+    data: dict[str, Any] = {}
+    if name_or_path is not None:
+        data = _resolve(read_yaml(config_path(name_or_path)), (str(name_or_path),))
+    if overrides:
+        data = deep_merge(data, overrides)
+    try:
+        return TrainConfig.model_validate(data)
+    except ValidationError as err:
+        raise ConfigError(format_error(err)) from None
+
+
+def world_size() -> int:
+    """Processes of this run (``accelerate launch`` sets WORLD_SIZE)."""
+    try:
+        return max(1, int(os.environ.get("WORLD_SIZE", "1")))
+    except ValueError:
+        return 1
+
+
+def resolve_device(device: Device) -> str:
+    """``auto`` -> ``cuda`` when available, else ``cpu`` (the backends' rule)."""
+    from embodied_r_ros.core.backends.transformers_backend import resolve_device as _resolve_dev
+
+    return _resolve_dev(device).type

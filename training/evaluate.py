@@ -1,0 +1,306 @@
+"""Evaluation of a reasoning LM over a built split, reported beside the paper's numbers.
+
+The perception text is already in the rows (cached at build time), so evaluation runs only the
+LM: overall (micro) accuracy as the paper's "Avg." (digest §2.5), accuracy per category, the
+share of well-formed replies, and the consistency rate (of the correct answers, how many a
+frozen reference LM re-derives from the think text alone). Results go to JSON, a markdown table
+next to the paper's Embodied-R / o1 / Gemini-2.5-Pro rows, and a bar chart.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from embodied_r_ros.core.backends.base import ChatBackend
+from embodied_r_ros.core.config import ModelConfig
+from embodied_r_ros.core.reasoning import is_well_formed
+from embodied_r_ros.core.rewards import ConsistencyReward, answer_letter, correct
+
+from .config import TrainConfig, resolve_device
+from .datasets_build import jsonl, load_manifest, load_rows, write_atomic
+from .prompts import fit_rows
+
+log = logging.getLogger(__name__)
+
+#: the paper's table columns (digest §5.1) and the category names that fill them: benchmark
+#: names, and the sample world's names for the same tasks
+PAPER_COLUMNS: dict[str, tuple[str, ...]] = {
+    "LP": ("Landmark Position",),
+    "C": ("Counterfactual",),
+    "PE": ("Progress Evaluation", "progress_evaluation"),
+    "AG": ("Action Generation", "action_generation"),
+    "RDist": ("object_rel_distance", "relative_distance"),
+    "RDir": ("object_rel_direction", "relative_direction"),
+    "RP": ("route_planning",),
+    "AO": ("obj_appearance_order", "appearance_order"),
+}
+PAPER_ROWS: dict[str, dict[str, float]] = {
+    "Embodied-R (VLM-72B + LLM-3B) [paper]": {
+        "Avg": 51.1, "LP": 55.1, "C": 59.9, "PE": 39.7, "AG": 47.6,
+        "RDist": 50.0, "RDir": 44.3, "RP": 36.8, "AO": 72.0,
+    },
+    "OpenAI-o1 [paper]": {
+        "Avg": 37.2, "LP": 34.6, "C": 53.3, "PE": 39.1, "AG": 28.0,
+        "RDist": 39.7, "RDir": 35.8, "RP": 52.9, "AO": 39.8,
+    },
+    "Gemini-2.5-Pro [paper]": {
+        "Avg": 40.8, "LP": 40.0, "C": 75.0, "PE": 38.7, "AG": 23.5,
+        "RDist": 42.0, "RDir": 34.5, "RP": 52.4, "AO": 63.6,
+    },
+}
+
+
+@dataclass
+class EvalResult:
+    model: str
+    split: str
+    n: int
+    accuracy: float
+    format_rate: float
+    consistency_rate: float | None  # None: not measured (no reference LM)
+    per_category: dict[str, dict[str, float]] = field(default_factory=dict)
+    fold: int | None = None
+    seconds: float = 0.0
+    folds: list[dict[str, Any]] = field(default_factory=list)  # k-fold mode: each fold
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def generation_backend(model: str, cfg: TrainConfig) -> ChatBackend:
+    from embodied_r_ros.core.backends.factory import create_backend
+
+    e = cfg.eval
+    return create_backend(
+        ModelConfig(
+            backend="transformers",
+            model=model,
+            dtype=e.dtype,
+            device=resolve_device(e.device),
+            max_new_tokens=e.max_new_tokens,
+            temperature=e.temperature,
+            batch_size=e.batch_size,
+        )
+    )
+
+
+def score(
+    rows: Sequence[dict[str, Any]],
+    completions: Sequence[str],
+    *,
+    answer_mode: str = "tag",
+    reference: ChatBackend | None = None,
+) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """Metrics and per-row predictions for ``completions`` of ``rows``."""
+    mode = "official" if answer_mode == "official" else "tag"
+    pairs = list(zip(rows, completions, strict=True))
+    hits = [correct(c, r["solution"], r["options"], mode) for r, c in pairs]
+    formed = [is_well_formed(c) for c in completions]
+    consistent: list[float] | None = None
+    if reference is not None:
+        judge = ConsistencyReward(reference, answer_mode=mode)
+        consistent = judge(
+            prompts=[r["prompt"] for r in rows],
+            completions=list(completions),
+            solution=[r["solution"] for r in rows],
+            options=[r["options"] for r in rows],
+            question_block=[r.get("question_block") for r in rows],
+        )
+    by_cat: dict[str, list[bool]] = defaultdict(list)
+    for row, hit in zip(rows, hits, strict=True):
+        by_cat[str(row.get("category", "unknown"))].append(hit)
+    n = len(rows)
+    n_correct = sum(hits)
+    metrics = {
+        "n": n,
+        "accuracy": n_correct / n if n else 0.0,
+        "format_rate": sum(formed) / n if n else 0.0,
+        "consistency_rate": (
+            (sum(consistent) / n_correct if n_correct else 0.0) if consistent is not None else None
+        ),
+        "per_category": {
+            cat: {"n": len(v), "accuracy": sum(v) / len(v)} for cat, v in sorted(by_cat.items())
+        },
+    }
+    preds = [
+        {
+            "id": r["id"],
+            "category": r.get("category"),
+            "solution": r["solution"],
+            "answer": answer_letter(c, r["options"], mode),
+            "correct": hit,
+            "well_formed": ok,
+            "consistent": None if consistent is None else bool(consistent[i]),
+            "completion": c,
+        }
+        for i, (r, c, hit, ok) in enumerate(zip(rows, completions, hits, formed, strict=True))
+    ]
+    return metrics, preds
+
+
+def generate_all(backend: ChatBackend, rows: Sequence[dict[str, Any]], batch: int) -> list[str]:
+    from tqdm import tqdm
+
+    out: list[str] = []
+    with tqdm(total=len(rows), desc="eval", unit="q", dynamic_ncols=True) as bar:
+        for i in range(0, len(rows), batch):
+            chunk = rows[i : i + batch]
+            out += backend.generate([r["prompt"] for r in chunk])
+            bar.update(len(chunk))
+    return out
+
+
+def evaluate(
+    model: str,
+    data_dir: str | Path,
+    cfg: TrainConfig,
+    *,
+    split: str = "test",
+    fold: int | None = None,
+    reference: ChatBackend | None = None,
+    backend: ChatBackend | None = None,
+) -> tuple[EvalResult, list[dict[str, Any]]]:
+    """Run ``model`` over a split; ``reference`` (a frozen LM) enables the consistency rate."""
+    start = time.perf_counter()
+    rows = load_rows(data_dir, split, fold)
+    if not rows:
+        raise ValueError(f"split {split!r} of {data_dir} has no rows")
+    own = backend is None
+    gen = backend or generation_backend(model, cfg)
+    try:
+        tokenizer = getattr(gen, "tokenizer", None)
+        if tokenizer is not None:
+            report_motion = bool(load_manifest(data_dir).get("report_motion", True))
+            rows, _ = fit_rows(rows, tokenizer, cfg.data.max_prompt_tokens,
+                               report_motion=report_motion)
+        completions = generate_all(gen, rows, max(cfg.eval.batch_size, 1) * 4)
+    finally:
+        if own:
+            gen.close()
+    metrics, preds = score(
+        rows, completions, answer_mode=cfg.rewards.answer_mode, reference=reference
+    )
+    result = EvalResult(
+        model=model, split=split, fold=fold, seconds=time.perf_counter() - start, **metrics
+    )
+    return result, preds
+
+
+def average_folds(results: Sequence[EvalResult]) -> EvalResult:
+    """k-fold mean: each metric averaged over folds (a category over the folds that have it)."""
+    if not results:
+        raise ValueError("no folds to average")
+
+    def mean(values: Sequence[float]) -> float:
+        return sum(values) / len(values)
+
+    cats: dict[str, list[float]] = defaultdict(list)
+    counts: dict[str, int] = defaultdict(int)
+    for r in results:
+        for cat, m in r.per_category.items():
+            cats[cat].append(m["accuracy"])
+            counts[cat] += int(m["n"])
+    cons = [r.consistency_rate for r in results if r.consistency_rate is not None]
+    return EvalResult(
+        model=results[0].model,
+        split=f"{len(results)}-fold test",
+        n=sum(r.n for r in results),
+        accuracy=mean([r.accuracy for r in results]),
+        format_rate=mean([r.format_rate for r in results]),
+        consistency_rate=mean(cons) if cons else None,
+        per_category={c: {"n": counts[c], "accuracy": mean(v)} for c, v in sorted(cats.items())},
+        seconds=sum(r.seconds for r in results),
+        folds=[r.to_dict() for r in results],
+    )
+
+
+def paper_columns(per_category: Mapping[str, Mapping[str, float]]) -> dict[str, float]:
+    """This run's accuracy (%) in the paper's columns, where a category maps to one."""
+    out: dict[str, float] = {}
+    for column, names in PAPER_COLUMNS.items():
+        for name in names:
+            if name in per_category:
+                out[column] = 100.0 * per_category[name]["accuracy"]
+    return out
+
+
+def _pct(value: float | None) -> str:
+    return "–" if value is None else f"{100.0 * value:.1f}"
+
+
+def markdown_report(results: Mapping[str, EvalResult]) -> str:
+    """Per-category tables of each labelled result, then the comparison with the paper."""
+    lines: list[str] = []
+    for label, r in results.items():
+        lines += [
+            f"### {label}",
+            "",
+            f"Model `{r.model}`, split `{r.split}`, {r.n} questions, {r.seconds:.0f} s.",
+            "",
+            "| Category | n | Accuracy (%) |",
+            "|---|---|---|",
+        ]
+        lines += [
+            f"| {cat} | {int(m['n'])} | {100.0 * m['accuracy']:.1f} |"
+            for cat, m in r.per_category.items()
+        ]
+        lines += [
+            f"| **overall (micro)** | {r.n} | **{100.0 * r.accuracy:.1f}** |",
+            "",
+            f"Format rate {_pct(r.format_rate)} %, consistency rate {_pct(r.consistency_rate)} %.",
+            "",
+        ]
+    cols = list(PAPER_COLUMNS)
+    lines += [
+        "### Beside the paper (accuracy %, Avg. = micro average)",
+        "",
+        "Paper rows: UrbanVideo-Bench + VSI-Bench (digest §5.1). Rows of this project are on its "
+        "own data; a category fills the column of the paper task it mirrors, so compare shapes, "
+        "not numbers.",
+        "",
+        "| Method | Avg. | " + " | ".join(cols) + " |",
+        "|---|" + "---|" * (len(cols) + 1),
+    ]
+    for label, r in results.items():
+        mine = paper_columns(r.per_category)
+        cells = [f"{mine[c]:.1f}" if c in mine else "–" for c in cols]
+        lines.append(f"| {label} | {100.0 * r.accuracy:.1f} | " + " | ".join(cells) + " |")
+    for label, row in PAPER_ROWS.items():
+        lines.append(f"| {label} | {row['Avg']:.1f} | " + " | ".join(f"{row[c]:.1f}" for c in cols)
+                     + " |")
+    return "\n".join(lines) + "\n"
+
+
+def write_report(
+    results: Mapping[str, EvalResult],
+    out_dir: str | Path,
+    predictions: Mapping[str, Sequence[dict[str, Any]]] | None = None,
+) -> dict[str, Path]:
+    """``eval.json``, ``eval.md``, ``eval.png`` (and ``predictions-<label>.jsonl``)."""
+    from .plots import accuracy_bars
+
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    paths = {"json": out / "eval.json", "markdown": out / "eval.md", "png": out / "eval.png"}
+    write_atomic(
+        paths["json"], json.dumps({k: r.to_dict() for k, r in results.items()}, indent=1)
+    )
+    write_atomic(paths["markdown"], markdown_report(results))
+    bars = {
+        label: {c: m["accuracy"] for c, m in r.per_category.items()}
+        for label, r in results.items()
+    }
+    for label, r in results.items():
+        bars[label]["overall"] = r.accuracy
+    accuracy_bars(bars, paths["png"])
+    for label, preds in (predictions or {}).items():
+        safe = "".join(ch if ch.isalnum() or ch in "-_" else "_" for ch in label)
+        write_atomic(out / f"predictions-{safe}.jsonl", jsonl(preds))
+    return paths

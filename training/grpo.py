@@ -1,0 +1,355 @@
+"""GRPO training of the reasoning LM with TRL, exactly as Embodied-R does (digest §2-3).
+
+The policy reads the perception text of a row and answers in ``<think>/<answer>`` form; three
+binary rewards from the core (format, accuracy, logical consistency against a frozen reference
+LM) are weighted by the paper's three-stage schedule, switched at epoch boundaries in one run.
+Checkpoints keep the optimizer state, so a killed run resumes from the last one and continues
+the same schedule (the stage is a function of the epoch). Per-reward means, completion length
+and the consistency rate go to TensorBoard, and a PNG of the curves is drawn at the end.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+from embodied_r_ros.core.backends.base import ChatBackend
+from embodied_r_ros.core.config import ModelConfig
+from embodied_r_ros.core.rewards import (
+    REFERENCE_MAX_NEW_TOKENS,
+    REFERENCE_TEMPERATURE,
+    REWARD_NAMES,
+    ConsistencyReward,
+    accuracy_reward,
+    format_reward,
+)
+
+from .config import TrainConfig, resolve_device, world_size
+from .datasets_build import load_manifest, load_rows
+from .prompts import fit_rows
+from .schedule import RewardSchedule
+
+log = logging.getLogger(__name__)
+
+#: dataset columns the trainer and the rewards use
+COLUMNS = ("prompt", "solution", "options", "category", "id", "question_block")
+
+
+class NamedReward:
+    """A reward function under the name TRL logs it by (``rewards/<name>/mean``)."""
+
+    def __init__(self, name: str, fn: Callable[..., list[float]]) -> None:
+        self.__name__ = name
+        self.fn = fn
+
+    def __call__(self, *args: Any, **kwargs: Any) -> list[float]:
+        return self.fn(*args, **kwargs)
+
+
+@dataclass
+class TrainResult:
+    output_dir: Path
+    final_model: Path
+    global_step: int
+    minutes: float
+    resumed_from: str | None
+    metrics: dict[str, float]
+    curves_png: Path | None
+
+
+def local_model(name: str) -> str:
+    """A local directory for offline model names; hub ids and paths pass unchanged."""
+    from embodied_r_ros.core.backends.offline import resolve_model
+
+    return resolve_model(name)
+
+
+def torch_dtype(dtype: str, device: str) -> Any:
+    import torch
+
+    if dtype == "auto":
+        return torch.bfloat16 if device == "cuda" else torch.float32
+    if device == "cpu" and dtype in ("bfloat16", "float16"):
+        log.info("training on CPU: %s weights are trained in float32", dtype)
+        return torch.float32
+    return getattr(torch, dtype)
+
+
+def reference_backend(cfg: TrainConfig, device: str) -> ChatBackend:
+    """The frozen reference LM: the configured one, else the policy's initial weights."""
+    from embodied_r_ros.core.backends.factory import create_backend
+
+    ref = cfg.rewards.reference or ModelConfig(
+        backend="transformers",
+        model=cfg.policy.model,
+        dtype="auto" if device == "cpu" else cfg.policy.dtype,
+        device=device,
+        batch_size=32,
+    )
+    ref = ref.model_copy(
+        update={"temperature": REFERENCE_TEMPERATURE, "max_new_tokens": REFERENCE_MAX_NEW_TOKENS}
+    )
+    return create_backend(ref)
+
+
+def paper_rewards(cfg: TrainConfig, reference: ChatBackend | None) -> list[Callable[..., Any]]:
+    """format, accuracy, consistency, in :data:`REWARD_NAMES` order."""
+    mode = cfg.rewards.answer_mode
+    funcs: list[Callable[..., Any]] = [
+        NamedReward("format", format_reward),
+        NamedReward("accuracy", partial(accuracy_reward, answer_mode=mode)),
+    ]
+    if reference is not None:
+        funcs.append(ConsistencyReward(reference, answer_mode=mode))
+    else:
+        funcs.append(NamedReward("consistency", lambda completions, **_: [0.0] * len(completions)))
+    return funcs
+
+
+def grpo_args(cfg: TrainConfig, output_dir: Path, device: str) -> Any:
+    """TRL's GRPOConfig for this config (the paper's values unless overridden)."""
+    from trl import GRPOConfig
+
+    g, o = cfg.grpo, cfg.output
+    precision = cfg.policy.dtype if device == "cuda" else "float32"
+    kwargs: dict[str, Any] = {}
+    if g.use_vllm:
+        kwargs.update(
+            use_vllm=True,
+            vllm_mode=g.vllm_mode,
+            vllm_gpu_memory_utilization=g.vllm_gpu_memory_utilization,
+            vllm_tensor_parallel_size=g.vllm_tensor_parallel_size,
+        )
+        if g.vllm_server_base_url:
+            kwargs["vllm_server_base_url"] = g.vllm_server_base_url
+    return GRPOConfig(
+        output_dir=str(output_dir),
+        use_cpu=device == "cpu",
+        bf16=precision == "bfloat16",
+        fp16=precision == "float16",
+        learning_rate=g.learning_rate,
+        beta=g.beta,
+        temperature=g.temperature,
+        top_p=g.top_p,
+        num_generations=g.num_generations,
+        per_device_train_batch_size=g.per_device_batch,
+        gradient_accumulation_steps=g.gradient_accumulation(world_size()),
+        max_completion_length=g.max_completion_length,
+        num_train_epochs=g.num_epochs,
+        max_steps=g.max_steps,
+        warmup_steps=g.warmup_ratio,  # a float in [0, 1) is a ratio of the total steps
+        loss_type=g.loss_type,
+        scale_rewards=g.scale_rewards,
+        num_iterations=g.num_iterations,
+        max_grad_norm=g.max_grad_norm,
+        seed=g.seed,
+        data_seed=g.seed,
+        activation_checkpointing=cfg.policy.gradient_checkpointing,
+        reward_weights=cfg.rewards.stages[0].weights(),
+        logging_steps=o.logging_steps,
+        save_strategy="steps",
+        save_steps=o.save_steps,
+        save_total_limit=o.save_total_limit,
+        save_only_model=False,  # optimizer state too: resuming must continue, not restart
+        report_to="none",  # TensorBoard is added as a callback with an explicit directory
+        log_completions=o.log_completions,
+        remove_unused_columns=False,
+        **kwargs,
+    )
+
+
+def lora_config(cfg: TrainConfig) -> Any:
+    if cfg.policy.lora is None:
+        return None
+    from peft import LoraConfig
+
+    lora = cfg.policy.lora
+    return LoraConfig(
+        r=lora.r,
+        lora_alpha=lora.alpha,
+        lora_dropout=lora.dropout,
+        target_modules=lora.target_modules,
+        task_type="CAUSAL_LM",
+    )
+
+
+def load_policy(cfg: TrainConfig, device: str) -> tuple[Any, Any]:
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    path = local_model(cfg.policy.model)
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype(cfg.policy.dtype, device))
+    return model, tokenizer
+
+
+def training_rows(
+    cfg: TrainConfig, data_dir: str | Path, tokenizer: Any, split: str | None = None
+) -> list[dict[str, Any]]:
+    """The rows of the configured split with prompts fitted to ``data.max_prompt_tokens``."""
+    rows = load_rows(data_dir, split or cfg.data.split, cfg.data.fold)[: cfg.data.max_rows]
+    if not rows:
+        raise ValueError(f"split {cfg.data.split!r} of {data_dir} has no rows")
+    report_motion = bool(load_manifest(data_dir).get("report_motion", True))
+    fitted, _ = fit_rows(rows, tokenizer, cfg.data.max_prompt_tokens, report_motion=report_motion)
+    return fitted
+
+
+def _trainer_class() -> type:
+    from trl import GRPOTrainer
+
+    class EmbodiedGRPOTrainer(GRPOTrainer):
+        """GRPOTrainer that also logs the consistency rate and the current reward weights."""
+
+        reward_stage: int = 0
+
+        def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
+            if self.model.training and self._metrics["train"]:
+                acc = _mean(self._metrics["train"].get("rewards/accuracy/mean"))
+                cons = _mean(self._metrics["train"].get("rewards/consistency/mean"))
+                if acc is not None and cons is not None and acc > 0:
+                    logs["consistency_rate"] = cons / acc
+                for name, weight in zip(self.reward_func_names, self.reward_weights.tolist(),
+                                        strict=False):
+                    logs[f"reward_weights/{name}"] = weight
+                logs["reward_stage"] = self.reward_stage + 1
+            super().log(logs, start_time)
+
+    return EmbodiedGRPOTrainer
+
+
+def _mean(values: Sequence[float] | None) -> float | None:
+    valid = [v for v in values or [] if v == v]  # drop NaN
+    return sum(valid) / len(valid) if valid else None
+
+
+def last_checkpoint(output_dir: Path) -> str | None:
+    from transformers.trainer_utils import get_last_checkpoint
+
+    return get_last_checkpoint(str(output_dir)) if output_dir.is_dir() else None
+
+
+def run_grpo(
+    cfg: TrainConfig,
+    data_dir: str | Path,
+    *,
+    output_dir: str | Path | None = None,
+    reward_funcs: Sequence[Callable[..., Any]] | None = None,
+    resume: bool = True,
+    callbacks: Sequence[Any] = (),
+) -> TrainResult:
+    """Train with GRPO; ``reward_funcs`` (three, positionally weighted by the stages) replaces
+    the paper's rewards, e.g. with a dense reward for smoke tests of random models."""
+    import torch
+    from datasets import Dataset
+    from transformers.integrations import TensorBoardCallback
+
+    start = time.perf_counter()
+    out = Path(output_dir or cfg.output.dir)
+    device = resolve_device(cfg.grpo.device)
+    torch.manual_seed(cfg.grpo.seed)
+    model, tokenizer = load_policy(cfg, device)
+    rows = training_rows(cfg, data_dir, tokenizer)
+    dataset = Dataset.from_list([{k: r[k] for k in COLUMNS if k in r} for r in rows])
+
+    if reward_funcs is None:
+        needs_reference = any(s.consistency > 0 for s in cfg.rewards.stages)
+        reference = reference_backend(cfg, device) if needs_reference else None
+        funcs = paper_rewards(cfg, reference)
+    else:
+        funcs = list(reward_funcs)
+    if len(funcs) != len(REWARD_NAMES):
+        raise ValueError(f"expected {len(REWARD_NAMES)} reward functions, got {len(funcs)}")
+
+    args = grpo_args(cfg, out, device)
+    trainer = _trainer_class()(
+        model=model,
+        reward_funcs=funcs,
+        args=args,
+        train_dataset=dataset,
+        processing_class=tokenizer,
+        peft_config=lora_config(cfg),
+        callbacks=list(callbacks),
+    )
+    consistency = next((f for f in funcs if isinstance(f, ConsistencyReward)), None)
+
+    def apply(stage: int, weights: list[float]) -> None:
+        trainer.reward_weights = torch.tensor(weights, dtype=torch.float32)
+        trainer.reward_stage = stage
+        if consistency is not None:
+            consistency.enabled = weights[2] > 0 or not cfg.rewards.skip_unweighted_consistency
+
+    trainer.add_callback(RewardSchedule(cfg.rewards.stages, apply))
+    if cfg.output.tensorboard:
+        from torch.utils.tensorboard import SummaryWriter
+
+        trainer.add_callback(TensorBoardCallback(SummaryWriter(str(out / "tensorboard"))))
+
+    checkpoint = last_checkpoint(out) if resume else None
+    if checkpoint:
+        log.info("resuming from %s", checkpoint)
+    trainer.train(resume_from_checkpoint=checkpoint)
+
+    final = out / "final"
+    save_final(trainer, tokenizer, final)
+    history = trainer.state.log_history
+    (out / "log_history.json").write_text(json.dumps(history, indent=1))
+    curves = None
+    try:
+        from .plots import training_curves
+
+        curves = training_curves(history, out / "curves.png", title=f"GRPO ({cfg.name})")
+    except Exception as exc:  # noqa: BLE001 - a plot must never lose a finished run
+        log.warning("could not draw the training curves: %s", exc)
+    minutes = (time.perf_counter() - start) / 60.0
+    result = TrainResult(
+        output_dir=out,
+        final_model=final,
+        global_step=trainer.state.global_step,
+        minutes=minutes,
+        resumed_from=checkpoint,
+        metrics=summarize_history(history),
+        curves_png=curves,
+    )
+    (out / "train_summary.json").write_text(
+        json.dumps({**result.__dict__, "output_dir": str(out), "final_model": str(final),
+                    "curves_png": str(curves) if curves else None}, indent=1)
+    )
+    return result
+
+
+def save_final(trainer: Any, tokenizer: Any, final: Path) -> None:
+    """The trained policy as a plain model directory (LoRA adapters merged)."""
+    model = trainer.accelerator.unwrap_model(trainer.model)
+    if hasattr(model, "merge_and_unload"):
+        model = model.merge_and_unload()
+    if trainer.accelerator.is_main_process:
+        model.save_pretrained(final)
+        tokenizer.save_pretrained(final)
+
+
+def summarize_history(history: Sequence[dict[str, Any]]) -> dict[str, float]:
+    """First and last logged value of the curves the README reports."""
+    keys = [
+        "reward",
+        *(f"rewards/{n}/mean" for n in REWARD_NAMES),
+        "completions/mean_length",
+        "consistency_rate",
+        "loss",
+    ]
+    out: dict[str, float] = {}
+    steps = [h for h in history if "reward" in h or "loss" in h]
+    for key in keys:
+        values = [h[key] for h in steps if isinstance(h.get(key), (int, float))]
+        if values:
+            out[f"{key}/first"] = float(values[0])
+            out[f"{key}/last"] = float(values[-1])
+            out[f"{key}/mean"] = float(sum(values) / len(values))
+    return out

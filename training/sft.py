@@ -1,0 +1,117 @@
+"""The SFT baseline on the same rows (TRL ``SFTTrainer``), for the paper's SFT-vs-RL comparison.
+
+The rows have answers but no reasoning, so the target is a fixed, honest think text followed by
+the correct option in the answer tag: SFT learns the format and the answers, GRPO also learns to
+reason towards them. The loss covers the completion only.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from pathlib import Path
+from typing import Any
+
+from embodied_r_ros.core.reasoning import parse_options
+
+from .config import TrainConfig, resolve_device
+from .grpo import (
+    TrainResult,
+    last_checkpoint,
+    load_policy,
+    lora_config,
+    save_final,
+    training_rows,
+)
+
+log = logging.getLogger(__name__)
+
+
+def target_text(row: dict[str, Any], think: str) -> str:
+    """``<think>..</think>\\n<answer>B. text</answer>`` for the row's solution."""
+    texts = dict(parse_options(row["options"]))
+    letter = row["solution"]
+    answer = f"{letter}. {texts[letter]}" if letter in texts else letter
+    return f"<think>{think}</think>\n<answer>{answer}</answer>"
+
+
+def sft_rows(rows: list[dict[str, Any]], think: str) -> list[dict[str, Any]]:
+    """Conversational prompt-completion rows for TRL."""
+    return [
+        {
+            "prompt": r["prompt"],
+            "completion": [{"role": "assistant", "content": target_text(r, think)}],
+        }
+        for r in rows
+    ]
+
+
+def run_sft(
+    cfg: TrainConfig,
+    data_dir: str | Path,
+    *,
+    output_dir: str | Path | None = None,
+    resume: bool = True,
+) -> TrainResult:
+    from datasets import Dataset
+    from transformers.integrations import TensorBoardCallback
+    from trl import SFTConfig, SFTTrainer
+
+    start = time.perf_counter()
+    s = cfg.sft
+    out = Path(output_dir or cfg.output.dir)
+    device = resolve_device(s.device)
+    model, tokenizer = load_policy(cfg, device)
+    rows = training_rows(cfg, data_dir, tokenizer)
+    dataset = Dataset.from_list(sft_rows(rows, s.think_template))
+    precision = cfg.policy.dtype if device == "cuda" else "float32"
+    args = SFTConfig(
+        output_dir=str(out),
+        use_cpu=device == "cpu",
+        bf16=precision == "bfloat16",
+        fp16=precision == "float16",
+        learning_rate=s.learning_rate,
+        num_train_epochs=s.num_epochs,
+        max_steps=s.max_steps,
+        per_device_train_batch_size=s.per_device_batch,
+        gradient_accumulation_steps=s.gradient_accumulation_steps,
+        warmup_steps=s.warmup_ratio,  # a ratio of the total steps
+        seed=s.seed,
+        max_length=cfg.data.max_prompt_tokens + 512,
+        completion_only_loss=True,
+        activation_checkpointing=cfg.policy.gradient_checkpointing,
+        logging_steps=cfg.output.logging_steps,
+        save_strategy="steps",
+        save_steps=cfg.output.save_steps,
+        save_total_limit=cfg.output.save_total_limit,
+        report_to="none",
+    )
+    trainer = SFTTrainer(
+        model=model,
+        args=args,
+        train_dataset=dataset,
+        processing_class=tokenizer,
+        peft_config=lora_config(cfg),
+    )
+    if cfg.output.tensorboard:
+        from torch.utils.tensorboard import SummaryWriter
+
+        trainer.add_callback(TensorBoardCallback(SummaryWriter(str(out / "tensorboard"))))
+    checkpoint = last_checkpoint(out) if resume else None
+    trainer.train(resume_from_checkpoint=checkpoint)
+    final = out / "final"
+    save_final(trainer, tokenizer, final)
+    history = trainer.state.log_history
+    (out / "log_history.json").write_text(json.dumps(history, indent=1))
+    losses = [h["loss"] for h in history if isinstance(h.get("loss"), (int, float))]
+    metrics = {"loss/first": losses[0], "loss/last": losses[-1]} if losses else {}
+    return TrainResult(
+        output_dir=out,
+        final_model=final,
+        global_step=trainer.state.global_step,
+        minutes=(time.perf_counter() - start) / 60.0,
+        resumed_from=checkpoint,
+        metrics=metrics,
+        curves_png=None,
+    )
