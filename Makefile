@@ -6,12 +6,17 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.setup-done
 REQS   := requirements.txt requirements-dev.txt requirements-ros.txt
+IFACES := $(wildcard embodied_r_interfaces/*/*) embodied_r_interfaces/CMakeLists.txt \
+          embodied_r_interfaces/package.xml
 
 .PHONY: setup test demo lint bench train-demo clean
 
 setup: $(STAMP)
 
-$(STAMP): $(REQS) setup.py tools/setup_ros.py
+$(STAMP): $(REQS) setup.py tools/setup_ros.py $(IFACES)
+	@# the interface package is built with cmake and a C++ compiler (Debian: cmake g++)
+	@command -v cmake >/dev/null && command -v c++ >/dev/null || \
+	  { command -v apt-get >/dev/null && apt-get update -qq && apt-get install -y -qq cmake g++; }
 	@$(PYTHON) -c 'import sys; v = sys.version_info[:2]; \
 	  sys.exit(0 if (3, 10) <= v <= (3, 13) else f"python3 {v[0]}.{v[1]} found; 3.10 to 3.13 needed")'
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)

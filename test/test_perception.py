@@ -178,3 +178,21 @@ def test_mismatched_inputs_are_rejected() -> None:
         perceiver.describe(_images(2), [0.0], QUESTION)
     with pytest.raises(ValueError, match="motions"):
         perceiver.describe(_images(2), [0.0, 1.0], QUESTION, [None, None])
+
+
+def test_odometry_action_leads_and_the_vlm_action_stays_beside_it() -> None:
+    imgs = _images(3)
+    vlm = ScriptedVLM(["scene", "1. rotate left\n2. a wall\n3. none", "tree"])
+    perceiver = Perceiver(PerceptionConfig(backend="vlm", vlm={"model": "x"}), vlm)
+    motions = [Motion(forward=2.0), Motion(yaw_deg=-30.0)]
+    result = perceiver.describe(
+        imgs, [0.0, 1.0, 2.0], QUESTION, motions, motion_source=["odometry", "visual"]
+    )
+    f1, f2 = result.frames[1:]
+    assert (f1.action, f1.motion_source) == ("move forward, about 2.0 m", "odometry")
+    assert "Frame 1: After move forward, about 2.0 m (VLM: rotate left), Observe:" in result.text
+    # no numbered VLM action for frame 2: the visual measurement stands in for it
+    assert (f2.vlm_action, f2.action) == (None, "rotate right, about 30 degrees")
+    assert "Frame 2: After rotate right, about 30 degrees, Observe: tree" in result.text
+    with pytest.raises(ValueError, match="one source per motion"):
+        perceiver.describe(imgs, [0.0, 1.0, 2.0], QUESTION, motions, motion_source=["visual"])

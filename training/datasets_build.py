@@ -34,7 +34,7 @@ from embodied_r_ros.core.actions import Motion
 from embodied_r_ros.core.bags import CAMERA_INFO_TYPE, POSE_TYPES, odometry_motions
 from embodied_r_ros.core.cache import digest
 from embodied_r_ros.core.config import Config
-from embodied_r_ros.core.perception import description_dicts
+from embodied_r_ros.core.perception import MotionSource, description_dicts
 from embodied_r_ros.core.pipeline import EmbodiedR, QueryError
 from embodied_r_ros.core.reasoning import build_messages, format_question, parse_options
 
@@ -76,7 +76,7 @@ class KeyFrames:
     stamps: list[float]
     motions: list[Motion | None]
     indices: list[int] = field(default_factory=list)
-    motion_source: str = "visual"
+    motion_source: MotionSource = "visual"
 
 
 FramesFn = Callable[[Sample], KeyFrames]
@@ -207,7 +207,12 @@ def perceive_sample(pipeline: EmbodiedR, sample: Sample, frames: KeyFrames) -> d
     """The table row of one sample (the journal adds its key; ``_cached`` marks a row whose
     perception came from the cache)."""
     result = pipeline.perceive(
-        frames.images, frames.stamps, sample.question, sample.options, motions=frames.motions
+        frames.images,
+        frames.stamps,
+        sample.question,
+        sample.options,
+        motions=frames.motions,
+        motion_source=frames.motion_source,
     )
     return {
         "id": sample.id,

@@ -16,6 +16,7 @@ import logging
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
+from typing import Literal
 
 import numpy as np
 
@@ -28,6 +29,8 @@ from embodied_r_ros.core.config import PerceptionConfig
 log = logging.getLogger(__name__)
 
 PROMPT_VERSION = "embodied-r-v1"
+
+MotionSource = Literal["odometry", "visual"]
 
 _ACTION_LIST = ", ".join(ACTIONS)
 
@@ -125,6 +128,7 @@ class FrameDescription:
     observation: str
     vlm_action: str | None = None
     measured_motion: str | None = None  # e.g. "rotate left, about 30 degrees"
+    motion_source: MotionSource | None = None  # where measured_motion came from
 
 
 @dataclass(frozen=True)
@@ -134,12 +138,28 @@ class PerceptionResult:
     from_cache: bool = False
 
 
+def primary_action(
+    vlm_action: str | None, measured: str | None, source: MotionSource | None
+) -> str | None:
+    """The action the LM reads: odometry beats the VLM, the VLM beats visual ego-motion.
+
+    Odometry is a measurement of the robot itself; visual ego-motion is only reported beside
+    the VLM's action, and stands in for it when the VLM named none (or there is no VLM).
+    """
+    if source == "odometry" and measured:
+        return measured
+    return vlm_action or measured
+
+
 def frame_line(index: int, desc: FrameDescription, report_motion: bool = True) -> str:
     if index == 0:
         return f"Frame 0: Observe: {desc.observation}"
     action = desc.action or "None"
     if report_motion and desc.measured_motion and desc.vlm_action:
-        action = f"{desc.vlm_action} (measured: {desc.measured_motion})"
+        if desc.motion_source == "odometry":
+            action = f"{desc.measured_motion} (VLM: {desc.vlm_action})"
+        else:
+            action = f"{desc.vlm_action} (measured: {desc.measured_motion})"
     return f"Frame {index}: After {action}, Observe: {desc.observation}"
 
 
@@ -251,10 +271,12 @@ class Perceiver:
         question_block: str,
         motions: Sequence[Motion | None] | None = None,
         *,
+        motion_source: MotionSource | Sequence[MotionSource] = "visual",
         on_progress: ProgressFn | None = None,
         cancelled: Callable[[], bool] | None = None,
     ) -> PerceptionResult:
-        """Perceive key frames in order; ``motions[i]`` is the motion from frame i to i+1."""
+        """Perceive key frames in order; ``motions[i]`` is the motion from frame i to i+1,
+        measured by ``motion_source`` (one source for all, or one per motion)."""
         if len(images) != len(stamps):
             raise ValueError("images and stamps differ in length")
         if motions is not None and len(motions) != max(len(images) - 1, 0):
@@ -262,6 +284,13 @@ class Perceiver:
         measured = [None] + [describe_motion(m) if m else None for m in (motions or [])]
         if len(measured) < len(images):
             measured += [None] * (len(images) - len(measured))
+        if isinstance(motion_source, str):
+            sources: list[MotionSource | None] = [None] + [motion_source] * (len(images) - 1)
+        else:
+            if len(motion_source) != len(images) - 1:
+                raise ValueError("motion_source must name one source per motion")
+            sources = [None, *motion_source]
+        sources = [src if m else None for src, m in zip(sources, measured, strict=True)]
         from_cache = False
         if self.vlm is not None:
             replies, from_cache = self._vlm_replies(images, question_block, on_progress, cancelled)
@@ -269,10 +298,11 @@ class Perceiver:
             frames = [
                 FrameDescription(
                     stamp=float(stamps[i]),
-                    action=p.action if i else None,
+                    action=primary_action(p.action, measured[i], sources[i]) if i else None,
                     observation=p.observation,
                     vlm_action=p.action if i else None,
                     measured_motion=measured[i],
+                    motion_source=sources[i],
                 )
                 for i, p in enumerate(parsed)
             ]
@@ -287,6 +317,7 @@ class Perceiver:
                         action=(measured[i] or "an unknown motion") if i else None,
                         observation=describe_colour_regions(img),
                         measured_motion=measured[i],
+                        motion_source=sources[i],
                     )
                 )
                 if on_progress:

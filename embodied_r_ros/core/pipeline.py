@@ -20,6 +20,7 @@ from embodied_r_ros.core.config import Config
 from embodied_r_ros.core.keyframes import KeyframeSelection, select_keyframes
 from embodied_r_ros.core.perception import (
     FrameDescription,
+    MotionSource,
     Perceiver,
     PerceptionCancelled,
     PerceptionResult,
@@ -140,21 +141,25 @@ class EmbodiedR:
         options: Sequence[str],
         *,
         motions: Sequence[Motion | None] | None = None,
+        motion_source: MotionSource | Sequence[MotionSource] = "odometry",
         on_progress: ProgressFn | None = None,
         cancelled: Callable[[], bool] | None = None,
     ) -> PerceptionResult:
+        """Describe key frames; ``motions`` measured by ``motion_source`` (visual ego-motion
+        is computed here when none are given)."""
         if not images:
             raise QueryError(NO_FRAMES, "no frames to perceive")
         if self.perceiver is None:
             raise QueryError("BACKEND_DOWN", "no perception model is loaded")
         if motions is None:
-            motions = self.visual_motions(images)
+            motions, motion_source = self.visual_motions(images), "visual"
         try:
             return self.perceiver.describe(
                 images,
                 stamps,
                 format_question(question, options),
                 motions,
+                motion_source=motion_source,
                 on_progress=on_progress,
                 cancelled=cancelled,
             )
@@ -182,6 +187,7 @@ class EmbodiedR:
         options: Sequence[str] = (),
         *,
         motions: Sequence[Motion | None] | None = None,
+        motion_source: MotionSource | Sequence[MotionSource] = "odometry",
         indices: Sequence[int] = (),
         keyframes_s: float = 0.0,
         on_progress: ProgressFn | None = None,
@@ -197,6 +203,7 @@ class EmbodiedR:
             question,
             opts,
             motions=motions,
+            motion_source=motion_source,
             on_progress=on_progress,
             cancelled=cancelled,
         )
@@ -233,29 +240,34 @@ class EmbodiedR:
         frames: Iterable[tuple[np.ndarray, float]],
         question: str,
         options: Sequence[str] = (),
-        **kwargs: object,
+        *,
+        on_progress: ProgressFn | None = None,
+        cancelled: Callable[[], bool] | None = None,
     ) -> Answer:
-        """Answer about a whole video: ``frames`` are ``(rgb_image, stamp_seconds)`` pairs."""
+        """Answer about a whole video: ``frames`` are ``(rgb_image, stamp_seconds)`` pairs.
+
+        The motion between key frames is visual ego-motion, reusing the extractor's matches.
+        """
+        from embodied_r_ros.core.egomotion import keyframe_motions
+
         validate_query(question, options)
         t0 = time.perf_counter()
         selection = self.select(frames)
         if not selection.images:
             raise QueryError(NO_FRAMES, "the video has no frames")
-        from embodied_r_ros.core.egomotion import keyframe_motions
-
-        motions = kwargs.pop("motions", None) or keyframe_motions(
-            selection, self.config.keyframes, self.config.perception.camera
-        )
+        motions = keyframe_motions(selection, self.config.keyframes, self.config.perception.camera)
         keyframes_s = time.perf_counter() - t0
         return self.ask_keyframes(
             selection.images,
             selection.stamps,
             question,
             options,
-            motions=motions,  # type: ignore[arg-type]
+            motions=motions,
+            motion_source="visual",
             indices=selection.indices,
             keyframes_s=keyframes_s,
-            **kwargs,  # type: ignore[arg-type]
+            on_progress=on_progress,
+            cancelled=cancelled,
         )
 
     def close(self) -> None:

@@ -1,0 +1,135 @@
+"""Query overhead of the ROS layer: total time minus model time, for a 60 s window.
+
+The all-in-one process runs as on a robot; its buffer holds 60 s of a 1280x720 camera (one
+pre-sampled frame per second, as the 1 fps sampler keeps) with odometry. Models are the
+cheapest real ones (geometric perception, tiny Qwen2 reasoning, 1 new token) so that the run is
+short; what is measured is what the ROS layer adds around them: validation, the window's
+key-frame selection, JPEG decoding and odometry lookup, the executor and the service round
+trip. Reported as p50/p99 of
+  server overhead = total_sec - perception_sec - reasoning_sec (inside the query server), and
+  round trip      = client-side wall time - perception_sec - reasoning_sec.
+
+Run: ``.venv/bin/python bench/ros_query_overhead.py [--queries 200] [--window 60]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+import rclpy
+from _ros_common import (
+    Camera,
+    Diagnostics,
+    NodeProcess,
+    percentile,
+    spin_in_background,
+    wait_for,
+)
+from nav_msgs.msg import Odometry
+from rclpy.qos import QoSProfile, ReliabilityPolicy
+from sensor_msgs.msg import Image
+
+from embodied_r_interfaces.srv import SpatialQuery
+from embodied_r_ros.nodes.query_server import SERVICE_QOS
+from embodied_r_ros.nodes.remote_engine import wait_future
+
+CONFIG = """base: tiny
+cache: {enabled: false}
+perception: {backend: geometric}
+reasoning: {model: {max_new_tokens: 1}}
+"""
+P99_BOUND_SEC = 0.25
+STATUS = "embodied_r: camera front"
+
+
+def odometry(t: float, yaw_deg: float) -> Odometry:
+    from embodied_r_ros.core.poses import Pose
+    from embodied_r_ros.nodes.conversions import sec_to_stamp
+
+    msg = Odometry()
+    msg.header.stamp = sec_to_stamp(t)
+    q = Pose(yaw_deg=yaw_deg).quaternion()
+    o = msg.pose.pose.orientation
+    o.x, o.y, o.z, o.w = q
+    return msg
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--queries", type=int, default=100)
+    parser.add_argument("--window", type=float, default=60.0, help="seconds of buffer asked")
+    parser.add_argument("--width", type=int, default=1280)
+    parser.add_argument("--height", type=int, default=720)
+    args = parser.parse_args()
+
+    tmp = Path(tempfile.mkdtemp(prefix="embodied_r_bench_"))
+    (tmp / "bench.yaml").write_text(CONFIG)
+    node_proc = NodeProcess(
+        "embodied_r_ros",
+        ["-p", "profile:=tiny", "-p", f"config_file:={tmp / 'bench.yaml'}",
+         "-p", "diagnostics_period_sec:=0.5", "-r", "image:=/bench/image_raw",
+         "-r", "odom:=/odom", "--log-level", "warn"],
+        tmp / "allinone.log",
+    )
+    rclpy.init(args=[])
+    node = rclpy.create_node("bench_client")
+    reliable = QoSProfile(depth=10, reliability=ReliabilityPolicy.RELIABLE)
+    pub = node.create_publisher(Image, "/bench/image_raw", reliable)
+    odom = node.create_publisher(Odometry, "/odom", reliable)
+    client = node.create_client(SpatialQuery, "/embodied_r/query", qos_profile=SERVICE_QOS)
+    diag = Diagnostics(node)
+    executor, thread = spin_in_background(node)
+    server, trip, frames = [], [], []
+    try:
+        camera = Camera(args.width, args.height, n_views=120, step_px=24)
+        wait_for(lambda: client.wait_for_service(timeout_sec=1.0), 300, "the all-in-one")
+        wait_for(lambda: pub.get_subscription_count() > 0 and odom.get_subscription_count() > 0,
+                 60, "the camera and odometry subscriptions")
+        n = round(args.window) + 1
+        for s in range(n):  # one frame per stream second: what 1 fps sampling keeps
+            odom.publish(odometry(500.0 + s, yaw_deg=3.0 * s))
+            pub.publish(camera.cdr(s * 30, 500.0 + s))
+            time.sleep(0.05)
+        wait_for(lambda: diag.get(STATUS, "frames_stored") >= n, 60, "the 60 s window")
+        request = SpatialQuery.Request(question="Which way did I turn?",
+                                       options=["A. left", "B. right"], window_sec=args.window)
+        for i in range(args.queries + 5):
+            t0 = time.perf_counter()
+            future = client.call_async(request)
+            if not wait_future(future, 60):
+                raise SystemExit("a query got no answer")
+            wall = time.perf_counter() - t0
+            r = future.result()
+            if not r.success:
+                raise SystemExit(f"query failed: {r.error_code} {r.error}")
+            if i < 5:
+                continue  # warm-up
+            models = r.perception_sec + r.reasoning_sec
+            server.append(r.total_sec - models)
+            trip.append(wall - models)
+            frames.append(len(r.key_frame_stamps))
+    finally:
+        executor.shutdown()
+        thread.join(timeout=5)
+        node.destroy_node()
+        rclpy.try_shutdown()
+        node_proc.stop()
+
+    def ms(xs: list[float], q: float) -> str:
+        return f"{1000 * percentile(xs, q):7.1f} ms"
+
+    print(f"Query overhead over a {args.window:g} s window ({args.width}x{args.height} camera, "
+          f"{statistics.median(frames):.0f} key frames per query, {len(server)} queries)")
+    print(f"  server overhead (total - models): p50 {ms(server, 50)}  p99 {ms(server, 99)}")
+    print(f"  client round trip - models:       p50 {ms(trip, 50)}  p99 {ms(trip, 99)}")
+    ok = percentile(trip, 99) <= P99_BOUND_SEC
+    print(f"  bound: round-trip p99 <= {1000 * P99_BOUND_SEC:.0f} ms -> {'OK' if ok else 'OVER'}")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

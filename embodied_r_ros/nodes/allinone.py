@@ -1,0 +1,74 @@
+"""All nodes in one process under ``/embodied_r``: ``python -m embodied_r_ros`` or
+``ros2 run embodied_r_ros embodied_r``.
+
+The query server reads ``profile``/``config_file`` and ``cameras``; the models are loaded once
+and shared by the perception and reasoning nodes (whose services stay available to other
+processes), and the query server calls frame buffers and models in-process. Standard
+``--ros-args`` apply to every node, e.g. ``-p profile:=tiny -r image:=/camera/image_raw``; with
+several cameras, remap per node: ``-r frame_buffer_rear:image:=/rear/image_raw``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from rclpy.context import Context
+from rclpy.node import Node
+from rclpy.parameter import Parameter
+
+from embodied_r_ros.nodes.frame_buffer import FrameBufferNode
+from embodied_r_ros.nodes.local_engine import LocalEngine
+from embodied_r_ros.nodes.models import build_pipeline, describe_models
+from embodied_r_ros.nodes.params import load_node_config
+from embodied_r_ros.nodes.perception_node import PerceptionNode
+from embodied_r_ros.nodes.query_server import QueryServerNode
+from embodied_r_ros.nodes.reasoning_node import ReasoningNode
+
+NAMESPACE = "/embodied_r"
+
+
+def build_nodes(
+    context: Context,
+    namespace: str = NAMESPACE,
+    parameter_overrides: Sequence[Parameter] = (),
+) -> list[Node]:
+    """Create every node, loading the models before anything subscribes to the camera.
+
+    ``parameter_overrides`` go to every node (on top of the context's ``--ros-args``), which
+    lets one process hold several independent instances under different namespaces.
+    """
+    common = {"context": context, "namespace": namespace,
+              "parameter_overrides": list(parameter_overrides)}
+    query = QueryServerNode(local=True, **common)
+    try:
+        config = load_node_config(query.params)
+        query.get_logger().info(f"profile '{config.name}': {describe_models(config)}")
+        pipeline = build_pipeline(config)
+    except Exception:
+        query.destroy_node()
+        raise
+    buffers = [
+        FrameBufferNode(
+            "frame_buffer" if len(query.cameras) == 1 else f"frame_buffer_{cam}",
+            config=config,
+            context=context,
+            namespace=namespace,
+            parameter_overrides=[*parameter_overrides, Parameter("camera_name", value=cam)],
+        )
+        for cam in query.cameras
+    ]
+    perception = PerceptionNode(pipeline=pipeline, **common)
+    reasoning = ReasoningNode(pipeline=pipeline, **common)
+    query.attach(LocalEngine({b.camera_name: b.window for b in buffers}, pipeline))
+    query.close_hooks.append(pipeline.close)  # the shared models go when the process stops
+    return [query, *buffers, perception, reasoning]
+
+
+def main(args: Sequence[str] | None = None) -> int:
+    from embodied_r_ros.nodes.runtime import run_nodes
+
+    return run_nodes(build_nodes, args)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,231 @@
+"""Frame-buffer node: camera in, an egocentric window of key frames out.
+
+Subscribes to ``image`` (``sensor_msgs/Image``), ``image/compressed``
+(``sensor_msgs/CompressedImage``) and ``odom`` (``nav_msgs/Odometry``) with sensor-data QoS.
+The header stamp is checked against the pre-sampling rate before any decoding, so the ~29 of 30
+frames a second that are not kept cost a callback and a comparison. Kept frames are converted
+with rosbags-image, stored by :class:`FrameStore`, and key frames are republished on
+``~/key_frames`` for Foxglove/RViz. The query server reads windows through
+``frames/<camera_name>/get_window`` (or in-process in the all-in-one).
+
+Run alone: ``ros2 run embodied_r_ros frame_buffer --ros-args -r image:=/camera/image_raw``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import astuple
+from typing import Any, TypeVar
+
+from nav_msgs.msg import Odometry
+from rclpy.callback_groups import MutuallyExclusiveCallbackGroup, ReentrantCallbackGroup
+from rclpy.node import Node
+from rclpy.qos import QoSProfile, ReliabilityPolicy, qos_profile_sensor_data
+from sensor_msgs.msg import CompressedImage, Image
+
+from embodied_r_ros.core.config import Config
+from embodied_r_ros.core.pipeline import QueryError
+from embodied_r_ros.nodes.conversions import (
+    FrameError,
+    compressed_to_rgb,
+    image_to_rgb,
+    jpeg_to_compressed,
+    motion_to_msg,
+    odometry_to_pose,
+    rgb_to_image,
+    stamp_to_sec,
+)
+from embodied_r_ros.nodes.diagnostics import (
+    OK,
+    WARN,
+    DiagnosticsPublisher,
+    RateMeter,
+    make_status,
+)
+from embodied_r_ros.nodes.frame_store import FrameStore, Window
+from embodied_r_ros.nodes.params import (
+    CONFIG_SPECS,
+    DIAGNOSTICS_SPEC,
+    Spec,
+    declare,
+    load_node_config,
+)
+
+M = TypeVar("M", Image, CompressedImage)
+INTERNAL_ERROR = "INTERNAL"  # a frame that broke something unexpected (counted, dropped)
+
+SPECS: tuple[Spec, ...] = (
+    DIAGNOSTICS_SPEC,
+    Spec("camera_name", "front", "this camera's name in SpatialQuery.camera"),
+    Spec("buffer_sec", 300.0, "seconds of pre-sampled frames kept", 1.0, 86400.0),
+    Spec("buffer_max_mb", 64.0, "memory bound of the JPEG frame store in MiB", 1.0, 65536.0),
+    Spec("jpeg_quality", 90, "JPEG quality of stored frames", 10, 100),
+    Spec("odom_tolerance_sec", 0.2, "max time between a key frame and its odometry pose",
+         0.0, 10.0),
+    Spec("window_anchor", "latest_frame", "end of a query window: the newest frame's stamp, or "
+         "this node's clock (use_sim_time aware)", choices=("latest_frame", "clock")),
+    Spec("publish_key_frames", True, "republish key frames on ~/key_frames"),
+    Spec("image_qos", "sensor_data", "QoS of the image subscriptions: sensor_data (best effort, "
+         "matches any camera) or reliable (only reliable cameras; survives UDP loss of large "
+         "frames)", choices=("sensor_data", "reliable")),
+)
+
+
+def window_service_name(camera: str) -> str:
+    """The (namespace-relative) GetWindow service of camera ``camera``."""
+    return f"frames/{camera}/get_window"
+
+
+class FrameBufferNode(Node):
+    """One camera's frame window; see the module docstring."""
+
+    threads_needed = 3  # ingestion, odometry, a GetWindow call
+
+    def __init__(
+        self, node_name: str = "frame_buffer", *, config: Config | None = None, **kwargs: Any
+    ) -> None:
+        super().__init__(node_name, **kwargs)
+        p = declare(self, SPECS)
+        self.params = p
+        self.config = config or load_node_config(declare(self, CONFIG_SPECS))
+        self.camera_name: str = p["camera_name"]
+        if not self.camera_name or "/" in self.camera_name:
+            raise ValueError(f"camera_name {self.camera_name!r} must be a non-empty plain name")
+        self.store = FrameStore(
+            self.config.keyframes,
+            buffer_sec=p["buffer_sec"],
+            buffer_max_bytes=int(p["buffer_max_mb"] * 2**20),
+            jpeg_quality=p["jpeg_quality"],
+            odom_tolerance_sec=p["odom_tolerance_sec"],
+        )
+        self.rate = RateMeter()
+        ingest = MutuallyExclusiveCallbackGroup()  # frames in order, one at a time
+        odom = MutuallyExclusiveCallbackGroup()  # poses keep flowing while a frame is processed
+        self._io = ReentrantCallbackGroup()
+        image_qos = (qos_profile_sensor_data if p["image_qos"] == "sensor_data"
+                     else QoSProfile(depth=5, reliability=ReliabilityPolicy.RELIABLE))
+        self.create_subscription(
+            Image, "image", self._ingest_cb(image_to_rgb), image_qos, callback_group=ingest,
+        )
+        self.create_subscription(
+            CompressedImage, "image/compressed", self._ingest_cb(compressed_to_rgb), image_qos,
+            callback_group=ingest,
+        )
+        self.create_subscription(
+            Odometry, "odom", self._on_odom, qos_profile_sensor_data, callback_group=odom
+        )
+        self._key_pub = (
+            self.create_publisher(Image, "~/key_frames", 5) if p["publish_key_frames"] else None
+        )
+        from embodied_r_interfaces.srv import GetWindow
+
+        self.create_service(
+            GetWindow, window_service_name(self.camera_name), self._on_get_window,
+            callback_group=self._io,
+        )
+        self._diag = DiagnosticsPublisher(
+            self, p["diagnostics_period_sec"], self.diagnostics, callback_group=self._io
+        )
+        self.get_logger().info(
+            f"camera '{self.camera_name}': sampling {self.config.keyframes.sample_fps:g} fps at "
+            f"<= {self.config.keyframes.max_side} px, buffer {p['buffer_sec']:g} s / "
+            f"{p['buffer_max_mb']:g} MiB"
+        )
+
+    # -- ingestion ---------------------------------------------------------------------------
+
+    def _ingest_cb(self, decode: Callable[[M], Any]) -> Callable[[M], None]:
+        def callback(msg: M) -> None:
+            self.ingest(msg, decode)
+
+        return callback
+
+    def ingest(self, msg: M, decode: Callable[[M], Any]) -> None:
+        stamp = stamp_to_sec(msg.header.stamp)
+        self.rate.tick()
+        if not self.store.wants(stamp):
+            self.store.skip(stamp)
+            return
+        try:
+            rgb = decode(msg)
+        except FrameError as exc:
+            self.store.note_dropped(exc.code, str(exc))
+            self.get_logger().warning(
+                f"dropped a frame ({exc.code}): {exc}", throttle_duration_sec=5.0
+            )
+            return
+        try:
+            added = self.store.add(rgb, stamp)
+        except Exception as exc:  # never let one frame take the camera down
+            self.store.note_dropped(INTERNAL_ERROR, f"{type(exc).__name__}: {exc}")
+            self.get_logger().error(f"frame at {stamp:.3f} s failed: {exc}",
+                                    throttle_duration_sec=5.0)
+            return
+        if added.decision.keyframe and self._key_pub is not None:
+            self._key_pub.publish(rgb_to_image(added.image, stamp, msg.header.frame_id))
+
+    def _on_odom(self, msg: Odometry) -> None:
+        try:
+            pose = odometry_to_pose(msg)
+            if not all(math.isfinite(v) for v in astuple(pose)):
+                raise ValueError("pose is not finite")
+        except ValueError as exc:  # a zero or NaN quaternion
+            self.get_logger().warning(f"ignored odometry: {exc}", throttle_duration_sec=5.0)
+            return
+        self.store.add_pose(stamp_to_sec(msg.header.stamp), pose)
+
+    # -- reading -----------------------------------------------------------------------------
+
+    def window(self, window_sec: float) -> Window:
+        """Key frames of the last ``window_sec`` seconds (0 = all); raises QueryError."""
+        anchor = None
+        if self.params["window_anchor"] == "clock":
+            anchor = self.get_clock().now().nanoseconds * 1e-9
+        return self.store.window(window_sec, anchor)
+
+    def _on_get_window(self, request: Any, response: Any) -> Any:
+        try:
+            w = self.window(float(request.window_sec))
+        except QueryError as exc:
+            response.success, response.error_code, response.error = False, exc.code, str(exc)
+            return response
+        response.success = True
+        response.key_frames = [jpeg_to_compressed(j, s) for j, s in zip(w.jpegs, w.stamps,
+                                                                         strict=True)]
+        response.motions = [motion_to_msg(m) for m in w.motions]
+        return response
+
+    def diagnostics(self) -> list[Any]:
+        st = self.store.stats
+        rate = self.rate.rate()
+        values: dict[str, object] = {
+            "camera_rate_hz": rate,
+            "buffer_span_sec": self.store.span_sec,
+            "buffer_size_mb": self.store.size_bytes / 2**20,
+            "buffer_frames": len(self.store),
+            "frames_received": st.received,
+            "frames_stored": st.stored,
+            "key_frames": st.keyframes,
+            "frames_dropped": sum(st.dropped.values()),
+            "odometry_poses": st.poses,
+        }
+        values.update({f"dropped_{code.lower()}": n for code, n in sorted(st.dropped.items())})
+        if rate == 0.0:
+            level, message = WARN, "no camera frames in the last 5 s"
+        elif st.dropped_since_stored:
+            level, message = WARN, f"dropping frames: {st.last_drop[1] if st.last_drop else ''}"
+        else:
+            level, message = OK, f"{rate:.1f} Hz, {self.store.span_sec:.0f} s buffered"
+        return [make_status(f"embodied_r: camera {self.camera_name}", level, message, values,
+                            self.get_fully_qualified_name())]
+
+
+def main(args: Sequence[str] | None = None) -> int:
+    from embodied_r_ros.nodes.runtime import run_nodes
+
+    return run_nodes(lambda ctx: [FrameBufferNode(context=ctx)], args)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

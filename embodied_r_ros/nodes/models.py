@@ -1,0 +1,33 @@
+"""Loading the models a node serves, once, at start-up (never inside a camera callback)."""
+
+from __future__ import annotations
+
+from embodied_r_ros.core.config import Config
+from embodied_r_ros.core.pipeline import EmbodiedR
+
+
+def build_pipeline(config: Config, *, perception: bool = True, reasoning: bool = True) -> EmbodiedR:
+    """An :class:`EmbodiedR` holding only the models this process serves.
+
+    The perception node loads the VLM alone and the reasoning node the LM alone, so the VLM can
+    live on another machine; the all-in-one process loads both into one instance.
+    """
+    from embodied_r_ros.core.backends.factory import create_backend
+
+    vlm = lm = None
+    if perception and config.perception.backend == "vlm":
+        assert config.perception.vlm is not None  # the schema guarantees it
+        vlm = create_backend(config.perception.vlm)
+    if reasoning:
+        lm = create_backend(config.reasoning.model)
+    return EmbodiedR(config, vlm=vlm, lm=lm, load_models=False)
+
+
+def describe_models(config: Config) -> str:
+    """One line naming the models, e.g. for logs and the demo's banner."""
+    if config.perception.backend == "vlm" and config.perception.vlm is not None:
+        vlm = f"VLM {config.perception.vlm.model} ({config.perception.vlm.backend})"
+    else:
+        vlm = "geometric perception (no VLM)"
+    lm = config.reasoning.model
+    return f"{vlm}; LM {lm.model} ({lm.backend})"

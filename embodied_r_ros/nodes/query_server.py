@@ -1,0 +1,202 @@
+"""Query server: the public ``SpatialQuery`` service and action, both at ``/embodied_r/query``.
+
+Both go through one :class:`QueryRunner`: same validation, same ``max_concurrent_queries`` limit
+(further requests are answered at once with ``BUSY``), same timeout, same answer. Callbacks are
+reentrant and the process spins a multi-threaded executor, so a query that runs for seconds never
+holds up frame ingestion. Stand-alone (``ros2 run embodied_r_ros query_server``) it reaches the
+frame buffers, the perception node and the reasoning node over ROS; in the all-in-one process it
+calls them in-process.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from rclpy.action import ActionServer, CancelResponse, GoalResponse
+from rclpy.callback_groups import MutuallyExclusiveCallbackGroup, ReentrantCallbackGroup
+from rclpy.node import Node
+from rclpy.qos import QoSProfile, ReliabilityPolicy
+
+from embodied_r_ros.core.pipeline import CANCELLED
+from embodied_r_ros.nodes.conversions import sec_to_stamp
+from embodied_r_ros.nodes.diagnostics import OK, WARN, DiagnosticsPublisher, make_status
+from embodied_r_ros.nodes.params import CONFIG_SPECS, DIAGNOSTICS_SPEC, Spec, declare
+from embodied_r_ros.nodes.query import Engine, QueryOutcome, QueryRequest, QueryRunner
+
+FEEDBACK_CHARS = 2000
+# Deep request/response queues: a burst of requests must each get an answer (or BUSY), not be
+# overwritten in a 10-deep history before the executor takes them.
+SERVICE_QOS = QoSProfile(depth=256, reliability=ReliabilityPolicy.RELIABLE)
+
+SPECS: tuple[Spec, ...] = (
+    DIAGNOSTICS_SPEC,
+    Spec("cameras", ["front"], "names of the cameras this server answers for (one frame "
+         "buffer each, matching its camera_name)"),
+    Spec("default_camera", "", "camera used when a request leaves 'camera' empty "
+         "(empty = the first of 'cameras')"),
+    Spec("max_concurrent_queries", 2, "queries answered at once; more are refused with BUSY",
+         1, 64),
+    Spec("max_question_chars", 2000, "longest accepted question (QUESTION_TOO_LONG above)",
+         1, 100000),
+    Spec("query_timeout_sec", 300.0, "a query not answered by then fails with BACKEND_TIMEOUT",
+         0.1, 86400.0),
+)
+
+# Only a stand-alone server talks to its peers over ROS.
+REMOTE_SPECS: tuple[Spec, ...] = (
+    Spec("perception_action", "perception/perceive", "Perceive action of the perception node"),
+    Spec("reasoning_service", "reasoning/reason", "Reason service of the reasoning node"),
+    Spec("backend_wait_sec", 2.0, "how long to wait for a peer node before BACKEND_DOWN",
+         0.0, 600.0),
+)
+
+
+def fill_response(response: Any, outcome: QueryOutcome) -> Any:
+    """Copy a :class:`QueryOutcome` into a SpatialQuery service response or action result."""
+    for name in ("success", "error_code", "error", "answer", "answer_text", "reasoning",
+                 "perception", "perception_sec", "reasoning_sec", "total_sec"):
+        setattr(response, name, getattr(outcome, name))
+    response.key_frame_stamps = [sec_to_stamp(s) for s in outcome.key_frame_stamps]
+    return response
+
+
+def request_of(msg: Any) -> QueryRequest:
+    return QueryRequest(
+        question=msg.question,
+        options=list(msg.options),
+        window_sec=float(msg.window_sec),
+        camera=msg.camera,
+    )
+
+
+class QueryServerNode(Node):
+    """``engine=None``: stand-alone, peers over ROS. The all-in-one passes its local engine
+    through :meth:`attach` after building the other nodes (it reads ``cameras`` from here)."""
+
+    def __init__(self, node_name: str = "query_server", *, local: bool = False,
+                 **kwargs: Any) -> None:
+        super().__init__(node_name, **kwargs)
+        p = declare(self, SPECS + (CONFIG_SPECS if local else REMOTE_SPECS))
+        self.params = p
+        self.cameras: list[str] = [c for c in p["cameras"] if c]
+        if not self.cameras:
+            raise ValueError("parameter 'cameras' must name at least one camera")
+        self.threads_needed = p["max_concurrent_queries"] * (1 if local else 2) + 2
+        self.runner: QueryRunner | None = None
+        self._remote: Any = None
+        self.close_hooks: list[Callable[[], None]] = []
+        if not local:
+            from embodied_r_ros.nodes.remote_engine import RemoteEngine
+
+            self._remote = RemoteEngine(
+                self,
+                self.cameras,
+                perception_action=p["perception_action"],
+                reasoning_service=p["reasoning_service"],
+                wait_sec=p["backend_wait_sec"],
+                timeout_sec=p["query_timeout_sec"],
+            )
+            self.attach(self._remote)
+
+    def attach(self, engine: Engine) -> None:
+        """Start serving with ``engine``; called once."""
+        from embodied_r_interfaces.action import SpatialQuery as QueryAction
+        from embodied_r_interfaces.srv import SpatialQuery
+
+        p = self.params
+        self.runner = QueryRunner(
+            engine,
+            self.cameras,
+            default_camera=p["default_camera"],
+            max_concurrent=p["max_concurrent_queries"],
+            max_question_chars=p["max_question_chars"],
+            timeout_sec=p["query_timeout_sec"],
+        )
+        group = ReentrantCallbackGroup()
+        self._action_type = QueryAction
+        self.create_service(SpatialQuery, "query", self._on_query, qos_profile=SERVICE_QOS,
+                            callback_group=group)
+        self._action = ActionServer(
+            self,
+            QueryAction,
+            "query",
+            execute_callback=self._execute,
+            goal_callback=lambda _goal: GoalResponse.ACCEPT,
+            cancel_callback=lambda _goal: CancelResponse.ACCEPT,
+            callback_group=group,
+            goal_service_qos_profile=SERVICE_QOS,
+            result_service_qos_profile=SERVICE_QOS,
+            cancel_service_qos_profile=SERVICE_QOS,
+        )
+        self._diag = DiagnosticsPublisher(
+            self, p["diagnostics_period_sec"], self.diagnostics,
+            callback_group=MutuallyExclusiveCallbackGroup(),
+        )
+        self.get_logger().info(
+            f"answering at {self.resolve_service_name('query')} for cameras {self.cameras}"
+        )
+
+    def _on_query(self, request: Any, response: Any) -> Any:
+        assert self.runner is not None
+        return fill_response(response, self.runner.run(request_of(request)))
+
+    def _execute(self, goal_handle: Any) -> Any:
+        assert self.runner is not None
+        feedback_type = self._action_type.Feedback
+
+        def progress(stage: str, done: int, total: int, text: str) -> None:
+            goal_handle.publish_feedback(feedback_type(
+                stage=stage, frames_done=done, frames_total=total,
+                partial_text=text[:FEEDBACK_CHARS],
+            ))
+
+        outcome = self.runner.run(
+            request_of(goal_handle.request),
+            on_progress=progress,
+            cancelled=lambda: bool(goal_handle.is_cancel_requested),
+        )
+        if outcome.error_code == CANCELLED and goal_handle.is_cancel_requested:
+            goal_handle.canceled()
+        elif outcome.success:
+            goal_handle.succeed()
+        else:
+            goal_handle.abort()
+        return fill_response(self._action_type.Result(), outcome)
+
+    def diagnostics(self) -> list[Any]:
+        assert self.runner is not None
+        s = self.runner.stats
+        values = {
+            "queries": s.served,
+            "succeeded": s.succeeded,
+            "busy": s.busy,
+            "failed": s.failed,
+            "in_flight": s.in_flight,
+            "last_query_latency_sec": s.last_total_sec,
+            "last_query_overhead_sec": s.last_overhead_sec,
+            "last_error_code": s.last_error_code,
+        }
+        level = WARN if s.failed and s.last_error_code.startswith("BACKEND") else OK
+        message = f"{s.served} queries, last {s.last_total_sec:.2f} s"
+        return [make_status("embodied_r: query server", level, message, values,
+                            self.get_fully_qualified_name())]
+
+    def close(self) -> None:
+        if self.runner is not None:
+            self.runner.close()
+            self._action.destroy()
+        if self._remote is not None:
+            self._remote.close()
+        for hook in self.close_hooks:
+            hook()
+
+
+def main(args: Sequence[str] | None = None) -> int:
+    from embodied_r_ros.nodes.runtime import run_nodes
+
+    return run_nodes(lambda ctx: [QueryServerNode(context=ctx)], args)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,68 @@
+"""Process entry points shared by every node: init, a multi-threaded executor, clean shutdown.
+
+Queries block their callback thread for seconds while frames keep arriving, so every process
+spins a :class:`MultiThreadedExecutor` with enough threads for its nodes' declared needs.
+Configuration mistakes end the process with one clear line and exit code 2, not a traceback.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from collections.abc import Callable, Sequence
+
+import rclpy
+from rclpy.context import Context
+from rclpy.exceptions import NameValidationException, ParameterException
+from rclpy.executors import ExternalShutdownException, MultiThreadedExecutor
+from rclpy.node import Node
+
+from embodied_r_ros.core.config import ConfigError
+
+log = logging.getLogger(__name__)
+
+
+def threads_for(nodes: Sequence[Node]) -> int:
+    """Executor threads: each node says how many it may block at once (``threads_needed``)."""
+    return max(2, sum(int(getattr(n, "threads_needed", 1)) for n in nodes) + 1)
+
+
+def spin_nodes(nodes: Sequence[Node], context: Context, num_threads: int | None = None) -> None:
+    executor = MultiThreadedExecutor(num_threads=num_threads or threads_for(nodes),
+                                     context=context)
+    for node in nodes:
+        executor.add_node(node)
+    try:
+        executor.spin()
+    except (KeyboardInterrupt, ExternalShutdownException):
+        pass
+    finally:
+        executor.shutdown(timeout_sec=5.0)
+        for node in nodes:
+            close = getattr(node, "close", None)
+            if callable(close):
+                close()
+            node.destroy_node()
+
+
+def run_nodes(build: Callable[[Context], Sequence[Node]], args: Sequence[str] | None = None) -> int:
+    """``rclpy.init`` with ``args`` (``--ros-args`` ...), build the nodes, spin until shutdown."""
+    logging.basicConfig(level=logging.INFO, format="[%(levelname)s] [%(name)s]: %(message)s")
+    # The default context: rclpy installs its SIGINT/SIGTERM handlers only for that one.
+    try:
+        rclpy.init(args=list(sys.argv if args is None else args))
+    except RuntimeError as exc:  # rcl's RCLError: malformed --ros-args
+        reason = str(exc).splitlines()[0].split(", at ")[0]
+        print(f"embodied_r: configuration error: invalid --ros-args: {reason}", file=sys.stderr)
+        return 2
+    context = rclpy.get_default_context()
+    try:
+        try:
+            nodes = list(build(context))
+        except (ConfigError, ValueError, ParameterException, NameValidationException) as exc:
+            print(f"embodied_r: configuration error: {exc}", file=sys.stderr)
+            return 2
+        spin_nodes(nodes, context)
+        return 0
+    finally:
+        rclpy.try_shutdown(context=context)

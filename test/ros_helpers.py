@@ -1,0 +1,277 @@
+"""Shared plumbing for the ROS tests: real rclpy contexts on loopback, isolated per module.
+
+``require_ros()`` at the top of a ROS test module skips it where rclpy (or the built interface
+package) is missing, except in CI (``CI`` set), where that is a failure: CI must run every ROS
+test for real.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+import pytest
+
+LOCALHOST_ENV = {"ROS_AUTOMATIC_DISCOVERY_RANGE": "LOCALHOST"}
+
+
+def require_ros() -> None:
+    """Skip (locally) or fail (in CI) the calling test module when ROS 2 cannot be imported."""
+    try:
+        import rclpy  # noqa: F401
+
+        from embodied_r_interfaces.srv import SpatialQuery  # noqa: F401
+    except ImportError as exc:
+        why = (f"ROS 2 is not importable ({exc}); run `make setup` "
+               "(pip install -r requirements-ros.txt && python tools/setup_ros.py)")
+        if os.environ.get("CI"):
+            pytest.fail(f"CI must run the ROS tests: {why}", pytrace=False)
+        pytest.skip(why, allow_module_level=True)
+
+
+def domain_id(module: str) -> int:
+    """A DDS domain per test module and process, so parallel runs on one host do not mix."""
+    return random.Random(f"{module}:{os.getpid()}").randint(1, 100)
+
+
+@contextmanager
+def ros_context(module: str, args: Sequence[str] = ()) -> Iterator[Any]:
+    """An initialised rclpy context on its own domain, loopback only; shut down afterwards."""
+    import rclpy
+    from rclpy.context import Context
+
+    os.environ.update(LOCALHOST_ENV)
+    context = Context()
+    rclpy.init(args=["test", *args], context=context, domain_id=domain_id(module))
+    try:
+        yield context
+    finally:
+        rclpy.try_shutdown(context=context)
+
+
+class Spinner:
+    """A multi-threaded executor spinning ``nodes`` in a background thread."""
+
+    def __init__(self, context: Any, nodes: Sequence[Any] = (), threads: int = 8) -> None:
+        from rclpy.executors import MultiThreadedExecutor
+
+        self.executor = MultiThreadedExecutor(num_threads=threads, context=context)
+        self.nodes: list[Any] = []
+        #: destroyed after the executor stops and before the nodes (action clients, ...)
+        self.owned: list[Any] = []
+        for node in nodes:
+            self.add(node)
+        self._thread = threading.Thread(target=self._spin, daemon=True)
+        self._thread.start()
+
+    def _spin(self) -> None:
+        from rclpy.executors import ExternalShutdownException
+
+        try:
+            self.executor.spin()
+        except ExternalShutdownException:
+            pass
+
+    def add(self, node: Any) -> Any:
+        self.nodes.append(node)
+        self.executor.add_node(node)
+        return node
+
+    def remove(self, node: Any) -> None:
+        self.executor.remove_node(node)
+        self.nodes.remove(node)
+        _close(node)
+
+    def stop(self) -> None:
+        self.executor.shutdown(timeout_sec=5.0)
+        self._thread.join(timeout=10.0)
+        for thing in self.owned:
+            thing.destroy()
+        for node in reversed(self.nodes):
+            _close(node)
+        self.nodes.clear()
+
+
+def _close(node: Any) -> None:
+    close = getattr(node, "close", None)
+    if callable(close):
+        close()
+    node.destroy_node()
+
+
+def wait_until(predicate: Callable[[], bool], timeout: float = 10.0, what: str = "") -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:g} s waiting for {what or predicate}")
+        time.sleep(0.01)
+
+
+def result_of(future: Any, timeout: float = 30.0) -> Any:
+    """Wait for an rclpy future resolved by a spinning executor."""
+    done = threading.Event()
+    future.add_done_callback(lambda _f: done.set())
+    if not done.wait(timeout):
+        raise AssertionError(f"no result within {timeout:g} s")
+    return future.result()
+
+
+def call(client: Any, request: Any, timeout: float = 60.0) -> Any:
+    assert client.wait_for_service(timeout_sec=10.0), f"{client.srv_name} not available"
+    return result_of(client.call_async(request), timeout)
+
+
+def stamp(seconds: float) -> Any:
+    from embodied_r_ros.nodes.conversions import sec_to_stamp
+
+    return sec_to_stamp(seconds)
+
+
+def image_msg(rgb: Any, t: float, encoding: str = "rgb8") -> Any:
+    """An rgb8 ``sensor_msgs/Image`` of ``rgb`` stamped ``t`` (``encoding`` is written as is)."""
+    from embodied_r_ros.nodes.conversions import rgb_to_image
+
+    msg = rgb_to_image(rgb, t, "camera")
+    msg.encoding = encoding
+    return msg
+
+
+def odom_msg(t: float, x: float, y: float, yaw_deg: float) -> Any:
+    import math
+
+    from nav_msgs.msg import Odometry
+
+    msg = Odometry()
+    msg.header.stamp = stamp(t)
+    msg.pose.pose.position.x, msg.pose.pose.position.y = x, y
+    msg.pose.pose.orientation.z = math.sin(math.radians(yaw_deg) / 2)
+    msg.pose.pose.orientation.w = math.cos(math.radians(yaw_deg) / 2)
+    return msg
+
+
+def feed(publish: Callable[[Any], None], msgs: Sequence[Any], received: Callable[[], int],
+         timeout: float = 10.0) -> None:
+    """Publish ``msgs`` one at a time, each after the previous one has arrived.
+
+    Best-effort camera QoS may drop a burst; waiting for the subscriber's count keeps the test
+    deterministic without sleeping.
+    """
+    for msg in msgs:
+        before = received()
+        publish(msg)
+        wait_until(lambda before=before: received() > before, timeout, "a frame to arrive")
+
+
+class ChatGate:
+    """An OpenAI-compatible server on loopback whose requests wait at a gate.
+
+    Wraps the real ``OpenAIServer`` from the core with a request hook: each chat request is
+    counted, then blocks until :meth:`open` (or forever while closed), which makes "queries in
+    flight", cancel and timeout tests deterministic.
+    """
+
+    def __init__(self, backend: Any, *, open_: bool = True) -> None:
+        from embodied_r_ros.core.backends.server import serve
+
+        self.requests = 0
+        self._cond = threading.Condition()
+        self._open = threading.Event()
+        if open_:
+            self._open.set()
+        self.server = serve(backend, request_hook=self._hook)
+
+    def _hook(self, method: str, path: str, _headers: Any) -> None:
+        if method != "POST":
+            return
+        with self._cond:
+            self.requests += 1
+            self._cond.notify_all()
+        self._open.wait()
+
+    def wait_requests(self, n: int, timeout: float = 30.0) -> None:
+        with self._cond:
+            assert self._cond.wait_for(lambda: self.requests >= n, timeout), (
+                f"{self.requests} of {n} requests arrived"
+            )
+
+    def open(self) -> None:
+        self._open.set()
+
+    def hold(self) -> None:
+        """Make the next requests wait again."""
+        self._open.clear()
+
+    def close(self) -> None:
+        self._open.set()
+        self.server.shutdown()
+
+    @property
+    def url(self) -> str:
+        return str(self.server.url)
+
+
+def write_config(path: Any, text: str) -> str:
+    path.write_text(text)
+    return str(path)
+
+
+class AllInOne:
+    """The all-in-one nodes under ``namespace`` plus a tester node, spinning in the background.
+
+    ``image``/``compressed`` publish to the camera topics, ``ask`` calls the service.
+    """
+
+    def __init__(self, ctx: Any, namespace: str = "/embodied_r", threads: int = 12,
+                 parameters: Sequence[Any] = ()) -> None:
+        import rclpy
+        from rclpy.action import ActionClient
+        from sensor_msgs.msg import CompressedImage, Image
+
+        from embodied_r_interfaces.action import SpatialQuery as QueryAction
+        from embodied_r_interfaces.srv import SpatialQuery
+        from embodied_r_ros.nodes.allinone import build_nodes
+
+        self.ns = namespace
+        self.nodes = build_nodes(ctx, namespace, parameters)
+        self.by_name = {n.get_name(): n for n in self.nodes}
+        self.tester = rclpy.create_node("tester", namespace=namespace, context=ctx)
+        self.spinner = Spinner(ctx, [*self.nodes, self.tester], threads=threads)
+        t = self.tester
+        self.image = t.create_publisher(Image, f"{namespace}/image", 10)
+        self.compressed = t.create_publisher(CompressedImage, f"{namespace}/image/compressed", 10)
+        from embodied_r_ros.nodes.query_server import SERVICE_QOS
+
+        self.query = t.create_client(SpatialQuery, f"{namespace}/query", qos_profile=SERVICE_QOS)
+        self.action = ActionClient(t, QueryAction, f"{namespace}/query")
+        self.spinner.owned.append(self.action)
+        self._request = SpatialQuery.Request
+        wait_until(lambda: self.image.get_subscription_count() > 0
+                   and self.compressed.get_subscription_count() > 0, what="subscribers")
+
+    @property
+    def store(self) -> Any:
+        return self.by_name["frame_buffer"].store
+
+    @property
+    def runner(self) -> Any:
+        return self.by_name["query_server"].runner
+
+    def request(self, question: str = "Which way did I turn?", options: Sequence[str] = (),
+                window_sec: float = 0.0, camera: str = "") -> Any:
+        return self._request(question=question, options=list(options), window_sec=window_sec,
+                             camera=camera)
+
+    def ask(self, *args: Any, **kwargs: Any) -> Any:
+        return call(self.query, self.request(*args, **kwargs))
+
+    def feed_frames(self, frames: Sequence[Any], stamps: Sequence[float]) -> None:
+        feed(self.image.publish, [image_msg(f, t) for f, t in zip(frames, stamps, strict=True)],
+             lambda: self.store.stats.received)
+
+    def stop(self) -> None:
+        self.spinner.stop()

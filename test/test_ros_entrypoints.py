@@ -1,0 +1,216 @@
+"""Processes as users start them: ``python -m embodied_r_ros --ros-args ...``, the per-node
+executables, the console scripts the launch file names, and the launch file itself."""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from media import pan_frames
+from ros_helpers import (
+    LOCALHOST_ENV,
+    Spinner,
+    call,
+    domain_id,
+    image_msg,
+    require_ros,
+    ros_context,
+    wait_until,
+)
+
+require_ros()
+
+import rclpy  # noqa: E402
+from diagnostic_msgs.msg import DiagnosticArray  # noqa: E402
+from sensor_msgs.msg import Image  # noqa: E402
+
+from embodied_r_interfaces.srv import SpatialQuery  # noqa: E402
+from embodied_r_ros.nodes import frame_buffer, query_server  # noqa: E402
+from embodied_r_ros.nodes.params import CONFIG_SPECS, DIAGNOSTICS_SPEC  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[1]
+LAUNCH = REPO / "launch" / "embodied_r.launch.py"
+
+
+def env() -> dict[str, str]:
+    return {**os.environ, **LOCALHOST_ENV, "ROS_DOMAIN_ID": str(domain_id(__name__))}
+
+
+@pytest.fixture(scope="module")
+def ctx() -> Iterator[Any]:
+    with ros_context(__name__) as context:
+        yield context
+
+
+def test_allinone_process_takes_ros_args_and_stops_cleanly(
+    ctx: Any, tiny_models_dir: Path, tmp_path: Path
+) -> None:
+    cfg = tmp_path / "tiny.yaml"
+    cfg.write_text("base: tiny\ncache: {enabled: false}\nperception: {vlm: {max_new_tokens: 4}}\n"
+                   "reasoning: {model: {max_new_tokens: 4}}\n")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "embodied_r_ros", "--ros-args", "-p", "profile:=tiny",
+         "-p", f"config_file:={cfg}", "-r", "image:=/camera/image_raw",
+         "-p", "diagnostics_period_sec:=0.1"],
+        env=env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )
+    tester = rclpy.create_node("tester", context=ctx)
+    key_frames: list[Image] = []
+    tester.create_subscription(Image, "/embodied_r/frame_buffer/key_frames",
+                               key_frames.append, 10)
+    received = [0]
+
+    def on_diagnostics(msg: DiagnosticArray) -> None:
+        for status in msg.status:
+            if status.name == "embodied_r: camera front":
+                values = {kv.key: kv.value for kv in status.values}
+                received[0] = max(received[0], int(values["frames_received"]))
+
+    tester.create_subscription(DiagnosticArray, "/diagnostics", on_diagnostics, 10)
+    pub = tester.create_publisher(Image, "/camera/image_raw", 10)
+    client = tester.create_client(SpatialQuery, "/embodied_r/query")
+    spinner = Spinner(ctx, [tester])
+    try:
+        assert client.wait_for_service(timeout_sec=120), "the all-in-one never came up"
+        wait_until(lambda: pub.get_subscription_count() > 0, 30, "the remapped subscription")
+        for i, frame in enumerate(pan_frames(8, 40)):  # each after the last has arrived
+            pub.publish(image_msg(frame, 10.0 + i))
+            wait_until(lambda i=i: received[0] > i, 30, f"frame {i} to arrive")
+        wait_until(lambda: len(key_frames) >= 2, 30, "key frames from the remapped camera")
+        r = call(client, SpatialQuery.Request(question="What is ahead?"))
+        assert r.success, r.error
+        assert 4 <= len(r.key_frame_stamps) <= 8
+    finally:
+        spinner.stop()
+        proc.send_signal(signal.SIGINT)
+        out, _ = proc.communicate(timeout=30)
+    assert proc.returncode == 0, out[-2000:]
+    assert "answering at /embodied_r/query" in out
+
+
+@pytest.mark.parametrize(
+    ("module", "args", "message"),
+    [
+        ("embodied_r_ros", ["-p", "profile:=no_such_profile"], "unknown profile"),
+        ("embodied_r_ros.nodes.frame_buffer", ["-p", "buffer_sec:=-5.0"], "buffer_sec"),
+        ("embodied_r_ros.nodes.query_server", ["-p", "cameras:=['']"], "cameras"),
+        ("embodied_r_ros.nodes.reasoning_node", ["-p", "config_file:="], "invalid --ros-args"),
+    ],
+)
+def test_bad_configuration_exits_with_one_clear_line(module: str, args: list[str],
+                                                     message: str) -> None:
+    proc = subprocess.run([sys.executable, "-m", module, "--ros-args", *args], env=env(),
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    errors = [ln for ln in proc.stderr.splitlines() if "configuration error" in ln]
+    assert len(errors) == 1 and message in errors[0], proc.stderr[-2000:]
+    assert "Traceback" not in proc.stderr
+
+
+def test_frame_buffer_subscribes_to_what_the_launch_file_remaps(ctx: Any) -> None:
+    from rclpy.parameter import Parameter
+    from rclpy.qos import ReliabilityPolicy
+
+    node = frame_buffer.FrameBufferNode(context=ctx, namespace="/lf")
+    reliable = frame_buffer.FrameBufferNode(
+        "reliable_buffer", context=ctx, namespace="/lf2",
+        parameter_overrides=[Parameter("image_qos", value="reliable")],
+    )
+    try:
+        subs = {s.topic_name: s.qos_profile.reliability for s in node.subscriptions}
+        assert {"/lf/image", "/lf/image/compressed", "/lf/odom"} <= set(subs)
+        assert subs["/lf/image"] == ReliabilityPolicy.BEST_EFFORT  # sensor-data QoS
+        assert "/lf/frame_buffer/key_frames" in {p.topic_name for p in node.publishers}
+        subs = {s.topic_name: s.qos_profile.reliability for s in reliable.subscriptions}
+        assert subs["/lf2/image"] == ReliabilityPolicy.RELIABLE
+    finally:
+        node.destroy_node()
+        reliable.destroy_node()
+
+
+# -- the launch file, statically (launch/launch_ros are not on the package index) ------------
+
+
+def _calls(tree: ast.AST, name: str) -> list[ast.Call]:
+    return [n for n in ast.walk(tree) if isinstance(n, ast.Call)
+            and getattr(n.func, "id", getattr(n.func, "attr", None)) == name]
+
+
+def _console_scripts() -> dict[str, str]:
+    tree = ast.parse((REPO / "setup.py").read_text())
+    for call_ in _calls(tree, "setup"):
+        for kw in call_.keywords:
+            if kw.arg == "entry_points":
+                scripts = ast.literal_eval(kw.value)["console_scripts"]
+                return dict(s.replace(" ", "").split("=", 1) for s in scripts)
+    raise AssertionError("setup.py has no console_scripts")
+
+
+def test_launch_file_names_only_existing_executables_arguments_and_parameters() -> None:
+    tree = ast.parse(LAUNCH.read_text())
+    scripts = _console_scripts()
+    executables = {c.args[0].value for c in _calls(tree, "node")}
+    assert executables == {"embodied_r", "frame_buffer", "query_server", "perception_node",
+                           "reasoning_node"}
+    for exe in executables:
+        assert exe in scripts, f"setup.py console_scripts lacks {exe!r}"
+        module, func = scripts[exe].split(":")
+        assert callable(getattr(importlib.import_module(module), func))
+    declared = {c.args[0].value for c in _calls(tree, "DeclareLaunchArgument")}
+    used = {c.args[0].value for c in _calls(tree, "LaunchConfiguration")}
+    assert used <= declared and declared <= used, (used ^ declared)
+    node_params = {s.name for s in (*frame_buffer.SPECS, *query_server.SPECS,
+                                    *query_server.REMOTE_SPECS, *CONFIG_SPECS,
+                                    DIAGNOSTICS_SPEC)} | {"use_sim_time"}
+    launch_params = {k.value for d in ast.walk(tree) if isinstance(d, ast.Dict)
+                     for k in d.keys if isinstance(k, ast.Constant)}
+    assert launch_params and launch_params <= node_params, launch_params - node_params
+
+
+def test_ros_params_yaml_only_sets_declared_parameters() -> None:
+    data = yaml.safe_load((REPO / "config" / "ros_params.yaml").read_text())
+    specs = {
+        "/**": {DIAGNOSTICS_SPEC.name},
+        "/**/frame_buffer": {s.name for s in frame_buffer.SPECS},
+        "/**/query_server": {s.name for s in (*query_server.SPECS, *query_server.REMOTE_SPECS)},
+    }
+    assert set(data) == set(specs)
+    for section, names in specs.items():
+        assert set(data[section]["ros__parameters"]) <= names, section
+
+
+def test_launch_file_runs_where_launch_is_installed(
+    ctx: Any, tiny_models_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The native route (launch_ros installed, package built with colcon): run it for real."""
+    pytest.importorskip("launch_ros", reason="launch_ros is not installed (pip route)")
+    import threading
+
+    import launch
+    from launch.launch_description_sources import PythonLaunchDescriptionSource
+
+    for key, value in env().items():
+        monkeypatch.setenv(key, value)  # the launched process joins this test's domain
+    service = launch.LaunchService(argv=["profile:=tiny", "namespace:=launch_test"])
+    service.include_launch_description(
+        launch.actions.IncludeLaunchDescription(PythonLaunchDescriptionSource(str(LAUNCH)))
+    )
+    runner = threading.Thread(target=service.run, daemon=True)
+    runner.start()
+    node = rclpy.create_node("launch_probe", context=ctx)
+    try:
+        client = node.create_client(SpatialQuery, "/launch_test/query")
+        assert client.wait_for_service(timeout_sec=120), "the launched nodes never came up"
+    finally:
+        node.destroy_node()
+        service.shutdown()
+        runner.join(timeout=30)

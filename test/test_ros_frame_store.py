@@ -1,0 +1,121 @@
+"""The frame buffer's store (no ROS needed): pre-sampling, bounds, windows, clamp, odometry."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from media import pan_frames
+
+from embodied_r_ros.core.config import KeyframeConfig
+from embodied_r_ros.core.pipeline import NO_FRAMES, QueryError
+from embodied_r_ros.core.poses import Pose
+from embodied_r_ros.nodes.frame_store import FrameStore, PoseBuffer, decode_jpeg
+
+FRAMES = pan_frames(40, 16, size=(320, 240))
+
+
+def offer(store: FrameStore, image: np.ndarray, t: float) -> bool:
+    """What the node does: check the stamp, decode only when wanted."""
+    if not store.wants(t):
+        store.skip(t)
+        return False
+    store.add(image, t)
+    return True
+
+
+def fill(store: FrameStore, fps: float = 10.0, n: int = 40, t0: float = 100.0) -> None:
+    for i in range(n):
+        offer(store, FRAMES[i % len(FRAMES)], t0 + i / fps)
+
+
+def test_presampling_decides_before_decoding() -> None:
+    store = FrameStore(KeyframeConfig(sample_fps=1.0))
+    kept = [offer(store, FRAMES[i], 100 + i / 10) for i in range(40)]
+    assert sum(kept) == 4 and kept[0] and kept[10] and kept[20] and kept[30]
+    assert store.stats.received == 40 and store.stats.skipped == 36 and len(store) == 4
+    # a duplicate of the newest stamp (raw + compressed of one frame) is refused
+    assert not store.wants(103.0)
+
+
+def test_window_clamps_to_min_frames_and_stays_in_range() -> None:
+    store = FrameStore(KeyframeConfig(sample_fps=2.0, min_frames=4, max_frames=6))
+    fill(store)  # 4 s at 10 Hz -> 8 sampled frames at 2 fps
+    whole = store.window(0)
+    assert 4 <= len(whole.images) <= 6 and whole.n_sampled == 8
+    assert whole.stamps[0] == pytest.approx(100.0) and whole.stamps[-1] == pytest.approx(103.5)
+    assert whole.images[0].shape == (240, 320, 3) and len(whole.motions) == len(whole.images) - 1
+    recent = store.window(1.6)
+    assert all(103.5 - 1.6 <= s <= 103.5 for s in recent.stamps) and len(recent.stamps) == 4
+    with pytest.raises(QueryError) as err:
+        store.window(1.0, anchor=200.0)
+    assert err.value.code == NO_FRAMES and "no frames in the last 1 s" in str(err.value)
+
+
+def test_empty_buffer_and_dropped_frames_give_specific_codes() -> None:
+    store = FrameStore(KeyframeConfig())
+    with pytest.raises(QueryError) as err:
+        store.window(5)
+    assert err.value.code == NO_FRAMES
+    store.note_dropped("UNSUPPORTED_ENCODING", "encoding '32FC1' is not a colour image")
+    with pytest.raises(QueryError) as err:
+        store.window(5)
+    assert err.value.code == "UNSUPPORTED_ENCODING" and "32FC1" in str(err.value)
+    offer(store, FRAMES[0], 1.0)
+    assert len(store.window(5).images) == 1
+    assert store.stats.dropped["UNSUPPORTED_ENCODING"] == 1
+
+
+def test_bounded_by_time_and_bytes() -> None:
+    store = FrameStore(KeyframeConfig(sample_fps=0), buffer_sec=2.0)
+    fill(store, n=40)
+    assert store.span_sec <= 2.0 + 1e-9 and store.stats.evicted == 40 - len(store)
+    jpeg = len(store.window(0).jpegs[0])
+    small = FrameStore(KeyframeConfig(sample_fps=0), buffer_max_bytes=5 * jpeg)
+    fill(small, n=40)
+    assert small.size_bytes <= 5 * jpeg * 1.5 and len(small) < 10
+
+
+def test_stores_processing_resolution_jpeg() -> None:
+    store = FrameStore(KeyframeConfig(max_side=160))
+    big = np.ascontiguousarray(np.repeat(np.repeat(FRAMES[0], 2, 0), 2, 1))  # 640x480
+    offer(store, big, 1.0)
+    w = store.window(0)
+    assert w.images[0].shape == (120, 160, 3)
+    assert decode_jpeg(w.jpegs[0]).shape == (120, 160, 3)
+    assert np.abs(w.images[0].astype(int).mean() - FRAMES[0].astype(int).mean()) < 8
+
+
+def test_clock_jump_back_clears_the_buffer() -> None:
+    store = FrameStore(KeyframeConfig(sample_fps=1.0))
+    fill(store, n=30)
+    assert offer(store, FRAMES[0], 50.0)
+    assert store.stats.resets == 1 and len(store) == 1 and store.window(0).stamps == [50.0]
+
+
+def test_odometry_motion_between_key_frames() -> None:
+    store = FrameStore(KeyframeConfig(sample_fps=1.0), odom_tolerance_sec=0.1)
+    for i in range(60):
+        t = 100 + i / 20
+        store.add_pose(t, Pose(x=0.5 * (t - 100), yaw_deg=10.0 * (t - 100)))
+    fill(store, n=30)
+    w = store.window(0)
+    assert len(w.motions) == len(w.stamps) - 1
+    for m, a, b in zip(w.motions, w.stamps[:-1], w.stamps[1:], strict=True):
+        assert m is not None and m.metric
+        assert m.yaw_deg == pytest.approx(10.0 * (b - a), abs=1e-6)
+        assert m.translation == pytest.approx(0.5 * (b - a), rel=0.05)
+
+
+def test_pose_buffer_nearest_respects_tolerance() -> None:
+    poses = PoseBuffer()
+    for i in range(5):
+        poses.add(float(i), Pose(x=float(i)))
+    assert poses.nearest(2.4, 0.5).x == 2.0
+    assert poses.nearest(2.6, 0.5).x == 3.0
+    assert poses.nearest(9.0, 0.5) is None
+    poses.add(3.5, Pose(x=-1))  # late by less than a second: ignored
+    assert poses.nearest(3.5, 0.1) is None
+    poses.prune(3.0)
+    assert len(poses) == 2
+    poses.add(0.5, Pose(x=-2))  # the clock went back: a new episode
+    assert len(poses) == 1 and poses.nearest(0.5, 0.1).x == -2

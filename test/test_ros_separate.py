@@ -1,0 +1,126 @@
+"""Separate nodes talking over ROS (the VLM-on-another-machine layout), odometry-aware
+perception, and peers that are missing."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from media import pan_frames
+from ros_helpers import (
+    ChatGate,
+    Spinner,
+    call,
+    feed,
+    image_msg,
+    odom_msg,
+    require_ros,
+    ros_context,
+    wait_until,
+)
+
+require_ros()
+
+import rclpy  # noqa: E402
+from nav_msgs.msg import Odometry  # noqa: E402
+from rclpy.parameter import Parameter  # noqa: E402
+from sensor_msgs.msg import Image  # noqa: E402
+
+from embodied_r_interfaces.srv import SpatialQuery  # noqa: E402
+from embodied_r_ros.nodes.frame_buffer import FrameBufferNode  # noqa: E402
+from embodied_r_ros.nodes.perception_node import PerceptionNode  # noqa: E402
+from embodied_r_ros.nodes.query_server import SERVICE_QOS, QueryServerNode  # noqa: E402
+from embodied_r_ros.nodes.reasoning_node import ReasoningNode  # noqa: E402
+
+NS = "/sep"
+OPTIONS = ["A. I turned left", "B. I turned right"]
+FRAMES = pan_frames(12, 30)  # the picture pans: vision alone says "right"
+STAMPS = [200.0 + i for i in range(len(FRAMES))]
+ODOM_FROM = 6  # odometry (turning LEFT 15 deg/s) exists for the last frames only
+
+
+class Separate:
+    def __init__(self, ctx: Any, cfg: str) -> None:
+        params = [Parameter("profile", value="offline"), Parameter("config_file", value=cfg),
+                  Parameter("cameras", value=["front", "rear"]),
+                  Parameter("backend_wait_sec", value=0.5)]
+        kw = {"context": ctx, "namespace": NS, "parameter_overrides": params}
+        self.buffer = FrameBufferNode(**kw)
+        self.perception = PerceptionNode(**kw)
+        self.reasoning = ReasoningNode(**kw)
+        self.query = QueryServerNode(**kw)
+        self.tester = rclpy.create_node("tester", context=ctx)
+        self.spinner = Spinner(ctx, [self.buffer, self.perception, self.reasoning, self.query,
+                                     self.tester], threads=10)
+        self.image = self.tester.create_publisher(Image, f"{NS}/image", 10)
+        self.odom = self.tester.create_publisher(Odometry, f"{NS}/odom", 10)
+        self.client = self.tester.create_client(SpatialQuery, f"{NS}/query",
+                                                qos_profile=SERVICE_QOS)
+        wait_until(lambda: self.image.get_subscription_count() > 0
+                   and self.odom.get_subscription_count() > 0, what="subscribers")
+
+    def ask(self, window_sec: float = 0.0, camera: str = "") -> Any:
+        return call(self.client, SpatialQuery.Request(
+            question="Which way did I turn?", options=OPTIONS, window_sec=window_sec,
+            camera=camera))
+
+
+@pytest.fixture(scope="module")
+def sep(tiny_lm: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Separate]:
+    lm = ChatGate(tiny_lm)
+    cfg = tmp_path_factory.mktemp("cfg") / "geometric.yaml"
+    cfg.write_text(f"""base: offline
+cache: {{enabled: false}}
+reasoning:
+  model: {{backend: openai, model: tiny-qwen2, base_url: "{lm.url}", max_new_tokens: 6}}
+""")
+    with ros_context(__name__) as ctx:
+        s = Separate(ctx, str(cfg))
+        store = s.buffer.store
+        odoms = [odom_msg(t, 0.0, 0.0, 15.0 * (t - STAMPS[0])) for t in STAMPS[ODOM_FROM:]]
+        feed(s.odom.publish, odoms, lambda: store.stats.poses)
+        feed(s.image.publish, [image_msg(f, t) for f, t in zip(FRAMES, STAMPS, strict=True)],
+             lambda: store.stats.received)
+        yield s
+        s.spinner.stop()
+    lm.close()
+
+
+def actions(perception: str) -> list[str]:
+    return re.findall(r"^Frame \d+: After (.+?), Observe:", perception, re.MULTILINE)
+
+
+def test_odometry_gives_the_action_between_key_frames(sep: Separate) -> None:
+    r = sep.ask(window_sec=STAMPS[-1] - STAMPS[ODOM_FROM])
+    assert r.success, r.error
+    found = actions(r.perception)
+    assert len(found) == len(r.key_frame_stamps) - 1 >= 3
+    # metric odometry: "rotate left, about N degrees", N = 15 deg/s x the key frames' gap
+    for action, a, b in zip(found, r.key_frame_stamps, r.key_frame_stamps[1:], strict=False):
+        gap = b.sec - a.sec
+        assert action == f"rotate left, about {15 * gap:.0f} degrees", action
+
+
+def test_visual_ego_motion_fills_in_without_odometry(sep: Separate) -> None:
+    r = sep.ask()
+    assert r.success, r.error
+    found = actions(r.perception)
+    early = [a for a, s in zip(found, r.key_frame_stamps[1:], strict=True)
+             if s.sec <= STAMPS[ODOM_FROM - 1]]
+    late = [a for a, s in zip(found, r.key_frame_stamps, strict=False)
+            if s.sec >= STAMPS[ODOM_FROM]]
+    assert early and all(a.startswith(("rotate right", "move right")) for a in early), found
+    assert late and all(a.startswith("rotate left") for a in late), found
+
+
+def test_camera_without_a_buffer_and_missing_peers(sep: Separate) -> None:
+    r = sep.ask(camera="rear")
+    assert not r.success and r.error_code == "NO_FRAMES" and "rear" in r.error
+    sep.spinner.remove(sep.reasoning)
+    r = sep.ask()
+    assert not r.success and r.error_code == "BACKEND_DOWN" and "reasoning" in r.error
+    sep.spinner.remove(sep.perception)
+    r = sep.ask()
+    assert not r.success and r.error_code == "BACKEND_DOWN" and "perception" in r.error
