@@ -23,7 +23,7 @@ class CliError(Exception):
     """A user-facing error: printed as one line, exit code 2."""
 
 
-class _Parser(argparse.ArgumentParser):
+class CliParser(argparse.ArgumentParser):
     def error(self, message: str) -> None:  # one line, exit 2, like every other user error
         self.print_usage(sys.stderr)
         self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n")
@@ -134,9 +134,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="embodied-r", description=__doc__.splitlines()[0])
+    parser = CliParser(prog="embodied-r", description=__doc__.splitlines()[0])
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
-    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=CliParser)
 
     kf = sub.add_parser("keyframes", help="select Embodied-R key frames of a video or image folder")
     kf.add_argument("path", help="video file, or a folder of images sorted by name")
@@ -189,22 +189,36 @@ def _user_errors() -> tuple[type[BaseException], ...]:
     return (CliError, ConfigError, VideoError, QueryError, BackendError)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+def run_cli(
+    prog: str,
+    parser: argparse.ArgumentParser,
+    user_errors: tuple[type[BaseException], ...],
+    argv: Sequence[str] | None = None,
+    quiet_level: int = logging.WARNING,
+) -> int:
+    """Parse, set up logging, run ``args.func``; user errors become one line and exit code 2.
+
+    Shared by ``embodied-r`` and ``embodied-r-train``.
+    """
+    args = parser.parse_args(argv)
     logging.basicConfig(
-        level=logging.DEBUG if args.verbose else logging.WARNING,
+        level=logging.DEBUG if getattr(args, "verbose", False) else quiet_level,
         format="%(levelname)s %(name)s: %(message)s",
     )
     func: Callable[[argparse.Namespace], int] = args.func
     try:
         return func(args)
-    except _user_errors() as exc:
+    except user_errors as exc:
         code = getattr(exc, "code", None)
         prefix = f"{code}: " if isinstance(code, str) else ""
-        print(f"embodied-r: error: {prefix}{str(exc).splitlines()[0]}", file=sys.stderr)
+        print(f"{prog}: error: {prefix}{str(exc).splitlines()[0]}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:
         return 130
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    return run_cli("embodied-r", build_parser(), _user_errors(), argv)
 
 
 if __name__ == "__main__":

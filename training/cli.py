@@ -9,11 +9,11 @@ import argparse
 import json
 import logging
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from embodied_r_ros.cli import EXIT_USAGE, CliError, _Parser
+from embodied_r_ros.cli import CliError, CliParser, run_cli
 from embodied_r_ros.core.config import Config, ConfigError, load_config
 
 from .config import TrainConfig, available_configs, load_train_config, parse_overrides
@@ -237,9 +237,9 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="embodied-r-train", description=__doc__.splitlines()[0])
+    parser = CliParser(prog="embodied-r-train", description=__doc__.splitlines()[0])
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
-    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=CliParser)
 
     b = sub.add_parser("build", help="build a training set from a recorded bag and questions",
                        description="Perceive the key frames of each question's window of a "
@@ -315,19 +315,7 @@ def _user_errors() -> tuple[type[BaseException], ...]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    logging.basicConfig(
-        level=logging.DEBUG if args.verbose else logging.INFO,
-        format="%(levelname)s %(name)s: %(message)s",
-    )
-    func: Callable[[argparse.Namespace], int] = args.func
-    try:
-        return func(args)
-    except _user_errors() as exc:
-        print(f"embodied-r-train: error: {str(exc).splitlines()[0]}", file=sys.stderr)
-        return EXIT_USAGE
-    except KeyboardInterrupt:
-        return 130
+    return run_cli("embodied-r-train", build_parser(), _user_errors(), argv, logging.INFO)
 
 
 if __name__ == "__main__":

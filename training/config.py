@@ -16,10 +16,14 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from embodied_r_ros.core.config import ConfigError, ModelConfig
-from embodied_r_ros.core.config import _deep_merge as deep_merge
-from embodied_r_ros.core.config import _format_error as format_error
-from embodied_r_ros.core.config import _read_yaml as read_yaml
+from embodied_r_ros.core.config import (
+    ConfigError,
+    ModelConfig,
+    deep_merge,
+    read_yaml,
+    resolve_base,
+)
+from embodied_r_ros.core.config import format_validation_error as format_error
 from embodied_r_ros.core.rewards import REWARD_NAMES
 
 CONFIG_DIR = Path(__file__).resolve().parent / "configs"
@@ -206,17 +210,6 @@ def config_path(name_or_path: str | Path) -> Path:
     return candidate
 
 
-def _resolve(data: dict[str, Any], seen: tuple[str, ...] = ()) -> dict[str, Any]:
-    base = data.pop("base", None)
-    if base is None:
-        return data
-    if not isinstance(base, str):
-        raise ConfigError("config key 'base': must be a training config name or a path")
-    if base in seen:
-        raise ConfigError(f"config key 'base': cycle through {base!r}")
-    return deep_merge(_resolve(read_yaml(config_path(base)), (*seen, base)), data)
-
-
 def parse_overrides(pairs: list[str] | None) -> dict[str, Any]:
     """``["grpo.max_steps=10", "output.dir=runs/x"]`` -> a nested dict (values parsed as YAML)."""
     out: dict[str, Any] = {}
@@ -244,7 +237,9 @@ def load_train_config(
     """A shipped config or file (default: the paper's), nested ``overrides`` applied, validated."""
     data: dict[str, Any] = {}
     if name_or_path is not None:
-        data = _resolve(read_yaml(config_path(name_or_path)), (str(name_or_path),))
+        data = resolve_base(
+            read_yaml(config_path(name_or_path)), config_path, (str(name_or_path),)
+        )
     if overrides:
         data = deep_merge(data, overrides)
     try:

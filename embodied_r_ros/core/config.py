@@ -7,6 +7,7 @@ and invalid values raise :class:`ConfigError` naming the key path (``reasoning.m
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal
 
@@ -120,7 +121,8 @@ class Config(_Strict):
     cache: CacheConfig = CacheConfig()
 
 
-def _format_error(err: ValidationError) -> str:
+def format_validation_error(err: ValidationError) -> str:
+    """``config key 'a.b': message`` for the first error (the key path is what users need)."""
     first = err.errors()[0]
     key = ".".join(str(p) for p in first["loc"]) or "<root>"
     msg = first["msg"]
@@ -129,17 +131,17 @@ def _format_error(err: ValidationError) -> str:
     return f"config key '{key}': {msg}"
 
 
-def _deep_merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+def deep_merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
     out = dict(base)
     for key, value in over.items():
         if isinstance(value, dict) and isinstance(out.get(key), dict):
-            out[key] = _deep_merge(out[key], value)
+            out[key] = deep_merge(out[key], value)
         else:
             out[key] = value
     return out
 
 
-def _read_yaml(path: Path) -> dict[str, Any]:
+def read_yaml(path: Path) -> dict[str, Any]:
     try:
         data = yaml.safe_load(path.read_text())
     except OSError as exc:
@@ -153,16 +155,28 @@ def _read_yaml(path: Path) -> dict[str, Any]:
     return data
 
 
-def _resolve(data: dict[str, Any], seen: tuple[str, ...] = ()) -> dict[str, Any]:
+def resolve_base(
+    data: dict[str, Any],
+    locate: Callable[[str], Path],
+    seen: tuple[str, ...] = (),
+) -> dict[str, Any]:
+    """Merge ``data`` over the config its ``base`` key names (recursively; cycles fail).
+
+    ``locate`` turns a name or path into a file; the trainer passes its own.
+    """
     base = data.pop("base", None)
     if base is None:
         return data
     if not isinstance(base, str):
-        raise ConfigError("config key 'base': must be a profile name or a path")
+        raise ConfigError("config key 'base': must be a config name or a path")
     if base in seen:
         raise ConfigError(f"config key 'base': cycle through {base!r}")
-    parent = _resolve(_read_yaml(profile_path(base)), (*seen, base))
-    return _deep_merge(parent, data)
+    parent = resolve_base(read_yaml(locate(base)), locate, (*seen, base))
+    return deep_merge(parent, data)
+
+
+def _resolve(data: dict[str, Any], seen: tuple[str, ...] = ()) -> dict[str, Any]:
+    return resolve_base(data, profile_path, seen)
 
 
 def profile_path(name_or_path: str) -> Path:
@@ -187,7 +201,7 @@ def config_from_dict(data: dict[str, Any]) -> Config:
     try:
         return Config.model_validate(_resolve(dict(data)))
     except ValidationError as err:
-        raise ConfigError(_format_error(err)) from None
+        raise ConfigError(format_validation_error(err)) from None
 
 
 def load_config(
@@ -198,11 +212,11 @@ def load_config(
     """Load a profile and/or a file, apply nested ``overrides``, validate once."""
     data: dict[str, Any] = {}
     if profile is not None:
-        data = _resolve(_read_yaml(profile_path(profile)), (profile,))
+        data = _resolve(read_yaml(profile_path(profile)), (profile,))
     if path is not None:
-        data = _deep_merge(data, _resolve(_read_yaml(profile_path(str(path)))))
+        data = deep_merge(data, _resolve(read_yaml(profile_path(str(path)))))
     if overrides:
-        data = _deep_merge(data, overrides)
+        data = deep_merge(data, overrides)
     if not data:
         raise ConfigError("no configuration given: name a profile or a config file")
     return config_from_dict(data)

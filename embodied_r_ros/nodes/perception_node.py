@@ -10,55 +10,32 @@ Run alone: ``ros2 run embodied_r_ros perception_node --ros-args -p profile:=serv
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Sequence
 from typing import Any
 
 from rclpy.action import ActionServer, CancelResponse, GoalResponse
-from rclpy.callback_groups import MutuallyExclusiveCallbackGroup, ReentrantCallbackGroup
-from rclpy.node import Node
+from rclpy.callback_groups import ReentrantCallbackGroup
 
 from embodied_r_ros.core.backends.base import BACKEND_FAILED
-from embodied_r_ros.core.config import Config
-from embodied_r_ros.core.pipeline import CANCELLED, EmbodiedR, QueryError
+from embodied_r_ros.core.pipeline import CANCELLED, QueryError
 from embodied_r_ros.nodes.conversions import (
     CORRUPT_FRAME,
     compressed_jpeg_to_rgb,
     msg_to_motion,
     stamp_to_sec,
 )
-from embodied_r_ros.nodes.diagnostics import ERROR, OK, DiagnosticsPublisher, make_status
-from embodied_r_ros.nodes.models import build_pipeline, describe_models
+from embodied_r_ros.nodes.model_node import ModelNode
 from embodied_r_ros.nodes.motion import perceive_window
-from embodied_r_ros.nodes.params import CONFIG_SPECS, DIAGNOSTICS_SPEC, declare, load_node_config
 
 FEEDBACK_CHARS = 2000  # partial text in feedback is for humans; keep messages small
 
 
-class PerceptionNode(Node):
-    threads_needed = 2  # a goal being perceived + cancel/feedback traffic
+class PerceptionNode(ModelNode):
+    role = "perception"
 
-    def __init__(
-        self,
-        node_name: str = "perception",
-        *,
-        config: Config | None = None,
-        pipeline: EmbodiedR | None = None,
-        **kwargs: Any,
-    ) -> None:
+    def __init__(self, node_name: str = "perception", **kwargs: Any) -> None:
         super().__init__(node_name, **kwargs)
-        self.params = declare(self, (DIAGNOSTICS_SPEC,))
-        if pipeline is not None:
-            self.config = pipeline.config
-        else:
-            self.config = config or load_node_config(declare(self, CONFIG_SPECS))
-        self.get_logger().info(f"loading perception: {describe_models(self.config)}")
-        self._owns_pipeline = pipeline is None
-        self.pipeline = pipeline or build_pipeline(self.config, perception=True, reasoning=False)
-        self._lock = threading.Lock()
-        self.calls = 0
-        self.last_sec = 0.0
         from embodied_r_interfaces.action import Perceive
 
         self._action = Perceive
@@ -70,10 +47,6 @@ class PerceptionNode(Node):
             goal_callback=lambda _goal: GoalResponse.ACCEPT,
             cancel_callback=lambda _goal: CancelResponse.ACCEPT,
             callback_group=ReentrantCallbackGroup(),
-        )
-        self._diag = DiagnosticsPublisher(
-            self, self.params["diagnostics_period_sec"], self.diagnostics,
-            callback_group=MutuallyExclusiveCallbackGroup(),  # a slow health check blocks no one
         )
 
     def _execute(self, goal_handle: Any) -> Any:
@@ -112,9 +85,7 @@ class PerceptionNode(Node):
         except QueryError as exc:
             result.success, result.error_code, result.error = False, exc.code, str(exc)
         result.perception_sec = time.perf_counter() - start
-        with self._lock:
-            self.calls += 1
-            self.last_sec = result.perception_sec
+        self.record_call(result.perception_sec)
         if result.error_code == CANCELLED and goal_handle.is_cancel_requested:
             goal_handle.canceled()
         elif result.success:
@@ -123,25 +94,15 @@ class PerceptionNode(Node):
             goal_handle.abort()
         return result
 
-    def diagnostics(self) -> list[Any]:
+    def backend_status(self) -> tuple[str, bool]:
         vlm = self.pipeline.vlm
-        healthy = vlm.healthy() if vlm is not None else self.pipeline.perceiver is not None
-        values = {
-            "model": vlm.model_id if vlm is not None else "geometric",
-            "healthy": healthy,
-            "calls": self.calls,
-            "last_perception_sec": self.last_sec,
-        }
-        return [make_status(
-            "embodied_r: perception backend", OK if healthy else ERROR,
-            "ok" if healthy else "perception backend is down", values,
-            self.get_fully_qualified_name(),
-        )]
+        if vlm is None:
+            return "geometric", self.pipeline.perceiver is not None
+        return vlm.model_id, vlm.healthy()
 
     def close(self) -> None:
         self._server.destroy()
-        if self._owns_pipeline:
-            self.pipeline.close()
+        super().close()
 
 
 def main(args: Sequence[str] | None = None) -> int:
