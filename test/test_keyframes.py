@@ -4,11 +4,13 @@ against batch, on real OpenCV ORB over textured images moved by known homographi
 from __future__ import annotations
 
 import math
+import os
 
 import cv2
 import numpy as np
 import pytest
 
+import embodied_r_ros.core.keyframes as keyframes_module
 from embodied_r_ros.core.config import KeyframeConfig
 from embodied_r_ros.core.keyframes import (
     FeatureMatcher,
@@ -153,7 +155,17 @@ def test_twisted_quadrilateral_counts_as_failed_homography() -> None:
 # --- matching ----------------------------------------------------------------------------
 
 
-def test_matcher_equals_opencv_bruteforce_crosscheck(canvas: np.ndarray) -> None:
+@pytest.mark.parametrize("compiled", [True, False], ids=["popcount-c", "numpy-gemm"])
+def test_matcher_equals_opencv_bruteforce_crosscheck(
+    canvas: np.ndarray, compiled: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if compiled:
+        if keyframes_module._hamming is None:
+            if os.environ.get("CI"):
+                pytest.fail("the _hamming extension was not built (setup.py ext_modules)")
+            pytest.skip("the _hamming extension is not built here")
+    else:
+        monkeypatch.setattr(keyframes_module, "_hamming", None)
     fm = FeatureMatcher(KeyframeConfig())
     bf = cv2.BFMatcher(cv2.NORM_HAMMING, crossCheck=True)
     feats = [fm.detect(view(canvas, pose(500 + 60 * k, 400, 7 * k))) for k in range(4)]

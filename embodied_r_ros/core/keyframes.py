@@ -26,6 +26,11 @@ import numpy as np
 from embodied_r_ros.core.config import KeyframeConfig
 from embodied_r_ros.core.overlap import overlap_ratio
 
+try:  # the compiled matcher (setup.py builds it); NumPy does the same where it is missing
+    from embodied_r_ros.core import _hamming
+except ImportError:  # pragma: no cover - depends on the build
+    _hamming = None
+
 log = logging.getLogger(__name__)
 
 REASONS = (
@@ -82,7 +87,8 @@ class Features:
 
     pts: np.ndarray  # (N, 2) float32, continuous processing coordinates (pixel i spans [i, i+1])
     des: np.ndarray | None  # (N, 32) uint8, None when ORB found nothing
-    signs: np.ndarray | None  # (N, 256) float32: descriptor bits as -1/+1, for matching
+    # (N, 256) float32 descriptor bits as -1/+1, for the NumPy matcher (None with the C one)
+    signs: np.ndarray | None
     size: tuple[int, int]  # processing (w, h)
     scale: tuple[float, float]  # processing / input, per axis
 
@@ -126,32 +132,50 @@ class FeatureMatcher:
             return Features(np.empty((0, 2), np.float32), None, None, size, scale)
         # ORB reports pixel-index coordinates; +0.5 makes a resize a pure scaling.
         pts = cv2.KeyPoint_convert(kps).reshape(-1, 2) + np.float32(0.5)
-        signs = np.unpackbits(des, axis=1).astype(np.float32)
-        return Features(pts, des, signs * 2.0 - 1.0, size, scale)
+        signs = None
+        if _hamming is None or des.shape[1] != 32:
+            signs = np.unpackbits(des, axis=1).astype(np.float32) * 2.0 - 1.0
+        return Features(pts, np.ascontiguousarray(des), signs, size, scale)
 
     @staticmethod
     def match(ref: Features, cur: Features) -> np.ndarray:
         """(N, 2) index pairs (ref, cur): brute-force Hamming matches with cross-check, best
         first, exactly as ``BFMatcher(NORM_HAMMING, crossCheck=True)`` plus the official sort.
 
-        With bits as -1/+1, ``signs_a . signs_b = nbits - 2 * hamming``, so one matrix product
-        gives every distance at once (integers, exact in float32); that is several times
-        cheaper than the matcher's pairwise loop and keeps matching well below ORB's cost.
-        Ties go to the lowest index on both sides, as in OpenCV.
+        The compiled popcount matcher (``_hamming``) does it in one pass over the distance
+        matrix; without it, with bits as -1/+1, ``signs_a . signs_b = nbits - 2 * hamming``
+        gives every distance in one matrix product (integers, exact in float32). Both are
+        several times cheaper than the matcher's loop. Ties go to the lowest index on both
+        sides, as in OpenCV.
         """
-        if ref.signs is None or cur.signs is None:
+        if ref.des is None or cur.des is None:
             return np.empty((0, 2), np.intp)
-        sim = cv2.gemm(ref.signs, cur.signs, 1.0, None, 0.0, flags=cv2.GEMM_2_T)
-        best_cur = sim.argmax(axis=1)
-        best_ref = cv2.transpose(sim).argmax(axis=1)  # faster than a strided argmax(axis=0)
+        if ref.signs is None and cur.signs is None:
+            best_cur = np.empty(len(ref.des), np.int32)
+            dist = np.empty(len(ref.des), np.int32)
+            best_ref = np.empty(len(cur.des), np.int32)
+            _hamming.best_matches(ref.des, cur.des, best_cur, dist, best_ref)
+            score = -dist
+        else:
+            sim = cv2.gemm(_signs(ref), _signs(cur), 1.0, None, 0.0, flags=cv2.GEMM_2_T)
+            best_cur = sim.argmax(axis=1)
+            best_ref = cv2.transpose(sim).argmax(axis=1)  # faster than a strided argmax(axis=0)
+            score = sim[np.arange(len(best_cur)), best_cur]
         q = np.flatnonzero(best_ref[best_cur] == np.arange(len(best_cur)))
         t = best_cur[q]
-        order = np.argsort(-sim[q, t], kind="stable")
-        return np.stack([q[order], t[order]], axis=1)
+        order = np.argsort(-score[q], kind="stable")
+        return np.stack([q[order], t[order]], axis=1).astype(np.intp)
 
     @staticmethod
     def pairs(ref: Features, cur: Features, idx: np.ndarray) -> MatchPairs:
         return MatchPairs(ref.to_input(idx[:, 0]), cur.to_input(idx[:, 1]))
+
+
+def _signs(features: Features) -> np.ndarray:
+    if features.signs is not None:
+        return features.signs
+    assert features.des is not None
+    return np.unpackbits(features.des, axis=1).astype(np.float32) * 2.0 - 1.0
 
 
 def _check_image(image: np.ndarray) -> np.ndarray:
