@@ -8,29 +8,30 @@ import cv2
 import numpy as np
 
 
-def textured_canvas(h: int, w: int, seed: int = 0) -> np.ndarray:
-    """An RGB canvas with blobs, lines and noise: plenty of ORB corners everywhere."""
+def texture(height: int, width: int, seed: int) -> np.ndarray:
+    """RGB noise at several scales plus random filled shapes: plenty of ORB corners."""
     rng = np.random.default_rng(seed)
-    canvas = cv2.resize(
-        rng.integers(0, 255, (h // 8, w // 8, 3), dtype=np.uint8), (w, h),
-        interpolation=cv2.INTER_NEAREST,
-    )
-    for _ in range((h * w) // 4000):
-        colour = tuple(int(c) for c in rng.integers(0, 255, 3))
-        x, y = int(rng.integers(0, w)), int(rng.integers(0, h))
+    img = np.zeros((height, width, 3), np.float32)
+    for cell, weight in ((8, 0.5), (32, 0.3), (128, 0.2)):
+        small = rng.random((height // cell + 1, width // cell + 1, 3), dtype=np.float32)
+        img += weight * cv2.resize(small, (width, height), interpolation=cv2.INTER_CUBIC)
+    out = np.clip(img * 255, 0, 255).astype(np.uint8)
+    for _ in range(height * width // 1500):
+        x, y = int(rng.integers(0, width)), int(rng.integers(0, height))
+        color = tuple(int(c) for c in rng.integers(0, 256, 3))
+        r = int(rng.integers(3, 16))
         if rng.random() < 0.5:
-            cv2.circle(canvas, (x, y), int(rng.integers(3, 25)), colour, -1)
+            cv2.rectangle(out, (x, y), (x + r, y + int(rng.integers(3, 16))), color, -1)
         else:
-            cv2.rectangle(canvas, (x, y), (x + int(rng.integers(4, 40)),
-                                           y + int(rng.integers(4, 40))), colour, -1)
-    return canvas
+            cv2.circle(out, (x, y), r, color, -1)
+    return out
 
 
 def pan_frames(n: int, step_px: int, size: tuple[int, int] = (320, 240),
                seed: int = 0) -> list[np.ndarray]:
     """``n`` RGB frames of ``size`` (w, h) panning right by ``step_px`` per frame."""
     w, h = size
-    canvas = textured_canvas(h, w + step_px * n + 1, seed)
+    canvas = texture(h, w + step_px * n + 1, seed)
     return [np.ascontiguousarray(canvas[:, i * step_px : i * step_px + w]) for i in range(n)]
 
 

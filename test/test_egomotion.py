@@ -11,6 +11,7 @@ from itertools import pairwise
 import cv2
 import numpy as np
 import pytest
+from media import texture
 
 from embodied_r_ros.core.actions import describe_motion, primary_action
 from embodied_r_ros.core.config import CameraConfig, KeyframeConfig
@@ -28,20 +29,6 @@ CAM = CameraConfig()  # 70 degrees horizontal field of view
 K = camera_matrix(CAM, W, H)
 # Camera axes (x right, y down, z forward) expressed in body axes (forward, left, up).
 BODY_FROM_CAM = np.array([[0.0, 0.0, 1.0], [-1.0, 0.0, 0.0], [0.0, -1.0, 0.0]])
-
-
-def texture(height: int, width: int, seed: int) -> np.ndarray:
-    rng = np.random.default_rng(seed)
-    img = np.zeros((height, width, 3), np.float32)
-    for cell, weight in ((6, 0.5), (24, 0.3), (96, 0.2)):
-        small = rng.random((height // cell + 1, width // cell + 1, 3), dtype=np.float32)
-        img += weight * cv2.resize(small, (width, height), interpolation=cv2.INTER_CUBIC)
-    out = np.clip(img * 255, 0, 255).astype(np.uint8)
-    for _ in range(height * width // 1200):
-        x, y = int(rng.integers(0, width)), int(rng.integers(0, height))
-        color = tuple(int(c) for c in rng.integers(0, 256, 3))
-        cv2.circle(out, (x, y), int(rng.integers(3, 14)), color, -1)
-    return out
 
 
 def camera_rotation(yaw: float = 0.0, pitch: float = 0.0) -> np.ndarray:

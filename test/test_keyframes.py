@@ -9,6 +9,7 @@ import os
 import cv2
 import numpy as np
 import pytest
+from media import texture
 
 import embodied_r_ros.core.keyframes as keyframes_module
 from embodied_r_ros.core.config import KeyframeConfig
@@ -31,25 +32,6 @@ from embodied_r_ros.core.overlap import (
 W, H = 320, 240
 # Continuous coordinates (pixel i spans [i, i+1]) from pixel-index coordinates.
 HALF = np.array([[1.0, 0.0, 0.5], [0.0, 1.0, 0.5], [0.0, 0.0, 1.0]])
-
-
-def texture(height: int, width: int, seed: int) -> np.ndarray:
-    """RGB noise at several scales plus random filled shapes: plenty of ORB corners."""
-    rng = np.random.default_rng(seed)
-    img = np.zeros((height, width, 3), np.float32)
-    for cell, weight in ((8, 0.5), (32, 0.3), (128, 0.2)):
-        small = rng.random((height // cell + 1, width // cell + 1, 3), dtype=np.float32)
-        img += weight * cv2.resize(small, (width, height), interpolation=cv2.INTER_CUBIC)
-    out = np.clip(img * 255, 0, 255).astype(np.uint8)
-    for _ in range(height * width // 1500):
-        x, y = int(rng.integers(0, width)), int(rng.integers(0, height))
-        color = tuple(int(c) for c in rng.integers(0, 256, 3))
-        r = int(rng.integers(3, 16))
-        if rng.random() < 0.5:
-            cv2.rectangle(out, (x, y), (x + r, y + int(rng.integers(3, 16))), color, -1)
-        else:
-            cv2.circle(out, (x, y), r, color, -1)
-    return out
 
 
 @pytest.fixture(scope="module")
