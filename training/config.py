@@ -20,8 +20,10 @@ from embodied_r_ros.core.config import (
     ConfigError,
     ModelConfig,
     deep_merge,
+    locate_yaml,
     read_yaml,
     resolve_base,
+    yaml_names,
 )
 from embodied_r_ros.core.config import format_validation_error as format_error
 from embodied_r_ros.core.rewards import REWARD_NAMES
@@ -192,22 +194,12 @@ class TrainConfig(_Strict):
 
 
 def available_configs() -> list[str]:
-    return sorted(p.stem for p in CONFIG_DIR.glob("*.yaml"))
+    return yaml_names(CONFIG_DIR)
 
 
 def config_path(name_or_path: str | Path) -> Path:
     """A shipped config by name (``cpu-tiny``) or a YAML file path."""
-    path = Path(name_or_path)
-    if path.suffix in (".yaml", ".yml"):
-        if not path.is_file():
-            raise ConfigError(f"config file not found: {path}")
-        return path
-    candidate = CONFIG_DIR / f"{name_or_path}.yaml"
-    if not candidate.is_file():
-        raise ConfigError(
-            f"unknown training config '{name_or_path}' (known: {', '.join(available_configs())})"
-        )
-    return candidate
+    return locate_yaml(name_or_path, CONFIG_DIR, "training config")
 
 
 def parse_overrides(pairs: list[str] | None) -> dict[str, Any]:

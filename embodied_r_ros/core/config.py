@@ -179,22 +179,32 @@ def _resolve(data: dict[str, Any], seen: tuple[str, ...] = ()) -> dict[str, Any]
     return resolve_base(data, profile_path, seen)
 
 
-def profile_path(name_or_path: str) -> Path:
-    """The YAML file for a profile name (``tiny``) or an explicit path."""
+def locate_yaml(name_or_path: str | Path, directory: Path, kind: str) -> Path:
+    """A YAML file given by path, or by name (``tiny``) in ``directory``; ``kind`` names what
+    is looked for in the error (``profile``, ``training config``)."""
     path = Path(name_or_path)
     if path.suffix in (".yaml", ".yml"):
         if not path.is_file():
             raise ConfigError(f"config file not found: {path}")
         return path
-    candidate = CONFIG_DIR / f"{name_or_path}.yaml"
+    candidate = directory / f"{name_or_path}.yaml"
     if not candidate.is_file():
-        known = ", ".join(available_profiles())
-        raise ConfigError(f"unknown profile '{name_or_path}' (known: {known})")
+        known = ", ".join(yaml_names(directory))
+        raise ConfigError(f"unknown {kind} '{name_or_path}' (known: {known})")
     return candidate
 
 
+def yaml_names(directory: Path) -> list[str]:
+    return sorted(p.stem for p in directory.glob("*.yaml"))
+
+
+def profile_path(name_or_path: str) -> Path:
+    """The YAML file for a profile name (``tiny``) or an explicit path."""
+    return locate_yaml(name_or_path, CONFIG_DIR, "profile")
+
+
 def available_profiles() -> list[str]:
-    return sorted(p.stem for p in CONFIG_DIR.glob("*.yaml"))
+    return yaml_names(CONFIG_DIR)
 
 
 def config_from_dict(data: dict[str, Any]) -> Config:

@@ -22,11 +22,11 @@ import numpy as np
 from embodied_r_ros.core.actions import Motion
 from embodied_r_ros.core.config import CameraConfig, KeyframeConfig
 from embodied_r_ros.core.keyframes import FeatureMatcher, KeyframeSelection, MatchPairs
+from embodied_r_ros.core.poses import BODY_FROM_OPTICAL
 
 log = logging.getLogger(__name__)
 
 # Body (forward, left, up) from camera (x right, y down, z forward).
-_BODY_FROM_CAM = np.array([[0.0, 0.0, 1.0], [-1.0, 0.0, 0.0], [0.0, -1.0, 0.0]])
 
 # Inlier threshold of the essential matrix as an angle (rad), converted to pixels with the
 # focal length: about 2.3 px at 640 px and 70 degrees (ORB corners from coarse pyramid levels
@@ -69,12 +69,12 @@ def _motion(rot: np.ndarray, direction: np.ndarray | None) -> Motion:
     """Motion from the rotation R (X_to = R X_from) and the unit direction of travel of the
     camera centre in the earlier camera frame (None: rotation only)."""
     # The later camera's axes in the earlier frame are the columns of R^T; in body axes:
-    forward_now = _BODY_FROM_CAM @ rot.T @ np.array([0.0, 0.0, 1.0])
+    forward_now = BODY_FROM_OPTICAL @ rot.T @ np.array([0.0, 0.0, 1.0])
     yaw = math.degrees(math.atan2(forward_now[1], forward_now[0]))
     pitch = math.degrees(math.atan2(forward_now[2], math.hypot(forward_now[0], forward_now[1])))
     if direction is None:
         return Motion(yaw_deg=yaw, pitch_deg=pitch, metric=False)
-    fwd, left, up = (float(v) for v in _BODY_FROM_CAM @ direction)
+    fwd, left, up = (float(v) for v in BODY_FROM_OPTICAL @ direction)
     return Motion(yaw_deg=yaw, pitch_deg=pitch, forward=fwd, left=left, up=up, metric=False)
 
 

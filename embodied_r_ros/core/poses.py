@@ -23,6 +23,9 @@ import numpy as np
 
 from embodied_r_ros.core.actions import Motion
 
+# Optical axes in the body frame (columns: forward, left, up): x = -left, y = -up, z = forward.
+BODY_FROM_OPTICAL = np.array([[0.0, 0.0, 1.0], [-1.0, 0.0, 0.0], [0.0, -1.0, 0.0]])
+
 
 def wrap_deg(angle: float) -> float:
     """``angle`` wrapped to (-180, 180]."""

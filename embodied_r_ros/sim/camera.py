@@ -7,16 +7,13 @@ y down, z along the view direction.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import numpy as np
 
 from embodied_r_ros.core.config import CameraConfig
-from embodied_r_ros.core.poses import Pose
-
-# Optical axes in the body frame (columns: forward, left, up): x = -left, y = -up, z = forward.
-_BODY_FROM_OPTICAL = np.array([[0.0, 0.0, 1.0], [-1.0, 0.0, 0.0], [0.0, -1.0, 0.0]])
+from embodied_r_ros.core.egomotion import camera_matrix
+from embodied_r_ros.core.poses import BODY_FROM_OPTICAL, Pose
 
 
 @dataclass(frozen=True)
@@ -40,8 +37,8 @@ class PinholeCamera:
         """Square pixels and a centred principal point for a horizontal field of view."""
         if not 1.0 < hfov_deg < 179.0:
             raise ValueError(f"hfov must be in (1, 179) degrees, got {hfov_deg}")
-        f = (width / 2.0) / math.tan(math.radians(hfov_deg) / 2.0)
-        return cls(width, height, f, f, (width - 1) / 2.0, (height - 1) / 2.0)
+        k = camera_matrix(CameraConfig(hfov_deg=hfov_deg), width, height)
+        return cls(width, height, k[0, 0], k[1, 1], k[0, 2], k[1, 2])
 
     @property
     def K(self) -> np.ndarray:  # noqa: N802 - the usual name of the intrinsic matrix
@@ -54,7 +51,7 @@ class PinholeCamera:
     @staticmethod
     def optical_rotation(pose: Pose) -> np.ndarray:
         """3x3 rotation taking optical-frame vectors to the world frame."""
-        return pose.rotation() @ _BODY_FROM_OPTICAL
+        return pose.rotation() @ BODY_FROM_OPTICAL
 
     def to_camera(self, pose: Pose, points: np.ndarray) -> np.ndarray:
         """World points (N x 3) in the optical frame of ``pose``."""
