@@ -31,13 +31,19 @@ setup(
         ),
     ],
     package_dir={"embodied_r_training": "training"},
-    package_data={"embodied_r_training": ["configs/*.yaml", "accelerate/*.yaml", "README.md"]},
+    package_data={
+        # config/ is reached from inside the package (embodied_r_ros/config is a link to it), so
+        # profiles, prompts and the Fast DDS profile travel with every install: wheel, colcon, -e
+        PACKAGE: ["config/*.yaml", "config/*.xml", "config/profiles/*.yaml"],
+        "embodied_r_training": ["configs/*.yaml", "accelerate/*.yaml", "README.md"],
+    },
     python_requires=">=3.10,<3.14",
     data_files=[
         ("share/ament_index/resource_index/packages", [f"resource/{PACKAGE}"]),
         (f"share/{PACKAGE}", ["package.xml"]),
         (f"share/{PACKAGE}/launch", glob("launch/*.launch.py")),
         (f"share/{PACKAGE}/config", glob("config/*.yaml") + glob("config/*.xml")),
+        (f"share/{PACKAGE}/config/profiles", glob("config/profiles/*.yaml")),
     ],
     install_requires=[
         "numpy>=1.26",
@@ -46,6 +52,7 @@ setup(
         "pydantic>=2.6",
         "tqdm>=4.60",
         "pillow>=10",
+        "openai>=2",  # the client of OpenAI-compatible VLM endpoints (vllm serve, ...)
     ],
     extras_require={
         "ml": [

@@ -5,8 +5,10 @@ from pathlib import Path
 import pytest
 
 from embodied_r_ros.core.config import (
+    CONFIG_DIR,
     ConfigError,
     KeyframeConfig,
+    api_key_from_env,
     available_profiles,
     config_from_dict,
     load_config,
@@ -35,11 +37,66 @@ def test_keyframe_defaults_match_the_paper() -> None:
         ({"keyframes": {"overlap_threshold": 1.5}}, "keyframes.overlap_threshold"),
         ({"reasoning": {"model": {"max_new_tokens": 0}}}, "reasoning.model.max_new_tokens"),
         ({"unknown_top": True}, "unknown_top"),
+        # non-finite numbers, non-HTTP endpoints, non-variable key names
+        ({"keyframes": {"sample_fps": float("inf")}}, "keyframes.sample_fps"),
+        ({"keyframes": {"ransac_reproj_px": float("nan")}}, "keyframes.ransac_reproj_px"),
+        ({"perception": {"camera": {"fx": float("inf")}}}, "perception.camera.fx"),
+        ({"perception": {"vlm": {"base_url": "not a url"}}}, "perception.vlm.base_url"),
+        ({"perception": {"vlm": {"base_url": "ftp://host/v1"}}}, "perception.vlm.base_url"),
+        ({"perception": {"vlm": {"base_url": "file:///etc/passwd"}}}, "perception.vlm.base_url"),
+        ({"perception": {"vlm": {"base_url": "http://host:99999/v1"}}},
+         "perception.vlm.base_url"),
+        ({"perception": {"vlm": {"api_key_env": "MY KEY"}}}, "perception.vlm.api_key_env"),
     ],
 )
 def test_bad_keys_and_values_name_the_key(overrides: dict, key: str) -> None:
-    with pytest.raises(ConfigError, match=f"'{key}'"):
-        load_config("tiny", overrides=overrides)
+    with pytest.raises(ConfigError, match=f"'{key}'") as err:
+        load_config("server", overrides=overrides)
+    assert "\n" not in str(err.value)
+
+
+def test_http_urls_validate() -> None:
+    for url in ("http://127.0.0.1:8000/v1", "https://api.example.com/v1", "http://[::1]:80/v1"):
+        cfg = load_config("server", overrides={"perception": {"vlm": {"base_url": url}}})
+        assert cfg.perception.vlm is not None and cfg.perception.vlm.base_url == url
+
+
+def test_api_keys_are_stripped_or_refused_without_showing_them(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("ER_TEST_KEY", "sk-secret-123\r\n")
+    assert api_key_from_env("ER_TEST_KEY") == "sk-secret-123"  # a Windows line ending
+    monkeypatch.setenv("ER_TEST_KEY", "sk-sec\nret-123")
+    with pytest.raises(ConfigError) as err:
+        api_key_from_env("ER_TEST_KEY")
+    assert "ER_TEST_KEY" in str(err.value) and "sec" not in str(err.value)
+    monkeypatch.setenv("ER_TEST_KEY", "  ")
+    with pytest.raises(ConfigError, match="ER_TEST_KEY .* is not set"):
+        api_key_from_env("ER_TEST_KEY")
+
+
+def test_relative_base_and_prompts_resolve_against_the_naming_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "robots").mkdir()
+    (tmp_path / "robots" / "common.yaml").write_text("base: offline\nkeyframes:\n  max_frames: 8\n")
+    prompts = (CONFIG_DIR / "prompts.yaml").read_text().replace("Be concise.", "Be brief.")
+    (tmp_path / "robots" / "my_prompts.yaml").write_text(prompts)
+    robot = tmp_path / "robots" / "robot.yaml"
+    robot.write_text("base: common.yaml\nname: robot\nprompts: my_prompts.yaml\n")
+    monkeypatch.chdir(tmp_path)  # not the folder of the files
+    cfg = load_config(path="robots/robot.yaml")
+    assert cfg.keyframes.max_frames == 8 and cfg.name == "robot"
+    assert cfg.prompts == str(tmp_path / "robots" / "my_prompts.yaml")
+
+
+def test_profile_names_never_leave_the_profiles_folder(tmp_path: Path) -> None:
+    assert set(available_profiles()) == {"tiny", "offline", "workstation", "server"}
+    for name in ("ros_params", "../ros_params", "..", "prompts"):
+        with pytest.raises(ConfigError, match="unknown profile|must be a .yaml"):
+            load_config(name)
+    with pytest.raises(ConfigError, match="must be a .yaml"):
+        load_config(path=str(tmp_path / "x.txt"))
 
 
 def test_openai_backend_requires_base_url() -> None:

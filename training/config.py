@@ -14,11 +14,12 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import Field, ValidationError, model_validator
 
 from embodied_r_ros.core.config import (
     ConfigError,
     ModelConfig,
+    StrictModel,
     deep_merge,
     locate_yaml,
     read_yaml,
@@ -35,11 +36,7 @@ Dtype = Literal["auto", "float32", "float16", "bfloat16"]
 Device = Literal["auto", "cpu", "cuda"]
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True)
-
-
-class LoraSettings(_Strict):
+class LoraSettings(StrictModel):
     """PEFT LoRA instead of full fine-tuning (the paper trains all weights)."""
 
     r: int = Field(16, ge=1)
@@ -48,7 +45,7 @@ class LoraSettings(_Strict):
     target_modules: list[str] | str = "all-linear"
 
 
-class PolicySettings(_Strict):
+class PolicySettings(StrictModel):
     """The reasoning LM being trained: hub id, local directory or offline model name."""
 
     model: str = Field("Qwen/Qwen2.5-3B-Instruct", min_length=1)
@@ -57,14 +54,14 @@ class PolicySettings(_Strict):
     lora: LoraSettings | None = None
 
 
-class DataSettings(_Strict):
+class DataSettings(StrictModel):
     split: Literal["train", "val", "test", "all"] = "train"
     fold: int | None = Field(None, ge=0, description="k-fold: train on all folds but this one")
     max_prompt_tokens: int = Field(6144, ge=64, description="older frames are dropped beyond it")
     max_rows: int | None = Field(None, ge=1, description="the split's first N rows (demos)")
 
 
-class Stage(_Strict):
+class Stage(StrictModel):
     """A run of epochs with fixed reward weights (format : accuracy : consistency)."""
 
     epochs: int = Field(ge=1)
@@ -83,7 +80,7 @@ PAPER_STAGES = (
 )
 
 
-class RewardSettings(_Strict):
+class RewardSettings(StrictModel):
     answer_mode: Literal["tag", "official"] = "tag"
     # The last stage continues when training runs past the listed epochs.
     stages: list[Stage] = Field(default_factory=lambda: list(PAPER_STAGES), min_length=1)
@@ -95,7 +92,7 @@ class RewardSettings(_Strict):
     )
 
 
-class GRPOSettings(_Strict):
+class GRPOSettings(StrictModel):
     num_generations: int = Field(8, ge=2, description="group size G")
     completions_per_step: int = Field(32, ge=2, description="completions per optimizer step")
     per_device_batch: int = Field(8, ge=1, description="completions per device per micro-step")
@@ -137,7 +134,7 @@ class GRPOSettings(_Strict):
         return self.completions_per_step // per_step
 
 
-class SFTSettings(_Strict):
+class SFTSettings(StrictModel):
     """The SFT baseline on the same rows: target = a fixed think text + the right option."""
 
     learning_rate: float = Field(1e-5, gt=0.0)
@@ -154,7 +151,7 @@ class SFTSettings(_Strict):
     device: Device = "auto"
 
 
-class EvalSettings(_Strict):
+class EvalSettings(StrictModel):
     """Generation settings for ``eval`` (the official batch inference is greedy)."""
 
     max_new_tokens: int = Field(2048, ge=1)
@@ -165,7 +162,7 @@ class EvalSettings(_Strict):
     consistency: bool = Field(True, description="ask the reference LM about correct answers")
 
 
-class OutputSettings(_Strict):
+class OutputSettings(StrictModel):
     dir: str = "runs/embodied-r"
     save_steps: int = Field(100, ge=1)
     save_total_limit: int | None = Field(3, ge=1)
@@ -174,7 +171,7 @@ class OutputSettings(_Strict):
     log_completions: bool = False
 
 
-class TrainConfig(_Strict):
+class TrainConfig(StrictModel):
     name: str = "custom"
     description: str = ""
     policy: PolicySettings = PolicySettings()
@@ -197,9 +194,9 @@ def available_configs() -> list[str]:
     return yaml_names(CONFIG_DIR)
 
 
-def config_path(name_or_path: str | Path) -> Path:
-    """A shipped config by name (``cpu-tiny``) or a YAML file path."""
-    return locate_yaml(name_or_path, CONFIG_DIR, "training config")
+def config_path(name_or_path: str | Path, origin: Path | None = None) -> Path:
+    """A shipped config by name (``cpu-tiny``) or a YAML file path (relative to ``origin``)."""
+    return locate_yaml(name_or_path, CONFIG_DIR, "training config", origin)
 
 
 def parse_overrides(pairs: list[str] | None) -> dict[str, Any]:
@@ -229,9 +226,8 @@ def load_train_config(
     """A shipped config or file (default: the paper's), nested ``overrides`` applied, validated."""
     data: dict[str, Any] = {}
     if name_or_path is not None:
-        data = resolve_base(
-            read_yaml(config_path(name_or_path)), config_path, (str(name_or_path),)
-        )
+        path = config_path(name_or_path)
+        data = resolve_base(read_yaml(path), config_path, (str(path.resolve()),), path)
     if overrides:
         data = deep_merge(data, overrides)
     try:

@@ -1,32 +1,51 @@
 """One validated configuration schema for the CLI, the ROS nodes and the trainer.
 
-Profiles are YAML files in ``config/`` (``tiny``, ``offline``, ``workstation``, ``server``);
-a user file or ``--config`` may name a profile in ``base`` and override any key. Unknown keys
-and invalid values raise :class:`ConfigError` naming the key path (``reasoning.model.dtype``).
+Profiles are YAML files in ``config/profiles/`` (``tiny``, ``offline``, ``workstation``,
+``server``); a user file or ``--config`` may name a profile (or a file, relative to itself) in
+``base`` and override any key. Unknown keys and invalid values (non-finite numbers, non-HTTP
+URLs) raise :class:`ConfigError` naming the key path (``reasoning.model.dtype``).
 """
 
 from __future__ import annotations
 
+import os
+import re
 from collections.abc import Callable
+from importlib.resources import files
 from pathlib import Path
 from typing import Any, Literal
+from urllib.parse import urlsplit
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
-CONFIG_DIR = Path(__file__).resolve().parents[2] / "config"
-PROFILES = ("tiny", "offline", "workstation", "server")
+#: ``config/`` of the repository, reached through the package (``embodied_r_ros/config`` links
+#: to it in a source tree; wheels and colcon installs carry it as package data)
+CONFIG_DIR = Path(str(files("embodied_r_ros") / "config"))
+PROFILES_DIR = CONFIG_DIR / "profiles"
+_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+_ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
 class ConfigError(ValueError):
     """A configuration that cannot be used; the message names the offending key."""
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True)
+class StrictModel(BaseModel):
+    # non-finite numbers (.inf, .nan) fail validation naming the key, like any bad value
+    model_config = ConfigDict(
+        extra="forbid", frozen=True, validate_default=True, allow_inf_nan=False
+    )
 
 
-class KeyframeConfig(_Strict):
+class KeyframeConfig(StrictModel):
     """Key-frame extraction, defaults as in the official code (``train/conver_format/utils.py``)."""
 
     sample_fps: float = Field(1.0, ge=0.0, description="pre-sampling rate; 0 keeps every frame")
@@ -45,7 +64,7 @@ class KeyframeConfig(_Strict):
         return self
 
 
-class ModelConfig(_Strict):
+class ModelConfig(StrictModel):
     """A chat model behind one of the backends in ``core/backends``."""
 
     backend: Literal["transformers", "openai", "vllm"] = "transformers"
@@ -68,6 +87,27 @@ class ModelConfig(_Strict):
     # images sent to a VLM are resized so their longest side is at most this (0 = as is)
     image_max_side: int = Field(640, ge=0)
 
+    @field_validator("base_url")
+    @classmethod
+    def _http_url(cls, url: str | None) -> str | None:
+        if url is None:
+            return None
+        try:
+            parts = urlsplit(url)
+            parts.port  # noqa: B018 - raises ValueError for a bad port
+        except ValueError:
+            parts = None
+        if parts is None or parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError("must be an http:// or https:// URL such as http://127.0.0.1:8000/v1")
+        return url
+
+    @field_validator("api_key_env")
+    @classmethod
+    def _env_name(cls, name: str | None) -> str | None:
+        if name is not None and not _ENV_NAME_RE.match(name):
+            raise ValueError("must be the name of an environment variable, e.g. MY_VLM_KEY")
+        return name
+
     @model_validator(mode="after")
     def _endpoint(self) -> ModelConfig:
         if self.backend == "openai" and not self.base_url:
@@ -75,7 +115,7 @@ class ModelConfig(_Strict):
         return self
 
 
-class CameraConfig(_Strict):
+class CameraConfig(StrictModel):
     """Pinhole intrinsics for visual ego-motion; unset values fall back to a guess from hfov."""
 
     fx: float | None = Field(None, gt=0.0)
@@ -85,13 +125,22 @@ class CameraConfig(_Strict):
     hfov_deg: float = Field(70.0, gt=1.0, lt=179.0, description="used when fx is unset")
 
 
-class PerceptionConfig(_Strict):
+class PerceptionConfig(StrictModel):
     # vlm: the paper's question-conditioned VLM; geometric: actions from ego-motion only.
     backend: Literal["vlm", "geometric"] = "vlm"
     vlm: ModelConfig | None = None
     camera: CameraConfig = CameraConfig()
-    prompt_version: str = "embodied-r-v1"
     report_motion: bool = Field(True, description="write measured motion beside the VLM's action")
+    # per_query: the paper (every VLM call sees the question); streaming: key frames are
+    # described question-agnostically as they arrive, a query mostly reads stored descriptions
+    mode: Literal["per_query", "streaming"] = "per_query"
+    concurrency: int = Field(
+        0, ge=0, description="VLM calls of one query sent together (0: all; 1: one at a time)"
+    )
+    streaming_queue: int = Field(
+        8, ge=1, description="key frames waiting for a background description before the oldest "
+        "is dropped (streaming mode)"
+    )
 
     @model_validator(mode="after")
     def _needs_vlm(self) -> PerceptionConfig:
@@ -100,17 +149,22 @@ class PerceptionConfig(_Strict):
         return self
 
 
-class ReasoningConfig(_Strict):
+class ReasoningConfig(StrictModel):
     model: ModelConfig
     answer_mode: Literal["tag", "official"] = "tag"
 
 
-class CacheConfig(_Strict):
-    enabled: bool = True
+class CacheConfig(StrictModel):
+    """VLM replies per call (key frame, or key-frame pair): memory LRU in front of disk."""
+
+    enabled: bool = Field(True, description="cache replies (false: none, except the memory LRU "
+                          "that streaming perception keeps its descriptions in)")
     dir: str = "~/.cache/embodied_r/perception"
+    max_mb: float = Field(512.0, gt=0.0, description="disk bound; least recently used go first")
+    memory_mb: float = Field(32.0, gt=0.0, description="memory bound of the LRU")
 
 
-class Config(_Strict):
+class Config(StrictModel):
     """The whole pipeline: key frames -> perception -> reasoning."""
 
     name: str = "custom"
@@ -119,6 +173,9 @@ class Config(_Strict):
     perception: PerceptionConfig
     reasoning: ReasoningConfig
     cache: CacheConfig = CacheConfig()
+    prompts: str | None = Field(
+        None, description="prompt templates file (default config/prompts.yaml)"
+    )
 
 
 def format_validation_error(err: ValidationError) -> str:
@@ -155,42 +212,80 @@ def read_yaml(path: Path) -> dict[str, Any]:
     return data
 
 
+Locator = Callable[[str, Path | None], Path]
+
+
 def resolve_base(
     data: dict[str, Any],
-    locate: Callable[[str], Path],
+    locate: Locator,
     seen: tuple[str, ...] = (),
+    origin: Path | None = None,
+    paths: tuple[str, ...] = (),
 ) -> dict[str, Any]:
     """Merge ``data`` over the config its ``base`` key names (recursively; cycles fail).
 
-    ``locate`` turns a name or path into a file; the trainer passes its own.
+    ``locate(name_or_path, origin)`` turns a name or path into a file, a relative path counting
+    from ``origin``, the file that holds ``data``; the trainer passes its own locator. The
+    dotted keys in ``paths`` are file paths, made relative to the file that sets them.
     """
+    data = anchor_paths(data, origin, paths)
     base = data.pop("base", None)
     if base is None:
         return data
     if not isinstance(base, str):
         raise ConfigError("config key 'base': must be a config name or a path")
-    if base in seen:
+    path = locate(base, origin)
+    if str(path.resolve()) in seen:
         raise ConfigError(f"config key 'base': cycle through {base!r}")
-    parent = resolve_base(read_yaml(locate(base)), locate, (*seen, base))
+    parent = resolve_base(read_yaml(path), locate, (*seen, str(path.resolve())), path, paths)
     return deep_merge(parent, data)
 
 
-def _resolve(data: dict[str, Any], seen: tuple[str, ...] = ()) -> dict[str, Any]:
-    return resolve_base(data, profile_path, seen)
+def anchor_paths(data: dict[str, Any], origin: Path | None, keys: tuple[str, ...]
+                 ) -> dict[str, Any]:
+    """``data`` with the relative file paths at the dotted ``keys`` made relative to
+    ``origin``'s folder, so a config means the same files from any working directory."""
+    if origin is None or not keys:
+        return data
+    out = dict(data)
+    for key in keys:
+        head, _, rest = key.partition(".")
+        value = out.get(head)
+        if rest and isinstance(value, dict):
+            out[head] = anchor_paths(value, origin, (rest,))
+        elif not rest and isinstance(value, str) and value:
+            if not Path(value).expanduser().is_absolute():
+                out[head] = str(origin.resolve().parent / value)
+    return out
 
 
-def locate_yaml(name_or_path: str | Path, directory: Path, kind: str) -> Path:
-    """A YAML file given by path, or by name (``tiny``) in ``directory``; ``kind`` names what
-    is looked for in the error (``profile``, ``training config``)."""
-    path = Path(name_or_path)
-    if path.suffix in (".yaml", ".yml"):
+def is_path(name_or_path: str | Path) -> bool:
+    """A YAML file name or a path, as opposed to a bare name such as ``tiny``."""
+    text = str(name_or_path)
+    return Path(text).suffix in (".yaml", ".yml") or "/" in text or os.sep in text
+
+
+def locate_yaml(
+    name_or_path: str | Path, directory: Path, kind: str, origin: Path | None = None
+) -> Path:
+    """A YAML file given by path (relative to the file ``origin`` that names it, else to the
+    working directory), or by name (``tiny``) inside ``directory``; ``kind`` names what is
+    looked for in the error (``profile``, ``training config``). Names never leave
+    ``directory``."""
+    if is_path(name_or_path):
+        path = Path(name_or_path).expanduser()
+        if not path.is_absolute() and origin is not None:
+            path = origin.resolve().parent / path
+        if path.suffix not in (".yaml", ".yml"):
+            raise ConfigError(f"config file {path} must be a .yaml or .yml file")
         if not path.is_file():
             raise ConfigError(f"config file not found: {path}")
         return path
-    candidate = directory / f"{name_or_path}.yaml"
-    if not candidate.is_file():
+    name = str(name_or_path)
+    candidate = directory / f"{name}.yaml"
+    if not _NAME_RE.match(name) or ".." in name or not candidate.is_file():
         known = ", ".join(yaml_names(directory))
-        raise ConfigError(f"unknown {kind} '{name_or_path}' (known: {known})")
+        raise ConfigError(f"unknown {kind} '{name}' (known: {known}; or give a .yaml path)")
     return candidate
 
 
@@ -198,13 +293,22 @@ def yaml_names(directory: Path) -> list[str]:
     return sorted(p.stem for p in directory.glob("*.yaml"))
 
 
-def profile_path(name_or_path: str) -> Path:
-    """The YAML file for a profile name (``tiny``) or an explicit path."""
-    return locate_yaml(name_or_path, CONFIG_DIR, "profile")
+def profile_path(name_or_path: str, origin: Path | None = None) -> Path:
+    """The YAML file for a profile name (``tiny``, in ``config/profiles``) or a path."""
+    return locate_yaml(name_or_path, PROFILES_DIR, "profile", origin)
 
 
 def available_profiles() -> list[str]:
-    return yaml_names(CONFIG_DIR)
+    return yaml_names(PROFILES_DIR)
+
+
+#: pipeline config keys that hold file paths
+PATH_KEYS = ("prompts",)
+
+
+def _resolve(data: dict[str, Any], origin: Path | None = None) -> dict[str, Any]:
+    seen = (str(origin.resolve()),) if origin is not None else ()
+    return resolve_base(data, profile_path, seen, origin, PATH_KEYS)
 
 
 def config_from_dict(data: dict[str, Any]) -> Config:
@@ -212,6 +316,21 @@ def config_from_dict(data: dict[str, Any]) -> Config:
         return Config.model_validate(_resolve(dict(data)))
     except ValidationError as err:
         raise ConfigError(format_validation_error(err)) from None
+
+
+def api_key_from_env(name: str) -> str:
+    """The API key in environment variable ``name``, surrounding whitespace (a Windows line
+    ending from an env file) stripped; the error names the variable, never the value."""
+    raw = os.environ.get(name)
+    if raw is None or not raw.strip():
+        raise ConfigError(f"environment variable {name} (the API key) is not set")
+    key = raw.strip()
+    if any(ch.isspace() or not ch.isprintable() for ch in key):
+        raise ConfigError(
+            f"environment variable {name} holds an API key with spaces or control characters "
+            "inside it; it was not used"
+        )
+    return key
 
 
 def load_config(
@@ -222,9 +341,11 @@ def load_config(
     """Load a profile and/or a file, apply nested ``overrides``, validate once."""
     data: dict[str, Any] = {}
     if profile is not None:
-        data = _resolve(read_yaml(profile_path(profile)), (profile,))
+        located = profile_path(profile)
+        data = _resolve(read_yaml(located), located)
     if path is not None:
-        data = deep_merge(data, _resolve(read_yaml(profile_path(str(path)))))
+        located = profile_path(str(path))
+        data = deep_merge(data, _resolve(read_yaml(located), located))
     if overrides:
         data = deep_merge(data, overrides)
     if not data:
