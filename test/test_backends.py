@@ -30,10 +30,12 @@ from embodied_r_ros.core.backends import (
     Conversation,
     create_backend,
 )
+from embodied_r_ros.core.backends.base import Completion
 from embodied_r_ros.core.backends.images import from_data_url, resize_max_side, to_data_url
 from embodied_r_ros.core.backends.openai_backend import OpenAIBackend
 from embodied_r_ros.core.backends.server import OpenAIServer, serve
-from embodied_r_ros.core.config import ModelConfig
+from embodied_r_ros.core.cancel import CANCELLED, CancelToken
+from embodied_r_ros.core.config import ConfigError, ModelConfig
 
 QUESTIONS = [
     "Which object is closest to the agent?",
@@ -90,22 +92,83 @@ class SlowBackend(ChatBackend):
     """Answers only after ``release`` is set (or 5 s): a server that outlives client timeouts."""
 
     model_id = "slow"
+    concurrent = True
 
     def __init__(self) -> None:
         self.release = threading.Event()
 
-    def generate(self, conversations: list[Conversation], **_: Any) -> list[str]:
+    def complete(self, conversations: Any, **_: Any) -> list[Completion]:
         self.release.wait(5.0)
-        return ["late"] * len(conversations)
+        return [Completion("late")] * len(conversations)
 
 
-class BrokenBackend(ChatBackend):
-    """Fails every call: the server answers 500."""
+class FlakyBackend(ChatBackend):
+    """Fails while ``broken`` is set (the server answers 500), else echoes; counts batches."""
 
-    model_id = "broken"
+    model_id = "flaky"
+    max_batch = 8
 
-    def generate(self, conversations: list[Conversation], **_: Any) -> list[str]:
-        raise RuntimeError("model exploded")
+    def __init__(self, broken: bool = True, delay_s: float = 0.0) -> None:
+        self.broken = broken
+        self.delay_s = delay_s
+        self.batches: list[int] = []
+
+    def complete(self, conversations: Any, **_: Any) -> list[Completion]:
+        self.batches.append(len(conversations))
+        time.sleep(self.delay_s)
+        if self.broken:
+            self._record("model exploded")
+            raise RuntimeError("model exploded")
+        self._record(None)
+        return [Completion(f"echo {c[-1]['content']}", "stop", 3, 2) for c in conversations]
+
+
+BrokenBackend = FlakyBackend
+
+
+class RawHTTP:
+    """A loopback socket server that answers every request with ``respond(conn, request)``:
+    for misbehaving servers (trickled bytes, echoed secrets) no HTTP library would write."""
+
+    def __init__(self, respond: Callable[[socket.socket, bytes], None]) -> None:
+        self.respond = respond
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(16)
+        self.sock.settimeout(0.2)
+        self.requests = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._serve, daemon=True)
+        self._thread.start()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.sock.getsockname()[1]}/v1"
+
+    def _serve(self) -> None:
+        while not self._stop.is_set():
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                continue
+            threading.Thread(target=self._one, args=(conn,), daemon=True).start()
+
+    def _one(self, conn: socket.socket) -> None:
+        with conn:
+            conn.settimeout(5.0)
+            data = b""
+            try:
+                while b"\r\n\r\n" not in data:
+                    data += conn.recv(65536)
+                self.requests += 1
+                self.respond(conn, data)
+            except OSError:
+                pass
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=2.0)
+        self.sock.close()
 
 
 def openai_cfg(url: str, **overrides: Any) -> ModelConfig:
@@ -389,7 +452,9 @@ def test_api_key_goes_only_into_the_header(
     with serve(tiny_lm, api_key=secret, request_hook=recorder) as server:
         ok = OpenAIBackend(openai_cfg(server.url, **keyed))
         assert ok.generate(text_convs(1)) and ok.healthy()
-    assert {h.get("Authorization") for _, _, h in recorder.requests} == {f"Bearer {secret}"}
+    sent = {v for _, _, h in recorder.requests for k, v in h.items()
+            if k.lower() == "authorization"}
+    assert sent == {f"Bearer {secret}"} and len(recorder.requests) >= 2
     with serve(tiny_lm, api_key="another-key") as server:
         refused = OpenAIBackend(openai_cfg(server.url, **keyed))
         with pytest.raises(BackendError) as err:
@@ -398,9 +463,8 @@ def test_api_key_goes_only_into_the_header(
     assert "HTTP 401" in str(err.value)
     assert secret not in str(err.value) and secret not in caplog.text
     monkeypatch.delenv("EMBODIED_R_TEST_KEY")
-    with pytest.raises(BackendError) as err:
-        refused.generate(text_convs(1))
-    assert "EMBODIED_R_TEST_KEY is not set" in str(err.value)
+    with pytest.raises(ConfigError, match="EMBODIED_R_TEST_KEY .*is not set"):
+        OpenAIBackend(openai_cfg("http://127.0.0.1:9/v1", **keyed))  # at start, not mid-query
 
 
 def test_backend_down_is_reported_quickly() -> None:
@@ -466,3 +530,190 @@ def test_run_server_serves_a_profile_model_until_interrupted(tiny_models_dir: Pa
         _, stderr = proc.communicate(timeout=30)
     assert proc.returncode == 0, stderr.decode()
     assert f"serving tiny-qwen2 at http://127.0.0.1:{port}/v1" in stderr.decode()
+
+
+# -- deadlines, cancel, honest server -------------------------------------------------------
+
+
+def _trickle(conn: socket.socket, _request: bytes) -> None:
+    """A reply one byte every 0.2 s: each read is quick, the whole never arrives in time."""
+    body = b'{"choices": [{"message": {"role": "assistant", "content": "hi"}}]}'
+    head = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+    head += b"Content-Length: %d\r\n\r\n" % len(body)
+    for byte in head + body:
+        conn.sendall(bytes([byte]))
+        time.sleep(0.2)
+
+
+def test_timeout_is_a_deadline_for_the_whole_attempt() -> None:
+    raw = RawHTTP(_trickle)
+    try:
+        client = OpenAIBackend(openai_cfg(raw.url, timeout_s=1.0, retries=0))
+        start = time.monotonic()
+        with pytest.raises(BackendError) as err:
+            client.generate(text_convs(1))
+        elapsed = time.monotonic() - start
+    finally:
+        raw.close()
+    assert err.value.code == BACKEND_TIMEOUT and elapsed < 2.0, elapsed
+
+
+def test_retries_never_outlast_the_question_budget() -> None:
+    slow = SlowBackend()
+    recorder = Recorder()
+    with serve(slow, request_hook=recorder) as server:
+        client = OpenAIBackend(openai_cfg(server.url, timeout_s=30.0, retries=5))
+        start = time.monotonic()
+        try:
+            with pytest.raises(BackendError) as err:
+                client.complete(text_convs(1), cancel=CancelToken(0.8))
+            elapsed = time.monotonic() - start
+        finally:
+            slow.release.set()
+        assert client.healthy(), client.health()  # a spent budget says nothing against it
+    # 6 attempts x 30 s were allowed per call; the question had 0.8 s left
+    assert err.value.code == BACKEND_TIMEOUT and elapsed < 1.5, elapsed
+    assert recorder.posts() == 1
+
+
+def test_cancel_aborts_requests_in_flight_and_drops_the_rest() -> None:
+    slow = SlowBackend()
+    recorder = Recorder()
+    with serve(slow, request_hook=recorder) as server:
+        client = OpenAIBackend(openai_cfg(server.url, max_concurrency=2, timeout_s=30.0))
+        token = CancelToken()
+        threading.Timer(0.5, token.cancel).start()
+        start = time.monotonic()
+        try:
+            with pytest.raises(BackendError) as err:
+                client.complete(text_convs(6), cancel=token)
+            elapsed = time.monotonic() - start
+        finally:
+            slow.release.set()
+    assert err.value.code == CANCELLED and elapsed < 1.0, elapsed
+    assert recorder.posts() == 2  # two were in flight; the four waiting were never sent
+
+
+def test_the_key_never_leaks_on_any_error_path(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    secret = "sk-leak-check-0123456789"
+    monkeypatch.setenv("ER_LEAK_KEY", secret + "\r\n")  # a Windows line ending is stripped
+    caplog.set_level(logging.DEBUG)
+
+    def echo_headers(conn: socket.socket, request: bytes) -> None:  # a server echoing them
+        body = json.dumps({"error": {"message": request.decode(errors="replace")}}).encode()
+        conn.sendall(b"HTTP/1.1 500 Oops\r\nContent-Type: application/json\r\nContent-Length: "
+                     + str(len(body)).encode() + b"\r\n\r\n" + body)
+
+    raw = RawHTTP(echo_headers)
+    errors = []
+    try:
+        for url, kw in ((raw.url, {}), (f"http://127.0.0.1:{free_port()}/v1", {}),
+                        (raw.url, {"timeout_s": 0.01})):
+            client = OpenAIBackend(openai_cfg(url, api_key_env="ER_LEAK_KEY", retries=1, **kw))
+            with pytest.raises(BackendError) as err:
+                client.generate(text_convs(1))
+            errors.append(str(err.value))
+            errors.append(client.health().error)
+            client.close()
+    finally:
+        raw.close()
+    assert raw.requests >= 2 and "Bearer ***" in errors[0]  # the echo arrived, scrubbed
+    assert all(secret not in e for e in errors) and secret not in caplog.text
+
+
+def test_server_reports_length_usage_and_honours_stop_and_seed(tiny_lm: ChatBackend) -> None:
+    with serve(tiny_lm) as server:
+        def chat(**extra: Any) -> tuple[int, dict[str, Any]]:
+            body = {"messages": [{"role": "user", "content": QUESTIONS[0]}], **extra}
+            return http_json(server.url + "/chat/completions", json.dumps(body).encode())
+
+        status, cut = chat(max_tokens=2)
+        assert status == 200 and cut["choices"][0]["finish_reason"] == "length"
+        assert cut["usage"]["completion_tokens"] == 2 and cut["usage"]["prompt_tokens"] > 5
+        _, full = chat(max_tokens=12)
+        text = full["choices"][0]["message"]["content"]
+        stop = text[2:4]
+        assert len(stop) == 2 and stop in text
+        _, stopped = chat(max_tokens=12, stop=[stop])
+        assert stopped["choices"][0]["message"]["content"] == text[: text.index(stop)]
+        assert stopped["choices"][0]["finish_reason"] == "stop"
+        sampled = [chat(max_tokens=12, temperature=1.0, seed=s)[1] for s in (5, 5, 6)]
+        texts = [r["choices"][0]["message"]["content"] for r in sampled]
+        assert texts[0] == texts[1] != texts[2]
+        for bad in ({"stream": True}, {"logprobs": True}, {"n": 2}, {"stop": [1]},
+                    {"top_p": 0.0}):
+            status, err = chat(**bad)
+            assert status == 400, bad
+            assert err["error"]["type"] == "invalid_request_error"
+
+
+def test_server_batches_concurrent_requests_for_in_process_models() -> None:
+    backend = FlakyBackend(broken=False, delay_s=0.2)
+    with serve(backend) as server:
+        client = OpenAIBackend(openai_cfg(server.url, max_concurrency=6))
+        replies = client.generate(text_convs(6))
+    assert replies == [f"echo {c[-1]['content']}" for c in text_convs(6)]
+    # the first request starts a batch alone, the five that arrive meanwhile share the next
+    assert len(backend.batches) < 6 and max(backend.batches) > 1, backend.batches
+
+
+def test_health_reflects_the_last_call(tiny_lm: ChatBackend, monkeypatch: pytest.MonkeyPatch,
+                                       caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.CRITICAL, logger="embodied_r_ros.core.backends.server")
+    flaky = FlakyBackend(broken=True)
+    with serve(flaky) as server:
+        root = server.url.removesuffix("/v1")
+        client = OpenAIBackend(openai_cfg(server.url))
+        with pytest.raises(BackendError):
+            client.generate(text_convs(1))
+        status, body = http_json(root + "/health")
+        assert status == 503 and "model exploded" in body["error"]
+        assert not client.healthy() and "HTTP 500" in client.health().error
+        flaky.broken = False
+        client.generate(text_convs(1))
+        assert http_json(root + "/health")[0] == 200 and client.healthy()
+    # in process: an OOM in generate makes the backend unhealthy until a call succeeds
+    real = tiny_lm.model.generate
+
+    def oom(*_a: Any, **_k: Any) -> Any:
+        raise RuntimeError("CUDA out of memory. Tried to allocate 2.00 GiB")
+
+    monkeypatch.setattr(tiny_lm.model, "generate", oom)
+    with pytest.raises(BackendError, match="out of memory"):
+        tiny_lm.generate(text_convs(1))
+    assert not tiny_lm.healthy() and "out of memory" in tiny_lm.health().error
+    monkeypatch.setattr(tiny_lm.model, "generate", real)
+    tiny_lm.generate(text_convs(1))
+    assert tiny_lm.healthy()
+
+
+def test_in_process_generation_stops_when_cancelled(
+    tiny_models_dir: Path, tiny_config: Callable[..., ModelConfig]
+) -> None:
+    backend = create_backend(tiny_config("tiny-qwen2", max_new_tokens=4000, batch_size=1),
+                             cache_dir=tiny_models_dir)
+    token = CancelToken()
+    threading.Timer(0.3, token.cancel).start()
+    start = time.monotonic()
+    with pytest.raises(BackendError) as err:
+        backend.complete(text_convs(1), cancel=token)
+    assert err.value.code == CANCELLED and time.monotonic() - start < 1.5
+    assert backend.healthy()  # a cancel is not a failure
+
+
+def test_serve_binds_the_port_before_loading_the_model() -> None:
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen(1)
+        port = busy.getsockname()[1]
+        from embodied_r_ros.core.backends.server import run_server
+
+        start = time.monotonic()
+        for bad_port in (port, 70000):
+            with pytest.raises(BackendError, match=f"{bad_port}") as err:
+                # a model that would take long (or fail) to load is never reached
+                run_server(ModelConfig(model="Qwen/never-loaded"), "127.0.0.1", bad_port)
+            assert "\n" not in str(err.value)
+        assert time.monotonic() - start < 2.0

@@ -4,15 +4,42 @@ A conversation is a list of OpenAI-style messages ``{"role": ..., "content": ...
 ``content`` is a string or a list of parts: ``{"type": "text", "text": str}`` or
 ``{"type": "image", "image": np.ndarray}`` (H x W x 3, uint8, RGB). Backends turn images into
 whatever their model needs (processor tensors, base64 JPEG, vLLM multi-modal data).
+
+:meth:`ChatBackend.complete` takes a whole batch: a backend that can run calls concurrently (an
+HTTP endpoint, a batching engine) does, reports each reply through ``on_reply`` as it arrives,
+and stops when the :class:`~embodied_r_ros.core.cancel.CancelToken` says so. Health is what
+really happened: a backend whose last call failed reports that error until a call succeeds.
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing import Any
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from embodied_r_ros.core.cancel import CANCELLED, CancelToken
 
 Message = dict[str, Any]
 Conversation = list[Message]
+
+BACKEND_DOWN = "BACKEND_DOWN"
+BACKEND_TIMEOUT = "BACKEND_TIMEOUT"
+BACKEND_FAILED = "BACKEND_FAILED"
+
+__all__ = [
+    "BACKEND_DOWN",
+    "BACKEND_FAILED",
+    "BACKEND_TIMEOUT",
+    "CANCELLED",
+    "BackendError",
+    "ChatBackend",
+    "Completion",
+    "Conversation",
+    "Health",
+    "Message",
+    "raise_if_stopped",
+]
 
 
 class BackendError(RuntimeError):
@@ -23,32 +50,87 @@ class BackendError(RuntimeError):
         self.code = code
 
 
-BACKEND_DOWN = "BACKEND_DOWN"
-BACKEND_TIMEOUT = "BACKEND_TIMEOUT"
-BACKEND_FAILED = "BACKEND_FAILED"
+def raise_if_stopped(cancel: CancelToken | None) -> None:
+    """Raise the token's reason (CANCELLED or BACKEND_TIMEOUT) as a :class:`BackendError`."""
+    why = cancel.reason() if cancel is not None else None
+    if why is not None:
+        raise BackendError(*why)
+
+
+@dataclass(frozen=True)
+class Completion:
+    """One reply with what an OpenAI-compatible API reports about it."""
+
+    text: str
+    finish_reason: Literal["stop", "length"] = "stop"
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+
+
+@dataclass(frozen=True)
+class Health:
+    ok: bool
+    error: str = ""
+
+
+#: called with (index in the batch, completion) as each reply arrives
+ReplyFn = Callable[[int, Completion], None]
 
 
 class ChatBackend(ABC):
-    """Generates one reply per conversation; batching is the backend's business."""
+    """Generates one reply per conversation; batching and concurrency are the backend's."""
 
     #: identifies the weights for caches and logs (hub id, path or offline name)
     model_id: str
     #: whether image parts are accepted
     supports_images: bool = False
+    #: whether complete() may be called from several threads at once and batches or overlaps
+    #: them itself (the OpenAI-compatible server then hands it requests without a lock)
+    concurrent: bool = False
+    #: the most conversations one complete() call is worth grouping (the server's batches)
+    max_batch: int = 1
 
     @abstractmethod
-    def generate(
+    def complete(
         self,
-        conversations: list[Conversation],
+        conversations: Sequence[Conversation],
         *,
         max_new_tokens: int | None = None,
         temperature: float | None = None,
-    ) -> list[str]:
-        """Replies in input order. ``None`` arguments fall back to the backend's config."""
+        top_p: float | None = None,
+        seed: int | None = None,
+        stop: Sequence[str] = (),
+        cancel: CancelToken | None = None,
+        on_reply: ReplyFn | None = None,
+    ) -> list[Completion]:
+        """Replies in input order. ``None`` settings fall back to the backend's config.
+
+        Raises :class:`BackendError`; ``CANCELLED`` / ``BACKEND_TIMEOUT`` when ``cancel`` stops
+        the batch (replies already delivered through ``on_reply`` stay delivered).
+        """
+
+    def generate(self, conversations: Sequence[Conversation], **settings: Any) -> list[str]:
+        """The reply texts of :meth:`complete`."""
+        return [c.text for c in self.complete(conversations, **settings)]
+
+    # -- health ------------------------------------------------------------------------------
+
+    _last_error: str | None = None
+
+    def _record(self, error: BaseException | str | None) -> None:
+        """Remember the outcome of a call: the error, or None for success. Cancelled calls and
+        spent question budgets say nothing about the backend and are not recorded."""
+        if isinstance(error, BackendError) and error.code in (CANCELLED, BACKEND_TIMEOUT):
+            return
+        self._last_error = None if error is None else " ".join(str(error).split())
+
+    def health(self) -> Health:
+        """Whether the last call worked (in-process); remote backends also probe the server."""
+        error = self._last_error
+        return Health(ok=error is None, error=error or "")
 
     def healthy(self) -> bool:
-        """Cheap liveness check (for diagnostics); in-process backends are always up."""
-        return True
+        return self.health().ok
 
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release models, sessions or threads."""

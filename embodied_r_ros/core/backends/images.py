@@ -13,7 +13,7 @@ from typing import Any
 import cv2
 import numpy as np
 
-from embodied_r_ros.core.backends.base import BACKEND_FAILED, BackendError, Message
+from embodied_r_ros.core.backends.base import BACKEND_FAILED, BackendError, Conversation, Message
 
 DATA_URL_PREFIX = "data:image/jpeg;base64,"
 
@@ -91,3 +91,22 @@ def from_data_url(url: str) -> np.ndarray:
     except (binascii.Error, ValueError):
         raise ValueError("image data URL is not valid base64") from None
     return decode_image(data)
+
+
+def to_openai_messages(conversation: Conversation, image_max_side: int = 0) -> list[dict[str, Any]]:
+    """Core messages -> OpenAI chat messages; images become base64 JPEG data URLs."""
+    out: list[dict[str, Any]] = []
+    for msg in conversation:
+        content = content_parts(msg)
+        if not isinstance(content, str):
+            content = [
+                {
+                    "type": "image_url",
+                    "image_url": {"url": to_data_url(part["image"], max_side=image_max_side)},
+                }
+                if part["type"] == "image"
+                else part
+                for part in content
+            ]
+        out.append({"role": msg["role"], "content": content})
+    return out

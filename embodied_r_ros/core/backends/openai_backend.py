@@ -1,23 +1,30 @@
 """Backend for any OpenAI-compatible chat-completions endpoint (``vllm serve``, hosted APIs,
-``embodied-r serve``), using only the standard library.
+``embodied-r serve``), on the maintained ``openai`` client.
 
 ``base_url`` follows the OpenAI client convention: everything up to and including the version
-path (``http://host:8000/v1``); ``/chat/completions`` and ``/models`` are appended. The API key
-is read from the environment variable named by ``api_key_env`` at request time and only ever
-placed in the ``Authorization`` header: it is never logged and is scrubbed from error messages.
+path (``http://host:8000/v1``). One ``AsyncOpenAI`` client per backend runs on its own event-loop
+thread, so a batch of conversations (the key frames of a question) is sent as up to
+``max_concurrency`` requests at once over kept-alive connections, and a cancelled or timed-out
+question aborts the requests in flight (the task is cancelled, the connection closed).
+
+``timeout_s`` bounds each attempt as a whole (a server trickling its reply byte by byte cannot
+stretch it), ``retries`` repeats overload and connection failures with exponential backoff, and
+the caller's :class:`~embodied_r_ros.core.cancel.CancelToken` caps everything at the time left in
+the question. The API key comes only from the environment variable named by ``api_key_env``, is
+validated once, and never appears in logs or errors.
 """
 
 from __future__ import annotations
 
-import http.client
-import json
+import asyncio
+import concurrent.futures
 import logging
-import os
-import time
-import urllib.error
-import urllib.request
-from concurrent.futures import ThreadPoolExecutor
+import random
+import threading
+from collections.abc import Sequence
 from typing import Any
+
+import openai
 
 from embodied_r_ros.core.backends.base import (
     BACKEND_DOWN,
@@ -25,51 +32,42 @@ from embodied_r_ros.core.backends.base import (
     BACKEND_TIMEOUT,
     BackendError,
     ChatBackend,
+    Completion,
     Conversation,
+    Health,
+    ReplyFn,
+    raise_if_stopped,
 )
-from embodied_r_ros.core.backends.images import content_parts, to_data_url
-from embodied_r_ros.core.config import ModelConfig
+from embodied_r_ros.core.backends.images import to_openai_messages
+from embodied_r_ros.core.cancel import CancelToken
+from embodied_r_ros.core.config import ModelConfig, api_key_from_env
 
 logger = logging.getLogger(__name__)
 
 HEALTH_TIMEOUT_S = 2.0
-BACKOFF_S = 0.25  # first retry delay; doubles per retry
+BACKOFF_S = 0.25  # first retry delay; doubles per retry, with jitter
 #: HTTP statuses worth retrying: overload and server-side failures
-RETRY_STATUSES = frozenset({429, 500, 502, 503, 504})
+RETRY_STATUSES = frozenset({408, 429, 500, 502, 503, 504})
+_POLL_S = 0.05
 _ERROR_BODY_CHARS = 300
+#: sent when no key is configured, so the client never picks up an unrelated OPENAI_API_KEY
+NO_KEY = "no-key"
 
 
-class HTTPStatusError(BackendError):
-    """The endpoint answered with an HTTP error status (kept for the retry decision)."""
+class _Attempt(Exception):
+    """One failed attempt: the error, and whether another attempt may help."""
 
-    def __init__(self, status: int, message: str) -> None:
-        super().__init__(BACKEND_FAILED, message)
-        self.status = status
-
-
-def to_openai_messages(conversation: Conversation, image_max_side: int = 0) -> list[dict[str, Any]]:
-    """Core messages -> OpenAI chat messages; images become base64 JPEG data URLs."""
-    out: list[dict[str, Any]] = []
-    for msg in conversation:
-        content = content_parts(msg)
-        if not isinstance(content, str):
-            content = [
-                {
-                    "type": "image_url",
-                    "image_url": {"url": to_data_url(part["image"], max_side=image_max_side)},
-                }
-                if part["type"] == "image"
-                else part
-                for part in content
-            ]
-        out.append({"role": msg["role"], "content": content})
-    return out
+    def __init__(self, error: BackendError, retry: bool) -> None:
+        super().__init__(str(error))
+        self.error = error
+        self.retry = retry
 
 
 class OpenAIBackend(ChatBackend):
-    """Chat completions over HTTP; a batch is sent as concurrent requests."""
+    """Chat completions over HTTP; see the module docstring."""
 
     supports_images = True  # the server decides; a text-only server answers with an HTTP error
+    concurrent = True
 
     def __init__(self, cfg: ModelConfig) -> None:
         if not cfg.base_url:
@@ -77,141 +75,197 @@ class OpenAIBackend(ChatBackend):
         self.cfg = cfg
         self.model_id = cfg.model
         self.base_url = cfg.base_url.rstrip("/")
+        key = api_key_from_env(cfg.api_key_env) if cfg.api_key_env else None
+        self._key = key
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(
+            target=self._loop.run_forever, name=f"openai-{cfg.model}", daemon=True
+        )
+        self._thread.start()
+        self._slots: asyncio.Semaphore | None = None  # made on the loop, with the client
+        self._client = self._run(self._make_client(key or NO_KEY), None)
+        self._closed = False
 
-    # -- HTTP --------------------------------------------------------------------------------
+    async def _make_client(self, key: str) -> openai.AsyncOpenAI:
+        import httpx2
 
-    def _api_key(self) -> str | None:
-        if not self.cfg.api_key_env:
-            return None
-        key = os.environ.get(self.cfg.api_key_env)
-        if not key:
-            raise BackendError(
-                BACKEND_FAILED, f"environment variable {self.cfg.api_key_env} is not set"
-            )
-        return key
+        limits = httpx2.Limits(
+            max_connections=self.cfg.max_concurrency,
+            max_keepalive_connections=self.cfg.max_concurrency,
+        )
+        self._slots = asyncio.Semaphore(self.cfg.max_concurrency)
+        return openai.AsyncOpenAI(
+            base_url=self.base_url,
+            api_key=key,
+            max_retries=0,  # retries, backoff and the deadline are ours (see the docstring)
+            timeout=self.cfg.timeout_s,
+            http_client=httpx2.AsyncClient(limits=limits, timeout=self.cfg.timeout_s),
+        )
 
-    def _request(
-        self, method: str, path: str, body: dict[str, Any] | None, timeout: float
-    ) -> dict[str, Any]:
-        """One HTTP exchange; the key is scrubbed from whatever error comes out."""
-        key = self._api_key()
-        try:
-            return self._exchange(method, path, body, timeout, key)
-        except BackendError as err:
-            if key and key in str(err):
-                err.args = (str(err).replace(key, "***"),)
-            raise
+    def _run(self, coro: Any, timeout: float | None) -> Any:
+        return asyncio.run_coroutine_threadsafe(coro, self._loop).result(timeout)
 
-    def _exchange(
-        self,
-        method: str,
-        path: str,
-        body: dict[str, Any] | None,
-        timeout: float,
-        key: str | None,
-    ) -> dict[str, Any]:
-        headers = {"Accept": "application/json"}
-        data = None
-        if body is not None:
-            data = json.dumps(body).encode()
-            headers["Content-Type"] = "application/json"
-        if key:
-            headers["Authorization"] = f"Bearer {key}"
-        url = self.base_url + path
-        req = urllib.request.Request(url, data=data, headers=headers, method=method)
-        timed_out = f"no reply from {url} within {timeout:g} s"
-        try:
-            with urllib.request.urlopen(req, timeout=timeout) as resp:
-                raw = resp.read()
-        except urllib.error.HTTPError as exc:
-            detail = exc.read(_ERROR_BODY_CHARS).decode("utf-8", "replace").strip()
-            if exc.code == 404:
+    # -- one request ---------------------------------------------------------------------------
+
+    def _scrub(self, text: str) -> str:
+        return text.replace(self._key, "***") if self._key else text
+
+    def _failure(self, exc: BaseException, budget: float) -> _Attempt:
+        url = f"{self.base_url}/chat/completions"
+        if isinstance(exc, asyncio.TimeoutError | openai.APITimeoutError):
+            error = BackendError(BACKEND_TIMEOUT, f"no reply from {url} within {budget:g} s")
+            return _Attempt(error, retry=True)
+        if isinstance(exc, openai.APIStatusError):
+            status = exc.status_code
+            detail = self._scrub(" ".join(str(exc.message).split()))[:_ERROR_BODY_CHARS]
+            if status == 404:
                 detail += " (base_url must be the API root, e.g. http://host:8000/v1)"
-            raise HTTPStatusError(exc.code, f"HTTP {exc.code} from {url}: {detail}") from None
-        except urllib.error.URLError as exc:
-            if isinstance(exc.reason, TimeoutError):  # timed out while connecting
-                raise BackendError(BACKEND_TIMEOUT, timed_out) from None
-            raise BackendError(BACKEND_DOWN, f"cannot reach {url}: {exc.reason}") from None
-        except TimeoutError:  # timed out waiting for the reply
-            raise BackendError(BACKEND_TIMEOUT, timed_out) from None
-        except OSError as exc:  # connection reset or dropped mid-exchange
-            raise BackendError(BACKEND_DOWN, f"connection to {url} failed: {exc}") from None
-        except http.client.HTTPException as exc:  # not speaking HTTP, truncated reply
-            raise BackendError(BACKEND_FAILED, f"bad HTTP reply from {url}: {exc!r}") from None
+            error = BackendError(BACKEND_FAILED, f"HTTP {status} from {url}: {detail}")
+            return _Attempt(error, retry=status in RETRY_STATUSES)
+        if isinstance(exc, openai.APIConnectionError):
+            cause = exc.__cause__ or exc
+            reason = self._scrub(" ".join(str(cause).split())) or type(cause).__name__
+            return _Attempt(BackendError(BACKEND_DOWN, f"cannot reach {url}: {reason}"), True)
+        reason = self._scrub(" ".join(str(exc).split()))[:_ERROR_BODY_CHARS]
+        return _Attempt(BackendError(BACKEND_FAILED, f"bad reply from {url}: {reason}"), False)
+
+    async def _attempt(self, body: dict[str, Any], budget: float) -> Completion:
         try:
-            return json.loads(raw)
-        except ValueError:
-            raise BackendError(BACKEND_FAILED, f"reply from {url} is not JSON") from None
+            reply = await asyncio.wait_for(self._client.chat.completions.create(**body), budget)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - every failure becomes one error code
+            raise self._failure(exc, budget) from None
+        try:
+            choice = reply.choices[0]
+            text = choice.message.content or ""
+        except (AttributeError, IndexError, TypeError):
+            error = BackendError(BACKEND_FAILED, "reply has no choices[0].message")
+            raise _Attempt(error, retry=False) from None
+        usage = getattr(reply, "usage", None)
+        return Completion(
+            text=text,
+            finish_reason="length" if choice.finish_reason == "length" else "stop",
+            prompt_tokens=getattr(usage, "prompt_tokens", None),
+            completion_tokens=getattr(usage, "completion_tokens", None),
+        )
 
-    @staticmethod
-    def _retryable(err: BackendError) -> bool:
-        if isinstance(err, HTTPStatusError):
-            return err.status in RETRY_STATUSES
-        return err.code in (BACKEND_DOWN, BACKEND_TIMEOUT)
-
-    def _with_retries(self, body: dict[str, Any]) -> dict[str, Any]:
-        delay = BACKOFF_S
-        for attempt in range(self.cfg.retries + 1):
-            try:
-                return self._request("POST", "/chat/completions", body, self.cfg.timeout_s)
-            except BackendError as err:
-                if attempt == self.cfg.retries or not self._retryable(err):
-                    raise
-                logger.warning(
-                    "%s (attempt %d of %d); retrying in %.2f s",
-                    err,
-                    attempt + 1,
-                    self.cfg.retries + 1,
-                    delay,
-                )
-                time.sleep(delay)
-                delay *= 2
+    async def _request(self, body: dict[str, Any], cancel: CancelToken | None) -> Completion:
+        """Attempts with backoff, each within ``timeout_s`` and all within the question's time."""
+        assert self._slots is not None
+        async with self._slots:
+            delay = BACKOFF_S
+            for attempt in range(self.cfg.retries + 1):
+                raise_if_stopped(cancel)
+                budget = cancel.bound(self.cfg.timeout_s) if cancel else self.cfg.timeout_s
+                try:
+                    return await self._attempt(body, budget)
+                except _Attempt as failed:
+                    if cancel is not None and cancel.stopped:
+                        raise_if_stopped(cancel)
+                    last = attempt == self.cfg.retries
+                    if last or not failed.retry:
+                        raise failed.error from None
+                    wait = delay * (1.0 + 0.2 * random.random())
+                    if cancel is not None:
+                        wait = cancel.bound(wait)
+                    logger.warning("%s (attempt %d of %d); retrying in %.2f s", failed.error,
+                                   attempt + 1, self.cfg.retries + 1, wait)
+                    await asyncio.sleep(wait)
+                    delay *= 2
         raise AssertionError("unreachable")
 
-    # -- ChatBackend -------------------------------------------------------------------------
-
-    def _complete(self, conversation: Conversation, max_new: int, temp: float) -> str:
+    def _body(
+        self,
+        conversation: Conversation,
+        max_new: int,
+        temp: float,
+        top_p: float | None,
+        seed: int | None,
+        stop: Sequence[str],
+    ) -> dict[str, Any]:
         body: dict[str, Any] = {
             "model": self.cfg.model,
             "messages": to_openai_messages(conversation, self.cfg.image_max_side),
             "max_tokens": max_new,
             "temperature": temp,
         }
-        if temp > 0:
-            body.update(top_p=self.cfg.top_p, seed=self.cfg.seed)
-        reply = self._with_retries(body)
-        try:
-            content = reply["choices"][0]["message"].get("content")
-        except (KeyError, IndexError, TypeError, AttributeError):
-            raise BackendError(BACKEND_FAILED, "reply has no choices[0].message") from None
-        return content or ""
+        if temp > 0 or top_p is not None:
+            body["top_p"] = self.cfg.top_p if top_p is None else top_p
+        if temp > 0 or seed is not None:
+            body["seed"] = self.cfg.seed if seed is None else seed
+        if stop:
+            body["stop"] = list(stop)
+        return body
 
-    def generate(
+    # -- ChatBackend -------------------------------------------------------------------------
+
+    def complete(
         self,
-        conversations: list[Conversation],
+        conversations: Sequence[Conversation],
         *,
         max_new_tokens: int | None = None,
         temperature: float | None = None,
-    ) -> list[str]:
+        top_p: float | None = None,
+        seed: int | None = None,
+        stop: Sequence[str] = (),
+        cancel: CancelToken | None = None,
+        on_reply: ReplyFn | None = None,
+    ) -> list[Completion]:
+        """All conversations at once (at most ``max_concurrency`` in flight), in input order."""
+        if self._closed:
+            raise BackendError(BACKEND_DOWN, "the backend is closed")
         max_new = max_new_tokens if max_new_tokens is not None else self.cfg.max_new_tokens
         temp = self.cfg.temperature if temperature is None else temperature
-        if len(conversations) <= 1:
-            return [self._complete(c, max_new, temp) for c in conversations]
-        workers = min(self.cfg.max_concurrency, len(conversations))
-        with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="openai") as pool:
-            futures = [pool.submit(self._complete, c, max_new, temp) for c in conversations]
-            try:
-                return [f.result() for f in futures]
-            except BaseException:
-                for future in futures:  # the batch has failed: do not start the rest
-                    future.cancel()
-                raise
+        raise_if_stopped(cancel)
+        bodies = [self._body(c, max_new, temp, top_p, seed, stop) for c in conversations]
+        futures = {
+            asyncio.run_coroutine_threadsafe(self._request(body, cancel), self._loop): i
+            for i, body in enumerate(bodies)
+        }
+        results: list[Completion | None] = [None] * len(bodies)
+        pending = set(futures)
+        try:
+            while pending:
+                done, pending = concurrent.futures.wait(
+                    pending, timeout=_POLL_S, return_when=concurrent.futures.FIRST_COMPLETED
+                )
+                for future in done:
+                    results[futures[future]] = completion = future.result()
+                    if on_reply is not None:
+                        on_reply(futures[future], completion)
+                raise_if_stopped(cancel)
+        except BaseException as exc:
+            for future in pending:  # not sent yet: dropped; in flight: aborted
+                future.cancel()
+            if isinstance(exc, BackendError) and exc.code != BACKEND_TIMEOUT:
+                self._record(exc)
+            elif isinstance(exc, BackendError) and not (cancel and cancel.stopped):
+                self._record(str(exc))  # the server itself did not answer in time
+            raise
+        self._record(None)
+        return [r for r in results if r is not None]
 
-    def healthy(self) -> bool:
+    def health(self) -> Health:
+        """Reachable (``GET /models`` within 2 s) and the last call did not fail."""
         timeout = min(HEALTH_TIMEOUT_S, self.cfg.timeout_s)
         try:
-            self._request("GET", "/models", None, timeout)
-        except BackendError as err:
-            logger.debug("health check failed: %s", err)
-            return False
-        return True
+            self._run(asyncio.wait_for(self._client.models.list(), timeout), timeout + 1.0)
+        except Exception as exc:  # noqa: BLE001 - health is a report, never an exception
+            error = self._failure(exc, timeout).error
+            logger.debug("health check failed: %s", error)
+            return Health(ok=False, error=str(error))
+        return super().health()
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            self._run(self._client.close(), 5.0)
+        except Exception as exc:  # noqa: BLE001 - closing must not fail a shutdown
+            logger.debug("closing the HTTP client: %s", exc)
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(timeout=5.0)
+        if not self._loop.is_running():
+            self._loop.close()

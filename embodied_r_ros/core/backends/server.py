@@ -1,21 +1,32 @@
 """A small OpenAI-compatible HTTP server around any :class:`ChatBackend` (stdlib only).
 
 It lets a robot use a VLM running on another machine (``embodied-r serve``) through the
-``openai`` backend, and gives the tests a real server on loopback. Endpoints:
-``POST /v1/chat/completions`` (text and base64 ``image_url`` data-URL parts, ``max_tokens``,
-``temperature``), ``GET /v1/models`` and ``GET /health``. Requests are handled on threads but
-calls into the backend are serialised with a lock: in-process models are not thread-safe.
+``openai`` backend, and gives the tests a real server on loopback. No maintained server on the
+package index serves Qwen2.5-VL with images on CPU here (``transformers serve`` needs the stock
+processor, hence torchvision, which does not import beside this torch), so this one stays, kept
+honest: ``finish_reason`` is ``length`` when a reply was cut, ``usage`` counts tokens,
+``top_p``/``seed``/``stop`` are honoured and other parameters rejected, the API key is compared
+in constant time, and ``/health`` reports the backend's real state.
+
+Endpoints: ``POST /v1/chat/completions`` (text and base64 ``image_url`` data-URL parts),
+``GET /v1/models`` and ``GET /health``. Requests run on threads; a backend that handles
+concurrent calls itself (``ChatBackend.concurrent``) gets them as they come, any other gets
+them grouped into batches (one ``complete`` call per batch of requests with equal settings),
+which is how an in-process model serves several clients at once.
 """
 
 from __future__ import annotations
 
+import hmac
 import json
 import logging
-import os
+import queue
 import threading
 import time
 import uuid
 from collections.abc import Callable, Mapping
+from concurrent.futures import Future
+from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import TracebackType
 from typing import Any
@@ -26,14 +37,22 @@ from embodied_r_ros.core.backends.base import (
     BACKEND_TIMEOUT,
     BackendError,
     ChatBackend,
+    Completion,
     Conversation,
 )
 from embodied_r_ros.core.backends.images import from_data_url
-from embodied_r_ros.core.config import ModelConfig
+from embodied_r_ros.core.config import ModelConfig, api_key_from_env
 
 logger = logging.getLogger(__name__)
 
 MAX_BODY_BYTES = 64 * 1024 * 1024
+#: request keys understood (others are refused, not silently ignored)
+KNOWN_KEYS = frozenset({
+    "model", "messages", "max_tokens", "max_completion_tokens", "temperature", "top_p", "seed",
+    "stop", "n", "stream", "user",
+})
+MAX_STOP = 4
+BATCH_WINDOW_S = 0.005  # how long a batch waits for more requests to join
 #: HTTP status for each backend error code
 _STATUS = {BACKEND_DOWN: 503, BACKEND_TIMEOUT: 504, BACKEND_FAILED: 500}
 
@@ -108,6 +127,124 @@ def _parse_json(raw: bytes) -> dict[str, Any]:
     return body
 
 
+class _Reply(Exception):
+    """A non-200 answer that is not an error body (``/health`` of an unhealthy backend)."""
+
+    def __init__(self, status: int, payload: dict[str, Any]) -> None:
+        super().__init__(status)
+        self.status = status
+        self.payload = payload
+
+
+@dataclass(frozen=True)
+class Settings:
+    """The generation settings of one request (hashable: equal settings batch together)."""
+
+    max_new_tokens: int | None
+    temperature: float | None
+    top_p: float | None
+    seed: int | None
+    stop: tuple[str, ...]
+
+    def kwargs(self) -> dict[str, Any]:
+        return {"max_new_tokens": self.max_new_tokens, "temperature": self.temperature,
+                "top_p": self.top_p, "seed": self.seed, "stop": self.stop}
+
+
+def parse_settings(body: dict[str, Any]) -> Settings:
+    """Validated settings; unknown or unsupported parameters are a 400, never ignored."""
+    unknown = sorted(set(body) - KNOWN_KEYS)
+    if unknown:
+        raise RequestError(400, f"unsupported parameter '{unknown[0]}'")
+    if body.get("stream"):
+        raise RequestError(400, "streaming is not supported ('stream' must be false)")
+    n = _number(body, "n", int, 1, 1)
+    del n  # only n=1 exists here
+    max_tokens = _number(body, "max_tokens", int, 1, 1 << 20)
+    if max_tokens is None:
+        max_tokens = _number(body, "max_completion_tokens", int, 1, 1 << 20)
+    stop = body.get("stop")
+    if stop is None:
+        stops: tuple[str, ...] = ()
+    elif isinstance(stop, str):
+        stops = (stop,)
+    elif isinstance(stop, list) and all(isinstance(x, str) for x in stop) and len(stop) <= MAX_STOP:
+        stops = tuple(stop)
+    else:
+        raise RequestError(400, f"'stop' must be a string or a list of at most {MAX_STOP} strings")
+    return Settings(
+        max_new_tokens=max_tokens,
+        temperature=_number(body, "temperature", float, 0.0, 2.0),
+        top_p=_number(body, "top_p", float, 1e-6, 1.0),
+        seed=_number(body, "seed", int, -(1 << 63), (1 << 63) - 1),
+        stop=stops,
+    )
+
+
+class _Batcher:
+    """One worker that serves queued requests in batches of up to ``max_batch`` with equal
+    settings: concurrent clients of an in-process model share its batched ``complete``."""
+
+    def __init__(self, backend: ChatBackend, max_batch: int) -> None:
+        self.backend = backend
+        self.max_batch = max_batch
+        self._queue: queue.Queue[tuple[Conversation, Settings, Future[Completion]] | None] = (
+            queue.Queue()
+        )
+        self._held: list[tuple[Conversation, Settings, Future[Completion]]] = []
+        self._thread = threading.Thread(target=self._serve, name="openai-server-batch",
+                                        daemon=True)
+        self._thread.start()
+
+    def submit(self, conversation: Conversation, settings: Settings) -> Completion:
+        future: Future[Completion] = Future()
+        self._queue.put((conversation, settings, future))
+        return future.result()
+
+    def _next_batch(self) -> list[tuple[Conversation, Settings, Future[Completion]]] | None:
+        first = self._held.pop(0) if self._held else self._queue.get()
+        if first is None:
+            return None
+        batch = [first]
+        deadline = time.monotonic() + BATCH_WINDOW_S
+        while len(batch) < self.max_batch:
+            same = [h for h in self._held if h[1] == first[1]]
+            if same:
+                self._held.remove(same[0])
+                batch.append(same[0])
+                continue
+            try:
+                item = self._queue.get(timeout=max(0.0, deadline - time.monotonic()))
+            except queue.Empty:
+                break
+            if item is None:
+                self._queue.put(None)
+                break
+            if item[1] == first[1]:
+                batch.append(item)
+            else:
+                self._held.append(item)
+        return batch
+
+    def _serve(self) -> None:
+        while True:
+            batch = self._next_batch()
+            if batch is None:
+                return
+            try:
+                replies = self.backend.complete([b[0] for b in batch], **batch[0][1].kwargs())
+            except BaseException as exc:  # noqa: BLE001 - every waiting client gets the error
+                for _, _, future in batch:
+                    future.set_exception(exc)
+                continue
+            for (_, _, future), reply in zip(batch, replies, strict=True):
+                future.set_result(reply)
+
+    def close(self) -> None:
+        self._queue.put(None)
+        self._thread.join(timeout=5.0)
+
+
 def _error_body(status: int, message: str) -> dict[str, Any]:
     kind = "invalid_request_error" if status < 500 else "server_error"
     return {"error": {"message": message, "type": kind, "code": status}}
@@ -133,6 +270,8 @@ class _Handler(BaseHTTPRequestHandler):
         path = self.path.split("?", 1)[0].rstrip("/")
         try:
             status, payload = 200, self._route(method, path)
+        except _Reply as reply:
+            status, payload = reply.status, reply.payload
         except RequestError as exc:
             status, payload = exc.status, _error_body(exc.status, str(exc))
         except BackendError as exc:
@@ -154,7 +293,10 @@ class _Handler(BaseHTTPRequestHandler):
         raw = self._read_body() if method == "POST" else b""
         app.check_auth(self.headers.get("Authorization"))
         if method == "GET" and path == "/health":
-            return {"status": "ok", "model": app.backend.model_id}
+            status, payload = app.health()
+            if status != 200:
+                raise _Reply(status, payload)
+            return payload
         if method == "GET" and path == "/v1/models":
             return app.models()
         if method == "POST" and path == "/v1/chat/completions":
@@ -188,17 +330,18 @@ class OpenAIServer:
 
     def __init__(
         self,
-        backend: ChatBackend,
+        backend: ChatBackend | None,
         host: str = "127.0.0.1",
         port: int = 0,
         *,
         api_key: str | None = None,
         request_hook: RequestHook | None = None,
     ) -> None:
-        self.backend = backend
+        self.backend = backend  # None while the model loads (the port is bound first)
         self.request_hook = request_hook
         self._api_key = api_key
         self._lock = threading.Lock()
+        self._batch: _Batcher | None = None
         self._httpd = _HTTPServer((host, port), _Handler)
         self._httpd.app = self
         self._thread: threading.Thread | None = None
@@ -220,42 +363,70 @@ class OpenAIServer:
     # -- request handling (called from handler threads) -----------------------------------
 
     def check_auth(self, header: str | None) -> None:
-        if self._api_key is not None and header != f"Bearer {self._api_key}":
+        if self._api_key is None:
+            return
+        expected = f"Bearer {self._api_key}".encode()
+        if not hmac.compare_digest((header or "").encode(), expected):  # constant time
             raise RequestError(401, "missing or wrong API key")
 
+    def health(self) -> tuple[int, dict[str, Any]]:
+        if self.backend is None:
+            return 503, {"status": "loading", "model": ""}
+        state = self.backend.health()
+        body = {"status": "ok" if state.ok else "unhealthy", "model": self.backend.model_id}
+        if not state.ok:
+            body["error"] = state.error
+        return (200 if state.ok else 503), body
+
     def models(self) -> dict[str, Any]:
-        model = {"id": self.backend.model_id, "object": "model", "owned_by": "embodied-r"}
+        model = {"id": self._ready().model_id, "object": "model", "owned_by": "embodied-r"}
         return {"object": "list", "data": [model]}
 
+    def _ready(self) -> ChatBackend:
+        if self.backend is None:
+            raise BackendError(BACKEND_DOWN, "the model is still loading")
+        return self.backend
+
     def chat(self, body: dict[str, Any]) -> dict[str, Any]:
+        backend = self._ready()
+        settings = parse_settings(body)
         conversation = from_openai_messages(body.get("messages"))
         has_images = any(
             isinstance(m["content"], list) and any(p["type"] == "image" for p in m["content"])
             for m in conversation
         )
-        if has_images and not self.backend.supports_images:
-            raise RequestError(400, f"model '{self.backend.model_id}' does not accept images")
-        max_tokens = _number(body, "max_tokens", int, 1, 1 << 20)
-        if max_tokens is None:
-            max_tokens = _number(body, "max_completion_tokens", int, 1, 1 << 20)
-        temperature = _number(body, "temperature", float, 0.0, 2.0)
-        with self._lock:
-            text = self.backend.generate(
-                [conversation], max_new_tokens=max_tokens, temperature=temperature
-            )[0]
+        if has_images and not backend.supports_images:
+            raise RequestError(400, f"model '{backend.model_id}' does not accept images")
+        if backend.concurrent:
+            reply = backend.complete([conversation], **settings.kwargs())[0]
+        else:
+            reply = self._batcher().submit(conversation, settings)
+        usage = {}
+        if reply.prompt_tokens is not None and reply.completion_tokens is not None:
+            usage = {"prompt_tokens": reply.prompt_tokens,
+                     "completion_tokens": reply.completion_tokens,
+                     "total_tokens": reply.prompt_tokens + reply.completion_tokens}
         return {
             "id": f"chatcmpl-{uuid.uuid4().hex}",
             "object": "chat.completion",
             "created": int(time.time()),
-            "model": self.backend.model_id,
+            "model": backend.model_id,
             "choices": [
                 {
                     "index": 0,
-                    "message": {"role": "assistant", "content": text},
-                    "finish_reason": "stop",
+                    "message": {"role": "assistant", "content": reply.text},
+                    "finish_reason": reply.finish_reason,
                 }
             ],
+            **({"usage": usage} if usage else {}),
         }
+
+    def _batcher(self) -> _Batcher:
+        with self._lock:
+            if self._batch is None:
+                assert self.backend is not None
+                self._batch = _Batcher(self.backend, max(1, self.backend.max_batch))
+            return self._batch
 
     # -- life cycle -------------------------------------------------------------------------
 
@@ -284,6 +455,8 @@ class OpenAIServer:
         if self._thread is not None:
             self._thread.join()
         self._httpd.server_close()
+        if self._batch is not None:
+            self._batch.close()
 
     def __enter__(self) -> OpenAIServer:
         return self.start()
@@ -313,19 +486,28 @@ def serve(
 def run_server(
     cfg: ModelConfig, host: str = "127.0.0.1", port: int = 8000, *, cache_dir: str | None = None
 ) -> None:
-    """Load the model of ``cfg`` and serve it until interrupted (``embodied-r serve``).
+    """Bind the port, then load the model of ``cfg`` and serve it until interrupted
+    (``embodied-r serve``): a busy or invalid port fails before minutes of loading.
 
     If ``cfg.api_key_env`` is set, clients must send that variable's value as a Bearer token.
     """
     from embodied_r_ros.core.backends.factory import create_backend
 
-    api_key = None
-    if cfg.api_key_env:
-        api_key = os.environ.get(cfg.api_key_env)
-        if not api_key:
-            raise BackendError(BACKEND_FAILED, f"environment variable {cfg.api_key_env} is not set")
-    backend = create_backend(cfg, cache_dir=cache_dir)
-    server = OpenAIServer(backend, host, port, api_key=api_key)
+    api_key = api_key_from_env(cfg.api_key_env) if cfg.api_key_env else None
+    try:
+        server = OpenAIServer(None, host, port, api_key=api_key)
+    except OverflowError:
+        raise BackendError(BACKEND_FAILED, f"port {port} is not a valid port (0-65535)") from None
+    except OSError as exc:
+        raise BackendError(
+            BACKEND_FAILED, f"cannot listen on {host}:{port}: {exc.strerror or exc}"
+        ) from None
+    try:
+        backend = create_backend(cfg, cache_dir=cache_dir)
+    except BaseException:
+        server.shutdown()
+        raise
+    server.backend = backend
     logger.info("serving %s at %s", backend.model_id, server.url)
     try:
         server.serve_forever()

@@ -14,9 +14,10 @@ processor cannot be built.
 from __future__ import annotations
 
 import contextlib
+import gc
 import logging
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -29,6 +30,8 @@ from transformers import (
     AutoTokenizer,
     BatchFeature,
     Qwen2VLImageProcessorPil,
+    StoppingCriteria,
+    StoppingCriteriaList,
 )
 from transformers.utils import is_torchvision_available
 
@@ -36,10 +39,14 @@ from embodied_r_ros.core.backends.base import (
     BACKEND_FAILED,
     BackendError,
     ChatBackend,
+    Completion,
     Conversation,
+    ReplyFn,
+    raise_if_stopped,
 )
 from embodied_r_ros.core.backends.images import content_parts, resize_max_side
 from embodied_r_ros.core.backends.offline import resolve_model
+from embodied_r_ros.core.cancel import CancelToken
 from embodied_r_ros.core.config import ModelConfig
 
 logger = logging.getLogger(__name__)
@@ -47,6 +54,7 @@ logger = logging.getLogger(__name__)
 #: model types whose images go through the Qwen2-VL image processor
 QWEN_VL_TYPES = frozenset({"qwen2_vl", "qwen2_5_vl"})
 IMAGE_TOKEN = "<|image_pad|>"
+_LOCK_POLL_S = 0.05
 
 
 def resolve_device(device: str) -> torch.device:
@@ -135,12 +143,31 @@ def _from_pretrained(loader: Callable[..., Any], name: str, path: str, **kwargs:
         ) from None
 
 
+class _StopWhenCancelled(StoppingCriteria):
+    """Ends ``generate`` at the next token once the caller's token is stopped."""
+
+    def __init__(self, cancel: CancelToken) -> None:
+        self.cancel = cancel
+
+    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor, **_: Any) -> torch.Tensor:
+        return torch.full(
+            (input_ids.shape[0],), self.cancel.stopped, dtype=torch.bool, device=input_ids.device
+        )
+
+
+def cut_at_stop(text: str, stop: Sequence[str]) -> str | None:
+    """``text`` up to the first of the ``stop`` strings, or None if none occurs."""
+    hits = [i for i in (text.find(s) for s in stop if s) if i >= 0]
+    return text[: min(hits)] if hits else None
+
+
 class TransformersBackend(ChatBackend):
     """A transformers model in this process (see the module docstring)."""
 
     def __init__(self, cfg: ModelConfig, *, cache_dir: str | None = None) -> None:
         self.cfg = cfg
         self.model_id = cfg.model
+        self.max_batch = cfg.batch_size
         self.device = resolve_device(cfg.device)
         self.dtype = resolve_dtype(cfg.dtype, self.device)
         path = resolve_model(cfg.model, cache_dir)
@@ -206,7 +233,7 @@ class TransformersBackend(ChatBackend):
                 messages.append({"role": msg["role"], "content": text})
         return messages, images
 
-    def encode(self, conversations: list[Conversation]) -> BatchFeature:
+    def encode(self, conversations: Sequence[Conversation]) -> BatchFeature:
         texts: list[str] = []
         images: list[np.ndarray] = []
         for conv in conversations:
@@ -231,25 +258,44 @@ class TransformersBackend(ChatBackend):
     # -- generation --------------------------------------------------------------------------
 
     @contextlib.contextmanager
-    def _rng(self, sample: bool) -> Iterator[None]:
+    def _rng(self, sample: bool, seed: int | None) -> Iterator[None]:
         """Reproducible sampling without disturbing the caller's torch RNG state."""
         if not sample:
             yield
             return
         devices = [self.device.index or 0] if self.device.type == "cuda" else []
         with torch.random.fork_rng(devices=devices, device_type=self.device.type):
-            torch.manual_seed(self.cfg.seed + self._sample_calls)
-            self._sample_calls += 1
+            if seed is None:
+                seed = self.cfg.seed + self._sample_calls
+                self._sample_calls += 1
+            torch.manual_seed(seed)
             yield
+
+    @contextlib.contextmanager
+    def _exclusive(self, cancel: CancelToken | None) -> Iterator[None]:
+        """The model, one batch at a time; a cancelled caller stops waiting for it."""
+        while not self._lock.acquire(timeout=_LOCK_POLL_S):
+            raise_if_stopped(cancel)
+        try:
+            yield
+        finally:
+            self._lock.release()
 
     def generate_ids(
         self,
-        conversations: list[Conversation],
+        conversations: Sequence[Conversation],
         *,
         max_new_tokens: int | None = None,
         temperature: float | None = None,
+        top_p: float | None = None,
+        seed: int | None = None,
+        cancel: CancelToken | None = None,
+        on_batch: Callable[[int, list[list[int]], int], None] | None = None,
     ) -> list[list[int]]:
-        """Completion token ids per conversation, prompt stripped, cut at the first stop token."""
+        """Completion token ids per conversation, prompt stripped, cut at the first stop token.
+
+        ``on_batch(start, ids, prompt_tokens)`` is called after each batch of ``batch_size``.
+        """
         max_new = max_new_tokens if max_new_tokens is not None else self.cfg.max_new_tokens
         temp = self.cfg.temperature if temperature is None else temperature
         sample = temp > 0
@@ -259,36 +305,77 @@ class TransformersBackend(ChatBackend):
             "pad_token_id": self.tokenizer.pad_token_id,
         }
         if sample:
-            gen_kwargs.update(temperature=temp, top_p=self.cfg.top_p)
+            gen_kwargs.update(temperature=temp, top_p=self.cfg.top_p if top_p is None else top_p)
         else:  # override sampling defaults some generation configs carry
             gen_kwargs.update(temperature=None, top_p=None, top_k=None)
+        if cancel is not None:
+            gen_kwargs["stopping_criteria"] = StoppingCriteriaList([_StopWhenCancelled(cancel)])
         results: list[list[int]] = []
         size = self.cfg.batch_size
         for start in range(0, len(conversations), size):
+            raise_if_stopped(cancel)
             enc = self.encode(conversations[start : start + size])
             prompt_len = enc["input_ids"].shape[1]
-            with self._lock, torch.inference_mode(), self._rng(sample):
+            with self._exclusive(cancel), torch.inference_mode(), self._rng(sample, seed):
                 try:
                     out = self.model.generate(**enc, **gen_kwargs)
-                except (RuntimeError, ValueError) as exc:
+                except (RuntimeError, ValueError) as exc:  # OOM is a RuntimeError too
                     raise BackendError(BACKEND_FAILED, f"generation failed: {exc}") from exc
+            raise_if_stopped(cancel)  # stopped mid-generation: the rows are incomplete
+            batch = []
             for row in out[:, prompt_len:].tolist():
                 cut = next((i for i, t in enumerate(row) if t in self._stop_ids), len(row))
-                results.append(row[:cut])
+                batch.append(row[:cut])
+            results.extend(batch)
+            if on_batch is not None:
+                on_batch(start, batch, prompt_len)
         return results
 
-    def generate(
+    def complete(
         self,
-        conversations: list[Conversation],
+        conversations: Sequence[Conversation],
         *,
         max_new_tokens: int | None = None,
         temperature: float | None = None,
-    ) -> list[str]:
-        ids = self.generate_ids(
-            conversations, max_new_tokens=max_new_tokens, temperature=temperature
-        )
-        return self.tokenizer.batch_decode(ids, skip_special_tokens=True)
+        top_p: float | None = None,
+        seed: int | None = None,
+        stop: Sequence[str] = (),
+        cancel: CancelToken | None = None,
+        on_reply: ReplyFn | None = None,
+    ) -> list[Completion]:
+        max_new = max_new_tokens if max_new_tokens is not None else self.cfg.max_new_tokens
+        out: list[Completion] = []
+
+        def deliver(start: int, ids: list[list[int]], prompt_tokens: int) -> None:
+            for offset, row in enumerate(ids):
+                text = self.tokenizer.decode(row, skip_special_tokens=True)
+                done = cut_at_stop(text, stop)
+                reason = "stop" if done is not None or len(row) < max_new else "length"
+                completion = Completion(
+                    text=text if done is None else done,
+                    finish_reason=reason,
+                    prompt_tokens=prompt_tokens,
+                    completion_tokens=len(row),
+                )
+                out.append(completion)
+                if on_reply is not None:
+                    on_reply(start + offset, completion)
+
+        try:
+            self.generate_ids(
+                conversations, max_new_tokens=max_new, temperature=temperature, top_p=top_p,
+                seed=seed, cancel=cancel, on_batch=deliver,
+            )
+        except BackendError as exc:
+            self._record(exc)
+            raise
+        self._record(None)
+        return out
 
     def close(self) -> None:
+        """Drop the weights (and the CUDA cache they held), e.g. on a lifecycle cleanup."""
         self.model = None
         self.processor = None
+        gc.collect()
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()

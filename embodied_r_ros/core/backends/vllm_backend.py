@@ -8,6 +8,7 @@ forces a CUDA torch); for a separate process prefer ``vllm serve`` + the ``opena
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from typing import Any
 
 from embodied_r_ros.core.backends.base import (
@@ -15,10 +16,14 @@ from embodied_r_ros.core.backends.base import (
     BACKEND_FAILED,
     BackendError,
     ChatBackend,
+    Completion,
     Conversation,
+    ReplyFn,
+    raise_if_stopped,
 )
+from embodied_r_ros.core.backends.images import to_openai_messages
 from embodied_r_ros.core.backends.offline import resolve_model
-from embodied_r_ros.core.backends.openai_backend import to_openai_messages
+from embodied_r_ros.core.cancel import CancelToken
 from embodied_r_ros.core.config import ModelConfig
 
 logger = logging.getLogger(__name__)
@@ -37,7 +42,8 @@ def import_vllm() -> Any:
 
 
 class VLLMBackend(ChatBackend):
-    """A vLLM engine in this process; a batch goes to ``LLM.chat`` in one call."""
+    """A vLLM engine in this process; a batch goes to ``LLM.chat`` in one call (the engine is
+    not thread-safe, so the OpenAI-compatible server hands it batches, not parallel calls)."""
 
     def __init__(self, cfg: ModelConfig, *, cache_dir: str | None = None) -> None:
         self._vllm = import_vllm()
@@ -45,6 +51,7 @@ class VLLMBackend(ChatBackend):
 
         self.cfg = cfg
         self.model_id = cfg.model
+        self.max_batch = max(cfg.batch_size, 64)  # continuous batching: large groups pay off
         path = resolve_model(cfg.model, cache_dir)
         self.supports_images = hasattr(AutoConfig.from_pretrained(path), "vision_config")
         kwargs: dict[str, Any] = {"model": path, "dtype": cfg.dtype, "seed": cfg.seed}
@@ -55,26 +62,50 @@ class VLLMBackend(ChatBackend):
         except Exception as exc:  # noqa: BLE001 - engine start-up fails in many ways
             raise BackendError(BACKEND_FAILED, f"vLLM could not load '{cfg.model}': {exc}") from exc
 
-    def generate(
+    def complete(
         self,
-        conversations: list[Conversation],
+        conversations: Sequence[Conversation],
         *,
         max_new_tokens: int | None = None,
         temperature: float | None = None,
-    ) -> list[str]:
+        top_p: float | None = None,
+        seed: int | None = None,
+        stop: Sequence[str] = (),
+        cancel: CancelToken | None = None,
+        on_reply: ReplyFn | None = None,
+    ) -> list[Completion]:
+        """One ``LLM.chat`` call for the batch (vLLM batches it continuously). The synchronous
+        engine cannot be interrupted: ``cancel`` is honoured before and after the call."""
+        raise_if_stopped(cancel)
         temp = self.cfg.temperature if temperature is None else temperature
         params = self._vllm.SamplingParams(
             max_tokens=max_new_tokens if max_new_tokens is not None else self.cfg.max_new_tokens,
             temperature=temp,
-            top_p=self.cfg.top_p if temp > 0 else 1.0,
-            seed=self.cfg.seed if temp > 0 else None,
+            top_p=(self.cfg.top_p if top_p is None else top_p) if temp > 0 else 1.0,
+            seed=(self.cfg.seed if seed is None else seed) if temp > 0 else None,
+            stop=list(stop) or None,
         )
         messages = [to_openai_messages(c, self.cfg.image_max_side) for c in conversations]
         try:
             outputs = self._llm.chat(messages, sampling_params=params, use_tqdm=False)
         except Exception as exc:  # noqa: BLE001
+            self._record(exc)
             raise BackendError(BACKEND_FAILED, f"vLLM generation failed: {exc}") from exc
-        return [out.outputs[0].text for out in outputs]
+        self._record(None)
+        raise_if_stopped(cancel)
+        out = []
+        for i, request in enumerate(outputs):
+            best = request.outputs[0]
+            completion = Completion(
+                text=best.text,
+                finish_reason="length" if best.finish_reason == "length" else "stop",
+                prompt_tokens=len(request.prompt_token_ids or []),
+                completion_tokens=len(best.token_ids),
+            )
+            out.append(completion)
+            if on_reply is not None:
+                on_reply(i, completion)
+        return out
 
     def close(self) -> None:
         self._llm = None
