@@ -4,42 +4,24 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from scripted import ScriptedVLM, prompt_of
 
 from embodied_r_ros.core.actions import ACTIONS, Motion
-from embodied_r_ros.core.backends.base import ChatBackend, Conversation
-from embodied_r_ros.core.cache import JsonCache
+from embodied_r_ros.core.backends.base import BackendError
+from embodied_r_ros.core.cache import ReplyCache
+from embodied_r_ros.core.cancel import CANCELLED, CancelToken
 from embodied_r_ros.core.colors import describe_colour_regions
 from embodied_r_ros.core.config import PerceptionConfig
 from embodied_r_ros.core.perception import (
-    FIRST_FRAME_PROMPT,
-    PAIR_PROMPT,
     FrameDescription,
     Perceiver,
-    PerceptionCancelled,
     assemble,
     parse_reply,
 )
+from embodied_r_ros.core.prompts import default_prompts
 from embodied_r_ros.core.reasoning import format_question
 
 QUESTION = format_question("Where is the red box?", ["A. left", "B. right"])
-
-
-class ScriptedVLM(ChatBackend):
-    """A VLM that answers from a script and records what it was shown."""
-
-    model_id = "scripted-vlm"
-    supports_images = True
-
-    def __init__(self, replies: list[str]) -> None:
-        self.replies = replies
-        self.seen: list[Conversation] = []
-
-    def generate(self, conversations, *, max_new_tokens=None, temperature=None):  # noqa: ANN001
-        out = []
-        for conv in conversations:
-            out.append(self.replies[len(self.seen) % len(self.replies)])
-            self.seen.append(conv)
-        return out
 
 
 def _images(n: int) -> list[np.ndarray]:
@@ -48,11 +30,16 @@ def _images(n: int) -> list[np.ndarray]:
 
 
 def test_prompts_carry_the_paper_instructions() -> None:
+    p = default_prompts()
+    first, pair = p.first_frame_prompt(QUESTION), p.pair_prompt(QUESTION)
     for action in ACTIONS:
-        assert action in PAIR_PROMPT
-    for text in (FIRST_FRAME_PROMPT, PAIR_PROMPT):
-        assert "{question}" in text and "Do not answer the question" in text
-    assert "colour and shape" in FIRST_FRAME_PROMPT and "egocentric" in FIRST_FRAME_PROMPT
+        assert action in pair
+    for text in (first, pair):
+        assert QUESTION in text and "Do not answer the question" in text
+    assert "colour and shape" in first and "egocentric" in first
+    for agnostic in (p.first_frame_prompt(None), p.pair_prompt(None)):  # streaming
+        assert "question" not in agnostic.lower() and "Be concise." in agnostic
+    assert all(a in p.pair_prompt(None) for a in ACTIONS)
 
 
 @pytest.mark.parametrize(
@@ -103,7 +90,7 @@ def test_assembly_has_the_paper_shape() -> None:
     assert lines.index("<") < lines.index("Frame 0: Observe: a red box ahead") < lines.index(">")
 
 
-def test_vlm_perception_is_sequential_and_pairwise(tmp_path: Path) -> None:
+def test_vlm_perception_is_pairwise(tmp_path: Path) -> None:
     imgs = _images(3)
     vlm = ScriptedVLM(["a red box ahead", "1. rotate left\n2. a wall\n3. red box"])
     perceiver = Perceiver(PerceptionConfig(backend="vlm", vlm={"model": "x"}), vlm)
@@ -121,35 +108,89 @@ def test_vlm_perception_is_sequential_and_pairwise(tmp_path: Path) -> None:
     assert "Frame 1: After rotate left (measured: rotate left, about 31 degrees)" in result.text
 
 
-def test_vlm_replies_are_cached_and_rerun_calls_no_model(tmp_path: Path) -> None:
+def _vlm_cfg(**kw: object) -> PerceptionConfig:
+    return PerceptionConfig(backend="vlm", vlm={"model": "x"}, **kw)
+
+
+def test_vlm_replies_are_cached_per_call_and_rerun_calls_no_model(tmp_path: Path) -> None:
     imgs = _images(4)
-    cfg = PerceptionConfig(backend="vlm", vlm={"model": "x"})
-    cache = JsonCache(tmp_path)
+    cache = ReplyCache(tmp_path)
     vlm = ScriptedVLM(["scene", "1. move forward\n2. a\n3. b"])
-    first = Perceiver(cfg, vlm, cache).describe(imgs, [0, 1, 2, 3], QUESTION)
-    assert len(vlm.seen) == 4 and not first.from_cache
-    again = Perceiver(cfg, vlm, cache).describe(imgs, [0, 1, 2, 3], QUESTION)
-    assert len(vlm.seen) == 4 and again.from_cache and again.text == first.text
+    first = Perceiver(_vlm_cfg(), vlm, cache).describe(imgs, [0, 1, 2, 3], QUESTION)
+    assert len(vlm.seen) == 4 and not first.from_cache and first.vlm_calls == 4
+    again = Perceiver(_vlm_cfg(), vlm, ReplyCache(tmp_path)).describe(imgs, [0, 1, 2, 3], QUESTION)
+    assert len(vlm.seen) == 4 and again.from_cache and again.text == first.text  # from disk
     other_q = format_question("Where is the door?", [])
-    Perceiver(cfg, vlm, cache).describe(imgs, [0, 1, 2, 3], other_q)
+    Perceiver(_vlm_cfg(), vlm, cache).describe(imgs, [0, 1, 2, 3], other_q)
     assert len(vlm.seen) == 8  # another question is another perception
-    v2 = cfg.model_copy(update={"prompt_version": "v2"})
-    Perceiver(v2, vlm, cache).describe(imgs, [0, 1, 2, 3], QUESTION)
-    assert len(vlm.seen) == 12  # so is another prompt version
+    base = _vlm_cfg()
+    hotter = base.model_copy(update={"vlm": base.vlm.model_copy(update={"temperature": 0.7})})
+    Perceiver(hotter, vlm, cache).describe(imgs, [0, 1, 2, 3], QUESTION)
+    assert len(vlm.seen) == 12  # so are other generation settings
 
 
-def test_cancel_stops_remaining_vlm_calls() -> None:
+def test_a_slid_window_only_perceives_the_new_pairs() -> None:
+    imgs = _images(7)
+    vlm = ScriptedVLM(["scene", "1. rotate left\n2. a\n3. b"])
+    perceiver = Perceiver(_vlm_cfg(), vlm, ReplyCache(None))
+    perceiver.describe(imgs[:5], [0, 1, 2, 3, 4], QUESTION)
+    assert len(vlm.seen) == 5
+    slid = perceiver.describe(imgs[1:6], [1, 2, 3, 4, 5], QUESTION)
+    # the new first frame alone, and the one new pair (4, 5): the pairs (1,2)..(3,4) are cached
+    assert slid.vlm_calls == 2 and len(vlm.seen) == 7
+    shown = [[p["image"] for p in c[0]["content"] if p["type"] == "image"] for c in vlm.seen[5:]]
+    assert [len(x) for x in shown] == [1, 2]
+    assert shown[0][0] is imgs[1] and shown[1][0] is imgs[4] and shown[1][1] is imgs[5]
+    assert perceiver.describe(imgs[1:6], [1, 2, 3, 4, 5], QUESTION).vlm_calls == 0
+
+
+def test_concurrent_and_sequential_perception_give_the_same_text() -> None:
+    imgs = _images(6)
+    replies = ["scene"] + [f"1. rotate left\n2. thing {i}\n3. box" for i in range(5)]
+    seq_vlm, conc_vlm = ScriptedVLM(replies), ScriptedVLM(replies)
+    seq = Perceiver(_vlm_cfg(concurrency=1), seq_vlm).describe(imgs, list(range(6)), QUESTION)
+    conc = Perceiver(_vlm_cfg(), conc_vlm).describe(imgs, list(range(6)), QUESTION)
+    assert seq.text == conc.text and "thing 4" in conc.text
+    assert seq_vlm.batches == [1] * 6 and conc_vlm.batches == [6]  # one batch of all calls
+
+
+def test_progress_reports_each_reply_as_it_arrives() -> None:
+    seen: list[tuple[int, int]] = []
+    vlm = ScriptedVLM(["scene", "1. move left\n2. a\n3. b"])
+    Perceiver(_vlm_cfg(), vlm).describe(
+        _images(3), [0, 1, 2], QUESTION, on_progress=lambda _s, d, t, _x: seen.append((d, t))
+    )
+    assert seen == [(1, 3), (2, 3), (3, 3)]
+
+
+def test_cancel_stops_remaining_vlm_calls_and_keeps_the_replies_it_got() -> None:
+    token = CancelToken()
     vlm = ScriptedVLM(["x"])
-    calls = {"n": 0}
 
-    def cancelled() -> bool:
-        calls["n"] += 1
-        return calls["n"] > 2
+    def progress(_stage: str, done: int, _total: int, _text: str) -> None:
+        if done == 2:
+            token.cancel()
 
-    perceiver = Perceiver(PerceptionConfig(backend="vlm", vlm={"model": "x"}), vlm)
-    with pytest.raises(PerceptionCancelled):
-        perceiver.describe(_images(5), [0, 1, 2, 3, 4], QUESTION, cancelled=cancelled)
-    assert len(vlm.seen) == 2
+    perceiver = Perceiver(_vlm_cfg(), vlm, ReplyCache(None))
+    with pytest.raises(BackendError) as err:
+        perceiver.describe(_images(5), [0, 1, 2, 3, 4], QUESTION, on_progress=progress,
+                           cancel=token)
+    assert err.value.code == CANCELLED and len(vlm.seen) == 2
+    again = perceiver.describe(_images(5), [0, 1, 2, 3, 4], QUESTION)
+    assert again.vlm_calls == 3  # the two replies before the cancel were kept
+
+
+def test_streaming_prompts_are_question_agnostic_and_shared_by_questions() -> None:
+    imgs = _images(3)
+    vlm = ScriptedVLM(["scene", "1. rotate left\n2. a"])
+    perceiver = Perceiver(_vlm_cfg(mode="streaming"), vlm, ReplyCache(None))
+    for i in range(3):  # what the background does as key frames arrive
+        perceiver.describe_frame(imgs, i)
+    assert len(vlm.seen) == 3 and all("Question" not in prompt_of(c) for c in vlm.seen)
+    result = perceiver.describe(imgs, [0, 1, 2], QUESTION)
+    other = perceiver.describe(imgs, [0, 1, 2], format_question("Where is the door?", []))
+    assert result.vlm_calls == other.vlm_calls == 0 and result.text.endswith(QUESTION)
+    assert "Frame 1: After rotate left, Observe: a" in result.text
 
 
 def test_geometric_perception_uses_motion_and_colours() -> None:

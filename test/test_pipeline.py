@@ -9,8 +9,10 @@ from pathlib import Path
 import pytest
 from media import pan_frames
 
+from embodied_r_ros.core.cancel import CANCELLED, CancelToken
 from embodied_r_ros.core.config import load_config
-from embodied_r_ros.core.pipeline import CANCELLED, NO_FRAMES, EmbodiedR, QueryError
+from embodied_r_ros.core.pipeline import NO_FRAMES, EmbodiedR, QueryError
+from embodied_r_ros.core.reasoning import extract_answer, parse_options
 
 OPTIONS = ["A. rotate left", "B. rotate right"]
 
@@ -39,9 +41,13 @@ def test_tiny_models_answer_end_to_end(tiny: EmbodiedR, frames: list[tuple]) -> 
     # visual ego-motion is reported beside the VLM's (random) action
     assert all(f.measured_motion for f in answer.frames[1:])
     assert answer.timings.total_s >= answer.timings.perception_s + answer.timings.reasoning_s
-    assert answer.answer in ("A", "B", "")
+    # the random LM says something; the answer is exactly what its reply names
+    assert answer.raw.strip()
+    assert answer.answer == extract_answer(answer.raw, OPTIONS)
+    assert answer.answer_text == dict(parse_options(OPTIONS)).get(answer.answer, "")
     again = tiny.ask(frames, "Which way did I turn?", OPTIONS)
     assert again.perception_from_cache and again.perception == answer.perception
+    assert again.raw == answer.raw  # greedy: the same text gives the same reply
 
 
 def test_geometric_perception_names_the_pan(tiny: EmbodiedR, frames: list[tuple]) -> None:
@@ -55,9 +61,14 @@ def test_geometric_perception_names_the_pan(tiny: EmbodiedR, frames: list[tuple]
 
 
 def test_cancel_and_empty_input(tiny: EmbodiedR, frames: list[tuple]) -> None:
+    token = CancelToken()
+    token.cancel()
     with pytest.raises(QueryError) as err:
-        tiny.ask(frames, "Where?", OPTIONS, cancelled=lambda: True)
+        tiny.ask(frames, "Where is the door?", OPTIONS, cancel=token)
     assert err.value.code == CANCELLED
+    with pytest.raises(QueryError) as err:  # a spent budget is a timeout, not a cancel
+        tiny.ask(frames, "Where is the door?", OPTIONS, cancel=CancelToken(0.0))
+    assert err.value.code == "BACKEND_TIMEOUT"
     with pytest.raises(QueryError) as err:
         tiny.ask([], "Where?", OPTIONS)
     assert err.value.code == NO_FRAMES
@@ -65,9 +76,13 @@ def test_cancel_and_empty_input(tiny: EmbodiedR, frames: list[tuple]) -> None:
 
 def test_progress_is_reported_per_key_frame(tiny: EmbodiedR, frames: list[tuple]) -> None:
     seen: list[tuple[str, int, int]] = []
-    tiny.ask(frames[:25], "Where is it?", [], on_progress=lambda s, d, t, _: seen.append((s, d, t)))
-    stages = [s for s, _, _ in seen]
-    assert stages[0] == "perception" and stages[-1] == "reasoning"
+    answer = tiny.ask(frames[:25], "Where is it now?", [],
+                      on_progress=lambda s, d, t, _: seen.append((s, d, t)))
+    n = len(answer.key_frame_stamps)
+    assert n >= 4
+    # one event per key frame as its reply arrives, in order, then reasoning begins and ends
+    assert seen == [("perception", i, n) for i in range(1, n + 1)] + [
+        ("reasoning", 0, 1), ("reasoning", 1, 1)]
 
 
 def test_a_backend_that_is_down_is_a_query_error(tmp_path: Path, frames: list[tuple]) -> None:

@@ -2,8 +2,8 @@ from __future__ import annotations
 
 import pytest
 
+from embodied_r_ros.core.prompts import default_prompts
 from embodied_r_ros.core.reasoning import (
-    SYSTEM_PROMPT,
     OptionsError,
     build_messages,
     extract_answer,
@@ -19,10 +19,12 @@ OPTS = ["A. counter", "B. towel", "C. chair", "D. pillow"]
 
 
 def test_system_prompt_is_r1_plus_the_consistency_sentence() -> None:
-    assert "<think> </think> and <answer> </answer>" in SYSTEM_PROMPT
-    assert "consistent with and directly derived from the thinking" in SYSTEM_PROMPT
+    system = default_prompts().system
+    assert "<think> </think> and <answer> </answer>" in system
+    assert "consistent with and directly derived from the thinking" in system
     msgs = build_messages("hello")
     assert [m["role"] for m in msgs] == ["system", "user"] and msgs[1]["content"] == "hello"
+    assert msgs[0]["content"] == system
 
 
 @pytest.mark.parametrize(

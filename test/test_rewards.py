@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from embodied_r_ros.core.backends.base import BackendError, ChatBackend, Conversation
+from embodied_r_ros.core.backends.base import BackendError, ChatBackend, Completion, Conversation
 from embodied_r_ros.core.rewards import (
     ConsistencyReward,
     accuracy_reward,
@@ -106,8 +106,9 @@ class RuleReference(ChatBackend):
         self.kwargs: list[dict] = []
         self.fail = fail
 
-    def generate(self, conversations, *, max_new_tokens=None, temperature=None):  # noqa: ANN001
-        self.calls.append(conversations)
+    def complete(self, conversations, *, max_new_tokens=None, temperature=None,  # noqa: ANN001
+                 **_: object) -> list[Completion]:
+        self.calls.append(list(conversations))
         self.kwargs.append({"max_new_tokens": max_new_tokens, "temperature": temperature})
         if self.fail:
             raise BackendError("BACKEND_DOWN", "reference is down")
@@ -115,7 +116,7 @@ class RuleReference(ChatBackend):
         for conv in conversations:
             thinking = conv[-1]["content"].split("Thinking process:")[1]
             letters = re.findall(r"\b([A-D])\b", thinking)
-            replies.append(letters[-1] if letters else "I cannot tell")
+            replies.append(Completion(letters[-1] if letters else "I cannot tell"))
         return replies
 
 

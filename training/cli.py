@@ -85,7 +85,8 @@ def _manifest(config: Config, pipeline: Any, kind: str, **extra: Any) -> dict[st
         "profile": config.name,
         "perception_backend": config.perception.backend,
         "perception_model": pipeline.perceiver.model_id if pipeline.perceiver else "",
-        "prompt_version": config.perception.prompt_version,
+        "prompt_version": pipeline.prompts.version,
+        "prompts": config.prompts,
         "report_motion": config.perception.report_motion,
         "keyframes": config.keyframes.model_dump(),
         **extra,
@@ -97,7 +98,8 @@ def _build(args: argparse.Namespace, samples: list[Any], frames_for: Any, pipeli
     from .datasets_build import build_dataset, settings_fingerprint
 
     fingerprint = settings_fingerprint(
-        config, manifest["perception_model"], {"motion": manifest.get("motion")}
+        config, manifest["perception_model"],
+        {"motion": manifest.get("motion"), "prompts": manifest["prompt_version"]},
     )
     report = build_dataset(
         samples, frames_for, pipeline, args.out,

@@ -121,7 +121,10 @@ def settings_fingerprint(config: Config, model_id: str, extra: dict[str, Any]) -
             {
                 "version": DATASET_VERSION,
                 "keyframes": config.keyframes.model_dump(),
-                "perception": config.perception.model_dump(exclude={"vlm"}),
+                # how the calls are scheduled changes no row
+                "perception": config.perception.model_dump(
+                    exclude={"vlm", "concurrency", "streaming_queue"}
+                ),
                 "model": model_id,
                 "extra": extra,
             },
@@ -222,14 +225,14 @@ def perceive_sample(pipeline: EmbodiedR, sample: Sample, frames: KeyFrames) -> d
         "options": list(sample.options),
         "solution": sample.solution,
         "source": sample.source,
-        "prompt": build_messages(result.text),
+        "prompt": build_messages(result.text, pipeline.prompts),
         "question_block": format_question(sample.question, sample.options),
         "frames": description_dicts(result),
         "key_frame_stamps": [float(s) for s in frames.stamps],
         "key_frame_indices": [int(i) for i in frames.indices],
         "motion_source": frames.motion_source,
         "perception_model": pipeline.perceiver.model_id if pipeline.perceiver else "",
-        "prompt_version": pipeline.config.perception.prompt_version,
+        "prompt_version": pipeline.prompts.version,
         **{k: v for k, v in sample.extra.items() if k not in ("prompt", "frames")},
         "_cached": result.from_cache,
     }

@@ -10,7 +10,6 @@ with a bag (missing, truncated, corrupt, wrong topic, undecodable image) is one
 
 from __future__ import annotations
 
-import bisect
 import logging
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -22,7 +21,7 @@ import numpy as np
 
 from embodied_r_ros.core.actions import Motion
 from embodied_r_ros.core.config import CameraConfig
-from embodied_r_ros.core.poses import Pose, relative_motion
+from embodied_r_ros.core.poses import Pose, nearest_index, relative_motion
 
 log = logging.getLogger(__name__)
 
@@ -314,12 +313,9 @@ class BagReader:
 
 def nearest_pose(poses: Sequence[tuple[float, Pose]], stamp: float) -> Pose:
     """The pose whose stamp is closest to ``stamp`` (``poses`` sorted by stamp)."""
-    if not poses:
+    best = nearest_index([s for s, _ in poses], stamp)
+    if best is None:
         raise ValueError("no poses")
-    stamps = [s for s, _ in poses]
-    i = bisect.bisect_left(stamps, stamp)
-    candidates = [j for j in (i - 1, i) if 0 <= j < len(poses)]
-    best = min(candidates, key=lambda j: abs(stamps[j] - stamp))
     return poses[best][1]
 
 

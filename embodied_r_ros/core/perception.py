@@ -1,9 +1,17 @@
-"""Question-conditioned, sequential VLM perception of key frames, as in Embodied-R.
+"""Question-conditioned VLM perception of key frames, as in Embodied-R, sent concurrently.
 
 Frame 0 gets a first-person scene description; every later key frame is sent together with the
 previous one, and the VLM names the ego-action (from the paper's ten), the new spatial information
-and the question's objects it sees. The replies are parsed robustly and assembled into the text the
-reasoning LM reads (``Frame i: After <action>, Observe: <view>``), exactly in the paper's shape.
+and the question's objects it sees. No call reads another's reply, so all calls of a question go
+out together (``perception.concurrency``; 1 keeps the paper's one-after-another order) and the
+replies are put back in frame order: the assembled text (``Frame i: After <action>, Observe:
+<view>``, the paper's shape) is the same whatever order they arrive in.
+
+Each reply is cached per call, keyed by that call's images (frame 0 alone, or the pair), its
+prompt (question included), the model, the prompt version and the generation settings: a question
+re-asked after the window slid by k key frames makes only the k calls whose pair is new (plus the
+new first frame's). In ``streaming`` mode the prompts leave the question out, so descriptions made
+in the background as key frames arrive serve every later question.
 
 Without a VLM (``geometric`` backend) the action comes from measured motion (visual ego-motion or
 odometry) and the observation from a colour-region summary, so the pipeline runs with no weights.
@@ -12,6 +20,7 @@ odometry) and the observation from a colour-region summary, so the pipeline runs
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 import re
 from collections.abc import Callable, Sequence
@@ -20,55 +29,22 @@ from typing import Literal
 
 import numpy as np
 
-from embodied_r_ros.core.actions import ACTIONS, Motion, action_of, describe_motion
-from embodied_r_ros.core.backends.base import ChatBackend, Conversation
-from embodied_r_ros.core.cache import JsonCache, digest
+from embodied_r_ros.core.actions import Motion, action_of, describe_motion
+from embodied_r_ros.core.backends.base import (
+    ChatBackend,
+    Completion,
+    Conversation,
+    raise_if_stopped,
+)
+from embodied_r_ros.core.cache import ReplyCache, digest
+from embodied_r_ros.core.cancel import CancelToken
 from embodied_r_ros.core.colors import describe_colour_regions
 from embodied_r_ros.core.config import PerceptionConfig
+from embodied_r_ros.core.prompts import PromptSet, default_prompts
 
 log = logging.getLogger(__name__)
 
-PROMPT_VERSION = "embodied-r-v1"
-
 MotionSource = Literal["odometry", "visual"]
-
-_ACTION_LIST = ", ".join(ACTIONS)
-
-FIRST_FRAME_PROMPT = (
-    "You are an agent exploring a 3D environment and this image is your current first-person "
-    "view. Describe the scene you observe. Characterise objects by their colour and shape. "
-    "Stress the spatial relations between you (the agent) and the environment and imagine the "
-    "3D space around you; use egocentric terms such as 'to the left', 'ahead-left', 'below' "
-    "rather than positions in the image. More importantly, describe any objects mentioned in "
-    "the following question. Do not answer the question and do not choose an option.\n"
-    "{question}\nBe concise."
-)
-
-PAIR_PROMPT = (
-    "You are an agent moving in a 3D environment. The first image is your first-person view "
-    "before an action and the second image is your view after it. Answer with three numbered "
-    "items:\n"
-    "1. The action you performed, inferred from the relative positional changes of objects "
-    f"between the two views. Choose exactly one of: {_ACTION_LIST}. Output only that phrase.\n"
-    "2. The new spatial information in the view after the action compared with the view before "
-    "it, such as objects that were invisible or unclear before. Note colour and shape to tell "
-    "repeated objects apart, focus on the relations between you and the environment, imagine "
-    "the 3D scene, and use egocentric relative terms.\n"
-    "3. The objects mentioned in the following question that appear in the images. Do not "
-    "answer the question and do not choose an option.\n"
-    "{question}\nBe concise."
-)
-
-PREAMBLE = (
-    "The video is described in text, one key frame at a time. Frame 0 is your initial "
-    "position. You keep moving and receive new frames; the last frame is your current "
-    "position."
-)
-
-LM_INSTRUCTION = (
-    "Assume you are an agent and the video content below is your egocentric observation from "
-    "the past to the present. Answer the question based on it."
-)
 
 # "1." / "1)" / "(1)" / "1:" / "**1.**" / "Item 1:" at the start of a line.
 _ITEM_RE = re.compile(
@@ -135,7 +111,8 @@ class FrameDescription:
 class PerceptionResult:
     frames: list[FrameDescription]
     text: str  # the full LM user message
-    from_cache: bool = False
+    from_cache: bool = False  # no VLM call was made
+    vlm_calls: int = 0  # calls made for this result (the rest came from the cache)
 
 
 def primary_action(
@@ -164,34 +141,38 @@ def frame_line(index: int, desc: FrameDescription, report_motion: bool = True) -
 
 
 def assemble(
-    frames: Sequence[FrameDescription], question_block: str, report_motion: bool = True
+    frames: Sequence[FrameDescription],
+    question_block: str,
+    report_motion: bool = True,
+    prompts: PromptSet | None = None,
 ) -> str:
     """The reasoning LM's user message in the paper's shape (digest §1.3)."""
+    p = prompts or default_prompts()
     lines = "\n".join(frame_line(i, f, report_motion) for i, f in enumerate(frames))
-    return (
-        f"{LM_INSTRUCTION}\nVideo content:\n<\n{PREAMBLE}\n{lines}\n>\n{question_block}"
-    )
-
-
-def frame_prompts(question_block: str) -> tuple[str, str]:
-    return (
-        FIRST_FRAME_PROMPT.format(question=question_block),
-        PAIR_PROMPT.format(question=question_block),
-    )
+    return f"{p.lm_instruction}\nVideo content:\n<\n{p.preamble}\n{lines}\n>\n{question_block}"
 
 
 def vlm_conversation(
-    index: int, images: Sequence[np.ndarray], question_block: str
+    index: int,
+    images: Sequence[np.ndarray],
+    question_block: str | None,
+    prompts: PromptSet | None = None,
 ) -> Conversation:
-    """The VLM request for key frame ``index``: one image for frame 0, else (previous, current)."""
-    first_prompt, pair_prompt = frame_prompts(question_block)
+    """The VLM request for key frame ``index``: one image for frame 0, else (previous, current).
+
+    ``question_block=None`` asks the question-agnostic (streaming) prompts.
+    """
+    p = prompts or default_prompts()
     if index == 0:
-        parts = [{"type": "image", "image": images[0]}, {"type": "text", "text": first_prompt}]
+        parts = [
+            {"type": "image", "image": images[0]},
+            {"type": "text", "text": p.first_frame_prompt(question_block)},
+        ]
     else:
         parts = [
             {"type": "image", "image": images[index - 1]},
             {"type": "image", "image": images[index]},
-            {"type": "text", "text": pair_prompt},
+            {"type": "text", "text": p.pair_prompt(question_block)},
         ]
     return [{"role": "user", "content": parts}]
 
@@ -205,64 +186,119 @@ def frames_digest(images: Sequence[np.ndarray]) -> str:
     return h.hexdigest()
 
 
-class PerceptionCancelled(Exception):
-    """Raised between VLM calls when the caller asked to stop."""
-
-
 ProgressFn = Callable[[str, int, int, str], None]
 
 
 class Perceiver:
-    """Describes key frames with a VLM (or geometrically) and caches the VLM's replies."""
+    """Describes key frames with a VLM (or geometrically), caching every reply per call."""
 
     def __init__(
         self,
         cfg: PerceptionConfig,
         vlm: ChatBackend | None = None,
-        cache: JsonCache | None = None,
+        cache: ReplyCache | None = None,
+        prompts: PromptSet | None = None,
     ) -> None:
         if cfg.backend == "vlm" and vlm is None:
             raise ValueError("perception backend 'vlm' needs a VLM backend")
         self.cfg = cfg
         self.vlm = vlm if cfg.backend == "vlm" else None
         self.cache = cache
+        self.prompts = prompts or default_prompts()
 
     @property
     def model_id(self) -> str:
         return self.vlm.model_id if self.vlm is not None else "geometric"
 
-    def cache_key(self, images: Sequence[np.ndarray], question_block: str) -> str:
-        return digest(
-            frames_digest(images), question_block, self.model_id, self.cfg.prompt_version
+    @property
+    def streaming(self) -> bool:
+        return self.cfg.mode == "streaming"
+
+    def _settings(self) -> str:
+        """The generation settings that change a reply, as one stable string."""
+        m = self.cfg.vlm
+        if m is None:
+            return ""
+        return json.dumps(
+            [m.temperature, m.top_p, m.max_new_tokens, m.image_max_side, m.seed], sort_keys=True
         )
+
+    def call_key(self, conversation: Conversation) -> str:
+        """The cache key of one VLM call: its images, prompt, model, prompt version, settings."""
+        parts = conversation[0]["content"]
+        images = [p["image"] for p in parts if p["type"] == "image"]
+        text = "".join(p["text"] for p in parts if p["type"] == "text")
+        return digest(
+            frames_digest(images), text, self.model_id, self.prompts.version, self._settings()
+        )
+
+    def conversations(
+        self, images: Sequence[np.ndarray], question_block: str
+    ) -> list[Conversation]:
+        """One VLM call per key frame (question-agnostic in streaming mode)."""
+        block = None if self.streaming else question_block
+        return [vlm_conversation(i, images, block, self.prompts) for i in range(len(images))]
+
+    def cached_replies(self, calls: Sequence[Conversation]) -> tuple[list[str], list[str | None]]:
+        """The cache keys of ``calls`` and the replies already cached (None where missing)."""
+        keys = [self.call_key(c) for c in calls]
+        replies: list[str | None] = []
+        for key in keys:
+            hit = self.cache.get(key) if self.cache is not None else None
+            replies.append(hit if isinstance(hit, str) else None)
+        return keys, replies
 
     def _vlm_replies(
         self,
         images: Sequence[np.ndarray],
         question_block: str,
         on_progress: ProgressFn | None,
-        cancelled: Callable[[], bool] | None,
-    ) -> tuple[list[str], bool]:
+        cancel: CancelToken | None,
+    ) -> tuple[list[str], int]:
+        """Every key frame's reply in frame order, and how many VLM calls were made.
+
+        Missing replies are requested together (``concurrency`` at a time, 0 = all); each is
+        cached as it arrives, so a failed or cancelled question keeps the replies it got.
+        """
         assert self.vlm is not None
-        key = self.cache_key(images, question_block)
-        if self.cache is not None:
-            cached = self.cache.get(key)
-            if isinstance(cached, list) and len(cached) == len(images):
-                log.debug("perception cache hit %s", key[:12])
+        calls = self.conversations(images, question_block)
+        keys, replies = self.cached_replies(calls)
+        missing = [i for i, r in enumerate(replies) if r is None]
+        total = len(calls)
+        done = total - len(missing)
+        if on_progress and done:
+            on_progress("perception", done, total, "")
+        step = self.cfg.concurrency or len(missing) or 1
+        for start in range(0, len(missing), step):
+            chunk = missing[start : start + step]
+
+            def arrived(j: int, completion: Completion, chunk: list[int] = chunk) -> None:
+                nonlocal done
+                i = chunk[j]
+                replies[i] = completion.text
+                if self.cache is not None:
+                    self.cache.put(keys[i], completion.text)
+                done += 1
                 if on_progress:
-                    on_progress("perception", len(images), len(images), "")
-                return [str(r) for r in cached], True
-        replies: list[str] = []
-        for i in range(len(images)):
-            if cancelled is not None and cancelled():
-                raise PerceptionCancelled(f"cancelled after {i} of {len(images)} key frames")
-            reply = self.vlm.generate([vlm_conversation(i, images, question_block)])[0]
-            replies.append(reply)
-            if on_progress:
-                on_progress("perception", i + 1, len(images), reply)
+                    on_progress("perception", done, total, completion.text)
+
+            self.vlm.complete([calls[i] for i in chunk], cancel=cancel, on_reply=arrived)
+        return [r or "" for r in replies], len(missing)
+
+    def describe_frame(self, images: Sequence[np.ndarray], index: int,
+                       cancel: CancelToken | None = None) -> str:
+        """The question-agnostic reply for key frame ``index`` (streaming), from the cache or
+        the VLM, and cached: what background perception calls as each key frame arrives."""
+        assert self.vlm is not None
+        call = vlm_conversation(index, images, None, self.prompts)
+        key = self.call_key(call)
+        hit = self.cache.get(key) if self.cache is not None else None
+        if isinstance(hit, str):
+            return hit
+        reply = self.vlm.complete([call], cancel=cancel)[0].text
         if self.cache is not None:
-            self.cache.put(key, replies)
-        return replies, False
+            self.cache.put(key, reply)
+        return reply
 
     def describe(
         self,
@@ -273,10 +309,11 @@ class Perceiver:
         *,
         motion_source: MotionSource | Sequence[MotionSource] = "visual",
         on_progress: ProgressFn | None = None,
-        cancelled: Callable[[], bool] | None = None,
+        cancel: CancelToken | None = None,
     ) -> PerceptionResult:
-        """Perceive key frames in order; ``motions[i]`` is the motion from frame i to i+1,
-        measured by ``motion_source`` (one source for all, or one per motion)."""
+        """Perceive key frames; ``motions[i]`` is the motion from frame i to i+1, measured by
+        ``motion_source`` (one source for all, or one per motion). Raises ``BackendError``
+        (``CANCELLED`` / ``BACKEND_TIMEOUT`` when ``cancel`` stops it)."""
         if len(images) != len(stamps):
             raise ValueError("images and stamps differ in length")
         if motions is not None and len(motions) != max(len(images) - 1, 0):
@@ -291,14 +328,17 @@ class Perceiver:
                 raise ValueError("motion_source must name one source per motion")
             sources = [None, *motion_source]
         sources = [src if m else None for src, m in zip(sources, measured, strict=True)]
-        from_cache = False
+        calls = 0
         if self.vlm is not None:
-            replies, from_cache = self._vlm_replies(images, question_block, on_progress, cancelled)
+            replies, calls = self._vlm_replies(images, question_block, on_progress, cancel)
             parsed = [parse_reply(r, first=i == 0) for i, r in enumerate(replies)]
+            report = self.cfg.report_motion
             frames = [
                 FrameDescription(
                     stamp=float(stamps[i]),
-                    action=primary_action(p.action, measured[i], sources[i]) if i else None,
+                    # without report_motion the LM reads the VLM's own action, as the paper
+                    action=(primary_action(p.action, measured[i], sources[i]) if report
+                            else p.action) if i else None,
                     observation=p.observation,
                     vlm_action=p.action if i else None,
                     measured_motion=measured[i],
@@ -309,8 +349,7 @@ class Perceiver:
         else:
             frames = []
             for i, img in enumerate(images):
-                if cancelled is not None and cancelled():
-                    raise PerceptionCancelled(f"cancelled after {i} of {len(images)} key frames")
+                raise_if_stopped(cancel)
                 frames.append(
                     FrameDescription(
                         stamp=float(stamps[i]),
@@ -322,8 +361,11 @@ class Perceiver:
                 )
                 if on_progress:
                     on_progress("perception", i + 1, len(images), frames[-1].observation)
-        text = assemble(frames, question_block, self.cfg.report_motion)
-        return PerceptionResult(frames=frames, text=text, from_cache=from_cache)
+        text = assemble(frames, question_block, self.cfg.report_motion, self.prompts)
+        return PerceptionResult(
+            frames=frames, text=text, from_cache=self.vlm is not None and calls == 0,
+            vlm_calls=calls,
+        )
 
 
 def description_dicts(result: PerceptionResult) -> list[dict[str, object]]:

@@ -8,25 +8,27 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from embodied_r_ros.core.actions import Motion
-from embodied_r_ros.core.backends.base import BackendError, ChatBackend
-from embodied_r_ros.core.cache import JsonCache
+from embodied_r_ros.core.backends.base import BACKEND_DOWN, BackendError, ChatBackend
+from embodied_r_ros.core.cache import ReplyCache
+from embodied_r_ros.core.cancel import CancelToken
 from embodied_r_ros.core.config import Config
 from embodied_r_ros.core.keyframes import KeyframeSelection, select_keyframes
 from embodied_r_ros.core.perception import (
     FrameDescription,
     MotionSource,
     Perceiver,
-    PerceptionCancelled,
     PerceptionResult,
     ProgressFn,
 )
+from embodied_r_ros.core.prompts import prompts_from
 from embodied_r_ros.core.reasoning import (
+    LETTERS,
     OptionsError,
     Reasoning,
     build_messages,
@@ -41,7 +43,12 @@ EMPTY_QUESTION = "EMPTY_QUESTION"
 QUESTION_TOO_LONG = "QUESTION_TOO_LONG"
 BAD_OPTIONS = "BAD_OPTIONS"
 NO_FRAMES = "NO_FRAMES"
-CANCELLED = "CANCELLED"
+BAD_REQUEST = "BAD_REQUEST"
+
+#: bounds every entry point applies before any work (a 200,000-character option once pinned
+#: both cores for minutes): characters per option, and of the perception text a Reason gets
+MAX_OPTION_CHARS = 500
+MAX_PERCEPTION_CHARS = 500_000
 
 
 class QueryError(Exception):
@@ -52,11 +59,47 @@ class QueryError(Exception):
         self.code = code
 
 
+def validate_options(
+    options: Sequence[str], max_option_chars: int = MAX_OPTION_CHARS
+) -> list[str]:
+    """Stripped options in ``"A. text"`` form, bounded in count and length, or QueryError."""
+    if len(options) > len(LETTERS):
+        raise QueryError(
+            BAD_OPTIONS, f"{len(options)} options given; at most {len(LETTERS)} are supported"
+        )
+    for i, option in enumerate(options):
+        if not isinstance(option, str):
+            raise QueryError(BAD_OPTIONS, f"option {i + 1} is not text")
+        if len(option) > max_option_chars:
+            raise QueryError(
+                BAD_OPTIONS,
+                f"option {i + 1} has {len(option)} characters; at most {max_option_chars} "
+                "are allowed",
+            )
+    opts = [o.strip() for o in options]
+    try:
+        parse_options(opts)
+    except OptionsError as exc:
+        raise QueryError(BAD_OPTIONS, str(exc)) from None
+    return opts
+
+
 def validate_query(
-    question: str, options: Sequence[str], max_question_chars: int = 2000
+    question: str,
+    options: Sequence[str],
+    max_question_chars: int = 2000,
+    max_option_chars: int = MAX_OPTION_CHARS,
 ) -> tuple[str, list[str]]:
-    """Normalised ``(question, options)`` or :class:`QueryError`."""
-    text = (question or "").strip()
+    """Normalised ``(question, options)`` or :class:`QueryError`; cheap, before any work."""
+    if not isinstance(question, str):
+        raise QueryError(EMPTY_QUESTION, "the question is not text")
+    if len(question) > max_question_chars + 1000:  # surrounding whitespace aside
+        raise QueryError(
+            QUESTION_TOO_LONG,
+            f"the question has {len(question)} characters; at most {max_question_chars} are "
+            "allowed",
+        )
+    text = question.strip()
     if not text:
         raise QueryError(EMPTY_QUESTION, "the question is empty")
     if len(text) > max_question_chars:
@@ -64,12 +107,19 @@ def validate_query(
             QUESTION_TOO_LONG,
             f"the question has {len(text)} characters; at most {max_question_chars} are allowed",
         )
-    opts = [o.strip() for o in options]
-    try:
-        parse_options(opts)
-    except OptionsError as exc:
-        raise QueryError(BAD_OPTIONS, str(exc)) from None
-    return text, opts
+    return text, validate_options(options, max_option_chars)
+
+
+def validate_perception(text: str, max_chars: int = MAX_PERCEPTION_CHARS) -> str:
+    """The perception text a reasoning request carries: non-empty and bounded."""
+    if not isinstance(text, str) or not text.strip():
+        raise QueryError(BAD_REQUEST, "the perception text is empty")
+    if len(text) > max_chars:
+        raise QueryError(
+            BAD_REQUEST,
+            f"the perception text has {len(text)} characters; at most {max_chars} are allowed",
+        )
+    return text
 
 
 @dataclass(frozen=True)
@@ -117,8 +167,13 @@ class EmbodiedR:
                 lm = create_backend(config.reasoning.model)
         self.vlm = vlm
         self.lm = lm
-        cache = JsonCache(config.cache.dir) if config.cache.enabled else None
-        self.perceiver = Perceiver(config.perception, vlm, cache) if (
+        self.prompts = prompts_from(config.prompts)
+        c = config.cache
+        cache = None
+        if c.enabled or config.perception.mode == "streaming":  # streaming keeps its in memory
+            cache = ReplyCache(c.dir if c.enabled else None, max_mb=c.max_mb,
+                               memory_mb=c.memory_mb)
+        self.perceiver = Perceiver(config.perception, vlm, cache, self.prompts) if (
             vlm is not None or config.perception.backend == "geometric"
         ) else None
 
@@ -143,14 +198,14 @@ class EmbodiedR:
         motions: Sequence[Motion | None] | None = None,
         motion_source: MotionSource | Sequence[MotionSource] = "odometry",
         on_progress: ProgressFn | None = None,
-        cancelled: Callable[[], bool] | None = None,
+        cancel: CancelToken | None = None,
     ) -> PerceptionResult:
         """Describe key frames; ``motions`` measured by ``motion_source`` (visual ego-motion
         is computed here when none are given)."""
         if not images:
             raise QueryError(NO_FRAMES, "no frames to perceive")
         if self.perceiver is None:
-            raise QueryError("BACKEND_DOWN", "no perception model is loaded")
+            raise QueryError(BACKEND_DOWN, "no perception model is loaded")
         if motions is None:
             motions, motion_source = self.visual_motions(images), "visual"
         try:
@@ -161,21 +216,26 @@ class EmbodiedR:
                 motions,
                 motion_source=motion_source,
                 on_progress=on_progress,
-                cancelled=cancelled,
+                cancel=cancel,
             )
-        except PerceptionCancelled as exc:
-            raise QueryError(CANCELLED, str(exc)) from None
         except BackendError as exc:
             raise QueryError(exc.code, f"perception model: {exc}") from None
 
-    def reason(self, perception_text: str, options: Sequence[str]) -> Reasoning:
+    def reason(
+        self, perception_text: str, options: Sequence[str], cancel: CancelToken | None = None
+    ) -> Reasoning:
+        """The LM's reply to a perception text (validated first: options, size)."""
+        opts = validate_options(options)
+        validate_perception(perception_text)
         if self.lm is None:
-            raise QueryError("BACKEND_DOWN", "no reasoning model is loaded")
+            raise QueryError(BACKEND_DOWN, "no reasoning model is loaded")
         try:
-            raw = self.lm.generate([build_messages(perception_text)])[0]
+            raw = self.lm.complete(
+                [build_messages(perception_text, self.prompts)], cancel=cancel
+            )[0].text
         except BackendError as exc:
             raise QueryError(exc.code, f"reasoning model: {exc}") from None
-        return parse_reasoning(raw, options, self.config.reasoning.answer_mode)
+        return parse_reasoning(raw, opts, self.config.reasoning.answer_mode)
 
     # -- whole questions ----------------------------------------------------------------------
 
@@ -191,7 +251,7 @@ class EmbodiedR:
         indices: Sequence[int] = (),
         keyframes_s: float = 0.0,
         on_progress: ProgressFn | None = None,
-        cancelled: Callable[[], bool] | None = None,
+        cancel: CancelToken | None = None,
     ) -> Answer:
         """Answer over already selected key frames (the ROS buffer selects them itself)."""
         start = time.perf_counter()
@@ -205,14 +265,12 @@ class EmbodiedR:
             motions=motions,
             motion_source=motion_source,
             on_progress=on_progress,
-            cancelled=cancelled,
+            cancel=cancel,
         )
         t1 = time.perf_counter()
-        if cancelled is not None and cancelled():
-            raise QueryError(CANCELLED, "cancelled before reasoning")
         if on_progress:
             on_progress("reasoning", 0, 1, "")
-        reasoning = self.reason(perception.text, opts)
+        reasoning = self.reason(perception.text, opts, cancel)
         t2 = time.perf_counter()
         if on_progress:
             on_progress("reasoning", 1, 1, reasoning.answer)
@@ -242,7 +300,7 @@ class EmbodiedR:
         options: Sequence[str] = (),
         *,
         on_progress: ProgressFn | None = None,
-        cancelled: Callable[[], bool] | None = None,
+        cancel: CancelToken | None = None,
     ) -> Answer:
         """Answer about a whole video: ``frames`` are ``(rgb_image, stamp_seconds)`` pairs.
 
@@ -267,7 +325,7 @@ class EmbodiedR:
             indices=selection.indices,
             keyframes_s=keyframes_s,
             on_progress=on_progress,
-            cancelled=cancelled,
+            cancel=cancel,
         )
 
     def close(self) -> None:

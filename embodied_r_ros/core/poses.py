@@ -15,6 +15,7 @@ tilt, as for a walker or a drone with a gimbal.
 
 from __future__ import annotations
 
+import bisect
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -105,3 +106,13 @@ def relative_motion(a: Pose, b: Pose) -> Motion:
         up=float(delta[2]),
         metric=True,
     )
+
+
+def nearest_index(stamps: Sequence[float], stamp: float) -> int | None:
+    """Index of the stamp closest to ``stamp`` in the sorted ``stamps`` (None when empty):
+    the one nearest-pose lookup, for bags and live odometry alike."""
+    if not stamps:
+        return None
+    i = bisect.bisect_left(stamps, stamp)
+    return min((j for j in (i - 1, i) if 0 <= j < len(stamps)),
+               key=lambda j: abs(stamps[j] - stamp))

@@ -1,7 +1,8 @@
 """The reasoning LM's prompt and the parsing of its ``<think>..</think><answer>..</answer>`` reply.
 
-The system prompt is the DeepSeek-R1 one used by the official code, plus the sentence Embodied-R
-adds so that the answer must follow from the thinking (the consistency reward checks exactly that).
+The system prompt (``config/prompts.yaml``) is the DeepSeek-R1 one used by the official code, plus
+the sentence Embodied-R adds so that the answer must follow from the thinking (the consistency
+reward checks exactly that).
 """
 
 from __future__ import annotations
@@ -12,16 +13,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from embodied_r_ros.core.backends.base import Conversation
-
-SYSTEM_PROMPT = (
-    "A conversation between User and Assistant. The user asks a question, and the Assistant "
-    "solves it. The assistant first thinks about the reasoning process in the mind and then "
-    "provides the user with the answer. The reasoning process and answer are enclosed within "
-    "<think> </think> and <answer> </answer> tags, respectively, i.e., "
-    "<think> reasoning process here </think>\n<answer> answer here </answer>. "
-    "Ensure that the final answer is consistent with and directly derived from the thinking "
-    "process, maintaining logical coherence between the two sections."
-)
+from embodied_r_ros.core.prompts import PromptSet, default_prompts
 
 LETTERS = "ABCDEFGH"
 AnswerMode = Literal["tag", "official"]
@@ -69,9 +61,10 @@ def question_from_prompt(prompt: str) -> str:
     return prompt[idx:].strip() if idx >= 0 else prompt.strip()
 
 
-def build_messages(user_text: str) -> Conversation:
+def build_messages(user_text: str, prompts: PromptSet | None = None) -> Conversation:
+    """System prompt (``prompts.system``, the R1 one by default) + the user text."""
     return [
-        {"role": "system", "content": SYSTEM_PROMPT},
+        {"role": "system", "content": (prompts or default_prompts()).system},
         {"role": "user", "content": user_text},
     ]
 

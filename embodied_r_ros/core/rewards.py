@@ -20,6 +20,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from embodied_r_ros.core.backends.base import BackendError, ChatBackend, Conversation
+from embodied_r_ros.core.prompts import PromptSet, default_prompts
 from embodied_r_ros.core.reasoning import (
     AnswerMode,
     OptionsError,
@@ -34,12 +35,6 @@ log = logging.getLogger(__name__)
 
 REWARD_NAMES = ("format", "accuracy", "consistency")
 
-REFERENCE_SYSTEM = "You are a professional question-answering assistant."
-REFERENCE_INSTRUCTION = (
-    "This is a multiple-choice question. Based on the question and the thinking process below, "
-    "choose the most appropriate option. Reply with one letter (A-H) only, without any "
-    "explanation."
-)
 REFERENCE_TEMPERATURE = 0.1
 REFERENCE_MAX_NEW_TOKENS = 10
 
@@ -116,15 +111,14 @@ def accuracy_reward(
     ]
 
 
-def reference_conversation(question_block: str, think: str) -> Conversation:
+def reference_conversation(
+    question_block: str, think: str, prompts: PromptSet | None = None
+) -> Conversation:
     """What the reference LM sees: the question with its options and the think text only."""
-    user = (
-        f"{REFERENCE_INSTRUCTION}\n\n{question_block.strip()}\n\n"
-        f"Thinking process: {think.strip()}\n\nYour answer (one letter):"
-    )
+    p = prompts or default_prompts()
     return [
-        {"role": "system", "content": REFERENCE_SYSTEM},
-        {"role": "user", "content": user},
+        {"role": "system", "content": p.reference_system},
+        {"role": "user", "content": p.reference_prompt(question_block, think)},
     ]
 
 
