@@ -236,8 +236,10 @@ class AllInOne:
         from embodied_r_interfaces.srv import SpatialQuery
         from embodied_r_ros.nodes.allinone import build_nodes
 
+        from embodied_r_ros.nodes.runtime import start_nodes
+
         self.ns = namespace
-        self.nodes = build_nodes(ctx, namespace, parameters)
+        self.nodes = start_nodes(build_nodes(ctx, namespace, parameters))
         self.by_name = {n.get_name(): n for n in self.nodes}
         self.tester = rclpy.create_node("tester", namespace=namespace, context=ctx)
         self.spinner = Spinner(ctx, [*self.nodes, self.tester], threads=threads)

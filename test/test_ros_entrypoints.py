@@ -35,7 +35,7 @@ from sensor_msgs.msg import Image  # noqa: E402
 
 from embodied_r_interfaces.srv import SpatialQuery  # noqa: E402
 from embodied_r_ros.nodes import frame_buffer, query_server  # noqa: E402
-from embodied_r_ros.nodes.params import CONFIG_SPECS, DIAGNOSTICS_SPEC  # noqa: E402
+from embodied_r_ros.nodes.params import AUTOSTART_SPEC, CONFIG_SPECS, DIAGNOSTICS_SPEC  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 LAUNCH = REPO / "launch" / "embodied_r.launch.py"
@@ -170,7 +170,7 @@ def test_launch_file_names_only_existing_executables_arguments_and_parameters() 
     assert used <= declared and declared <= used, (used ^ declared)
     node_params = {s.name for s in (*frame_buffer.SPECS, *query_server.SPECS,
                                     *query_server.REMOTE_SPECS, *CONFIG_SPECS,
-                                    DIAGNOSTICS_SPEC)} | {"use_sim_time"}
+                                    DIAGNOSTICS_SPEC, AUTOSTART_SPEC)} | {"use_sim_time"}
     launch_params = {k.value for d in ast.walk(tree) if isinstance(d, ast.Dict)
                      for k in d.keys if isinstance(k, ast.Constant)}
     assert launch_params and launch_params <= node_params, launch_params - node_params
@@ -181,6 +181,8 @@ def test_ros_params_yaml_only_sets_declared_parameters() -> None:
     specs = {
         "/**": {DIAGNOSTICS_SPEC.name},
         "/**/frame_buffer": {s.name for s in frame_buffer.SPECS},
+        "/**/perception": {AUTOSTART_SPEC.name},
+        "/**/reasoning": {AUTOSTART_SPEC.name},
         "/**/query_server": {s.name for s in (*query_server.SPECS, *query_server.REMOTE_SPECS)},
     }
     assert set(data) == set(specs)

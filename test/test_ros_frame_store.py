@@ -9,7 +9,8 @@ from media import pan_frames
 from embodied_r_ros.core.config import KeyframeConfig
 from embodied_r_ros.core.pipeline import NO_FRAMES, QueryError
 from embodied_r_ros.core.poses import Pose
-from embodied_r_ros.nodes.frame_store import FrameStore, PoseBuffer, decode_jpeg
+from embodied_r_ros.core.backends.images import decode_image
+from embodied_r_ros.nodes.frame_store import BAD_STAMP, FrameStore, PoseBuffer, StampGate
 
 FRAMES = pan_frames(40, 16, size=(320, 240))
 
@@ -41,7 +42,7 @@ def test_window_clamps_to_min_frames_and_stays_in_range() -> None:
     store = FrameStore(KeyframeConfig(sample_fps=2.0, min_frames=4, max_frames=6))
     fill(store)  # 4 s at 10 Hz -> 8 sampled frames at 2 fps
     whole = store.window(0)
-    assert 4 <= len(whole.images) <= 6 and whole.n_sampled == 8
+    assert whole.images is not None and 4 <= len(whole.images) <= 6 and whole.n_sampled == 8
     assert whole.stamps[0] == pytest.approx(100.0) and whole.stamps[-1] == pytest.approx(103.5)
     assert whole.images[0].shape == (240, 320, 3) and len(whole.motions) == len(whole.images) - 1
     recent = store.window(1.6)
@@ -81,15 +82,41 @@ def test_stores_processing_resolution_jpeg() -> None:
     offer(store, big, 1.0)
     w = store.window(0)
     assert w.images[0].shape == (120, 160, 3)
-    assert decode_jpeg(w.jpegs[0]).shape == (120, 160, 3)
+    assert decode_image(w.jpegs[0]).shape == (120, 160, 3)
     assert np.abs(w.images[0].astype(int).mean() - FRAMES[0].astype(int).mean()) < 8
 
 
-def test_clock_jump_back_clears_the_buffer() -> None:
+@pytest.mark.parametrize("outlier", [2_145_916_800.0, 100.0 - 500.0])  # 2038, 500 s back
+def test_a_single_outlier_stamp_is_dropped_and_the_history_kept(outlier: float) -> None:
     store = FrameStore(KeyframeConfig(sample_fps=1.0))
-    fill(store, n=30)
-    assert offer(store, FRAMES[0], 50.0)
-    assert store.stats.resets == 1 and len(store) == 1 and store.window(0).stamps == [50.0]
+    fill(store, n=30)  # 100.0 .. 102.9
+    before = store.window(0).stamps
+    assert not offer(store, FRAMES[0], outlier)
+    fill(store, n=20, t0=103.0)  # the stream goes on where it was
+    assert store.stats.dropped[BAD_STAMP] == 1 and store.stats.resets == 0
+    after = store.window(0).stamps
+    assert after[: len(before)] == before and after[-1] == pytest.approx(104.0)
+
+
+def test_a_sustained_jump_back_starts_a_new_timeline() -> None:
+    store = FrameStore(KeyframeConfig(sample_fps=1.0), stamp_confirm=3)
+    fill(store, n=30)  # 100.0 .. 102.9: a bag that is now replayed from 50 s
+    fill(store, n=30, t0=50.0)
+    # the first two frames of the new timeline were held; the third confirmed the jump
+    assert store.stats.resets == 1 and store.stats.dropped[BAD_STAMP] == 2
+    stamps = store.window(0).stamps
+    assert stamps[0] == pytest.approx(50.2) and all(s < 53.0 for s in stamps)
+    store.restart("the clock jumped back")  # what a /clock jump does
+    assert len(store) == 0 and store.stats.resets == 2
+
+
+def test_stamp_gate_verdicts() -> None:
+    gate = StampGate(max_jump_sec=5.0, confirm=3)
+    assert [gate.check(t) for t in (10.0, 11.0, 10.5, 30.0, 12.0)] == [
+        "ok", "ok", "ok", "held", "ok"]  # 10.5: within tolerance; 30: a lone outlier
+    assert [gate.check(t) for t in (500.0, 500.1, 500.2, 500.3)] == [
+        "held", "held", "restart", "ok"]
+    assert [gate.check(t) for t in (1.0, 900.0, 1.1)] == ["held", "held", "held"]
 
 
 def test_odometry_motion_between_key_frames() -> None:
@@ -117,5 +144,8 @@ def test_pose_buffer_nearest_respects_tolerance() -> None:
     assert poses.nearest(3.5, 0.1) is None
     poses.prune(3.0)
     assert len(poses) == 2
-    poses.add(0.5, Pose(x=-2))  # the clock went back: a new episode
-    assert len(poses) == 1 and poses.nearest(0.5, 0.1).x == -2
+    poses.add(-900.0, Pose(x=-3))  # one bad stamp: dropped, the history stays
+    assert len(poses) == 2 and poses.dropped == 1
+    for t in (0.5, 0.6, 0.7):  # the clock went back for good: a new episode
+        poses.add(t, Pose(x=-2))
+    assert len(poses) == 1 and poses.nearest(0.7, 0.1).x == -2

@@ -33,6 +33,7 @@ from embodied_r_ros.nodes.frame_buffer import FrameBufferNode  # noqa: E402
 from embodied_r_ros.nodes.perception_node import PerceptionNode  # noqa: E402
 from embodied_r_ros.nodes.query_server import SERVICE_QOS, QueryServerNode  # noqa: E402
 from embodied_r_ros.nodes.reasoning_node import ReasoningNode  # noqa: E402
+from embodied_r_ros.nodes.runtime import start_nodes  # noqa: E402
 
 NS = "/sep"
 OPTIONS = ["A. I turned left", "B. I turned right"]
@@ -51,6 +52,7 @@ class Separate:
         self.perception = PerceptionNode(**kw)
         self.reasoning = ReasoningNode(**kw)
         self.query = QueryServerNode(**kw)
+        start_nodes([self.perception, self.reasoning])
         self.tester = rclpy.create_node("tester", context=ctx)
         self.spinner = Spinner(ctx, [self.buffer, self.perception, self.reasoning, self.query,
                                      self.tester], threads=10)
@@ -116,8 +118,8 @@ def test_visual_ego_motion_fills_in_without_odometry(sep: Separate) -> None:
 
 
 def test_camera_without_a_buffer_and_missing_peers(sep: Separate) -> None:
-    r = sep.ask(camera="rear")
-    assert not r.success and r.error_code == "NO_FRAMES" and "rear" in r.error
+    r = sep.ask(camera="rear")  # no frame buffer serves it: a peer that is not there
+    assert not r.success and r.error_code == "BACKEND_DOWN" and "rear" in r.error
     sep.spinner.remove(sep.reasoning)
     r = sep.ask()
     assert not r.success and r.error_code == "BACKEND_DOWN" and "reasoning" in r.error

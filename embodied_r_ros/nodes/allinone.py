@@ -1,11 +1,12 @@
 """All nodes in one process under ``/embodied_r``: ``python -m embodied_r_ros`` or
 ``ros2 run embodied_r_ros embodied_r``.
 
-The query server reads ``profile``/``config_file`` and ``cameras``; the models are loaded once
-and shared by the perception and reasoning nodes (whose services stay available to other
-processes), and the query server calls frame buffers and models in-process. Standard
-``--ros-args`` apply to every node, e.g. ``-p profile:=tiny -r image:=/camera/image_raw``; with
-several cameras, remap per node: ``-r frame_buffer_rear:image:=/rear/image_raw``.
+The query server reads ``profile``/``config_file`` and ``cameras``; the perception and reasoning
+nodes are managed nodes of this process that load their model on ``configure`` (at start with
+``autostart``, the default) and keep serving their actions to other processes; the query server
+calls the frame buffers and the models in-process. Standard ``--ros-args`` apply to every node,
+e.g. ``-p profile:=tiny -r image:=/camera/image_raw``; with several cameras, remap per node:
+``-r frame_buffer_rear:image:=/rear/image_raw``.
 """
 
 from __future__ import annotations
@@ -18,11 +19,12 @@ from rclpy.parameter import Parameter
 
 from embodied_r_ros.nodes.frame_buffer import FrameBufferNode
 from embodied_r_ros.nodes.local_engine import LocalEngine
-from embodied_r_ros.nodes.models import build_pipeline, describe_models
+from embodied_r_ros.nodes.models import describe_models
 from embodied_r_ros.nodes.params import load_node_config
 from embodied_r_ros.nodes.perception_node import PerceptionNode
 from embodied_r_ros.nodes.query_server import QueryServerNode
 from embodied_r_ros.nodes.reasoning_node import ReasoningNode
+from embodied_r_ros.nodes.runtime import start_nodes
 
 NAMESPACE = "/embodied_r"
 
@@ -32,7 +34,9 @@ def build_nodes(
     namespace: str = NAMESPACE,
     parameter_overrides: Sequence[Parameter] = (),
 ) -> list[Node]:
-    """Create every node, loading the models before anything subscribes to the camera.
+    """Create every node. The perception and reasoning nodes are started first (their models
+    load, with ``autostart``), before the camera is subscribed and the query service offered:
+    a client that sees the service finds the process ready.
 
     ``parameter_overrides`` go to every node (on top of the context's ``--ros-args``), which
     lets one process hold several independent instances under different namespaces.
@@ -40,28 +44,34 @@ def build_nodes(
     common = {"context": context, "namespace": namespace,
               "parameter_overrides": list(parameter_overrides)}
     query = QueryServerNode(local=True, **common)
+    made: list[Node] = [query]
     try:
         config = load_node_config(query.params)
         query.get_logger().info(f"profile '{config.name}': {describe_models(config)}")
-        pipeline = build_pipeline(config)
-    except Exception:
-        query.destroy_node()
+        perception = PerceptionNode(config=config, **common)
+        made.append(perception)
+        reasoning = ReasoningNode(config=config, **common)
+        made.append(reasoning)
+        start_nodes([perception, reasoning], destroy=False)
+        made += [
+            FrameBufferNode(
+                "frame_buffer" if len(query.cameras) == 1 else f"frame_buffer_{cam}",
+                config=config,
+                context=context,
+                namespace=namespace,
+                parameter_overrides=[*parameter_overrides, Parameter("camera_name", value=cam)],
+            )
+            for cam in query.cameras
+        ]
+    except BaseException:
+        for node in made:
+            getattr(node, "close", lambda: None)()
+            node.destroy_node()
         raise
-    buffers = [
-        FrameBufferNode(
-            "frame_buffer" if len(query.cameras) == 1 else f"frame_buffer_{cam}",
-            config=config,
-            context=context,
-            namespace=namespace,
-            parameter_overrides=[*parameter_overrides, Parameter("camera_name", value=cam)],
-        )
-        for cam in query.cameras
-    ]
-    perception = PerceptionNode(pipeline=pipeline, **common)
-    reasoning = ReasoningNode(pipeline=pipeline, **common)
-    query.attach(LocalEngine({b.camera_name: b.window for b in buffers}, pipeline))
-    query.close_hooks.append(pipeline.close)  # the shared models go when the process stops
-    return [query, *buffers, perception, reasoning]
+    buffers = [n for n in made if isinstance(n, FrameBufferNode)]
+    query.attach(LocalEngine({b.camera_name: b.window for b in buffers},
+                             perception.serving, reasoning.serving))
+    return [perception, reasoning, query, *buffers]
 
 
 def main(args: Sequence[str] | None = None) -> int:

@@ -19,8 +19,8 @@ from rosbags.image import ImageError, message_to_cvimage
 from sensor_msgs.msg import CompressedImage, Image
 
 from embodied_r_ros.core.actions import Motion
+from embodied_r_ros.core.backends.images import decode_image
 from embodied_r_ros.core.poses import Pose
-from embodied_r_ros.nodes.frame_store import decode_jpeg
 
 UNSUPPORTED_ENCODING = "UNSUPPORTED_ENCODING"
 CORRUPT_FRAME = "CORRUPT_FRAME"
@@ -147,7 +147,7 @@ def jpeg_to_compressed(jpeg: bytes, stamp: float, frame_id: str = "") -> Compres
 
 def compressed_jpeg_to_rgb(msg: CompressedImage) -> np.ndarray:
     """The frame buffer's own JPEGs back to RGB (internal transport, trusted format)."""
-    return decode_jpeg(bytes(msg.data))
+    return decode_image(bytes(msg.data))
 
 
 def odometry_to_pose(msg: Odometry) -> Pose:

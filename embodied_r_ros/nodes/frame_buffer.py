@@ -20,6 +20,8 @@ from typing import Any, TypeVar
 
 from nav_msgs.msg import Odometry
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup, ReentrantCallbackGroup
+from rclpy.clock import JumpThreshold
+from rclpy.duration import Duration
 from rclpy.node import Node
 from rclpy.qos import QoSProfile, ReliabilityPolicy, qos_profile_sensor_data
 from sensor_msgs.msg import CompressedImage, Image
@@ -44,6 +46,7 @@ from embodied_r_ros.nodes.diagnostics import (
     make_status,
 )
 from embodied_r_ros.nodes.frame_store import FrameStore, Window
+from embodied_r_ros.nodes.guard import guard_service, guard_subscription, one_line
 from embodied_r_ros.nodes.params import (
     CONFIG_SPECS,
     DIAGNOSTICS_SPEC,
@@ -54,6 +57,7 @@ from embodied_r_ros.nodes.params import (
 
 M = TypeVar("M", Image, CompressedImage)
 INTERNAL_ERROR = "INTERNAL"  # a frame that broke something unexpected (counted, dropped)
+BAD_WINDOW = "BAD_WINDOW"
 
 SPECS: tuple[Spec, ...] = (
     DIAGNOSTICS_SPEC,
@@ -69,6 +73,10 @@ SPECS: tuple[Spec, ...] = (
     Spec("image_qos", "sensor_data", "QoS of the image subscriptions: sensor_data (best effort, "
          "matches any camera) or reliable (only reliable cameras; survives UDP loss of large "
          "frames)", choices=("sensor_data", "reliable")),
+    Spec("stamp_jump_sec", 5.0, "a frame stamped this far off the stream's timeline is dropped "
+         "(BAD_STAMP) unless the next frames confirm the jump", 0.5, 86400.0),
+    Spec("stamp_confirm_frames", 3, "consecutive frames that confirm a timeline jump (a bag "
+         "loop, a clock reset)", 1, 100),
 )
 
 
@@ -98,6 +106,8 @@ class FrameBufferNode(Node):
             buffer_max_bytes=int(p["buffer_max_mb"] * 2**20),
             jpeg_quality=p["jpeg_quality"],
             odom_tolerance_sec=p["odom_tolerance_sec"],
+            stamp_jump_sec=p["stamp_jump_sec"],
+            stamp_confirm=p["stamp_confirm_frames"],
         )
         self.rate = RateMeter()
         ingest = MutuallyExclusiveCallbackGroup()  # frames in order, one at a time
@@ -105,6 +115,7 @@ class FrameBufferNode(Node):
         self._io = ReentrantCallbackGroup()
         image_qos = (qos_profile_sensor_data if p["image_qos"] == "sensor_data"
                      else QoSProfile(depth=5, reliability=ReliabilityPolicy.RELIABLE))
+        log = self.get_logger()
         self.create_subscription(
             Image, "image", self._ingest_cb(image_to_rgb), image_qos, callback_group=ingest,
         )
@@ -113,7 +124,14 @@ class FrameBufferNode(Node):
             callback_group=ingest,
         )
         self.create_subscription(
-            Odometry, "odom", self._on_odom, qos_profile_sensor_data, callback_group=odom
+            Odometry, "odom", guard_subscription(log, "odometry", self._on_odom),
+            qos_profile_sensor_data, callback_group=odom,
+        )
+        # /clock going back (use_sim_time, a bag replayed from its start): a new timeline
+        self._jump_handler = self.get_clock().create_jump_callback(
+            JumpThreshold(min_forward=None, min_backward=Duration(seconds=-1.0),
+                          on_clock_change=False),
+            post_callback=guard_subscription(log, "clock jump", self._on_clock_jump),
         )
         self._key_pub = (
             self.create_publisher(Image, "~/key_frames", 5) if p["publish_key_frames"] else None
@@ -121,8 +139,8 @@ class FrameBufferNode(Node):
         from embodied_r_interfaces.srv import GetWindow
 
         self.create_service(
-            GetWindow, window_service_name(self.camera_name), self._on_get_window,
-            callback_group=self._io,
+            GetWindow, window_service_name(self.camera_name),
+            guard_service(log, "get_window", self._on_get_window), callback_group=self._io,
         )
         self._diag = DiagnosticsPublisher(
             self, p["diagnostics_period_sec"], self.diagnostics, callback_group=self._io
@@ -139,7 +157,13 @@ class FrameBufferNode(Node):
         def callback(msg: M) -> None:
             self.ingest(msg, decode)
 
-        return callback
+        return guard_subscription(
+            self.get_logger(), "camera frame", callback,
+            on_error=lambda exc: self.store.note_dropped(INTERNAL_ERROR, one_line(exc)),
+        )
+
+    def _on_clock_jump(self, jump: Any) -> None:
+        self.store.restart(f"the clock jumped by {jump.delta.nanoseconds * 1e-9:.1f} s")
 
     def ingest(self, msg: M, decode: Callable[[M], Any]) -> None:
         stamp = stamp_to_sec(msg.header.stamp)
@@ -179,17 +203,15 @@ class FrameBufferNode(Node):
 
     def window(self, window_sec: float) -> Window:
         """Key frames of the last ``window_sec`` seconds (0 = all); raises QueryError."""
+        if not math.isfinite(window_sec) or window_sec < 0:
+            raise QueryError(BAD_WINDOW, f"window_sec must be >= 0, got {window_sec}")
         anchor = None
         if self.params["window_anchor"] == "clock":
             anchor = self.get_clock().now().nanoseconds * 1e-9
         return self.store.window(window_sec, anchor)
 
     def _on_get_window(self, request: Any, response: Any) -> Any:
-        try:
-            w = self.window(float(request.window_sec))
-        except QueryError as exc:
-            response.success, response.error_code, response.error = False, exc.code, str(exc)
-            return response
+        w = self.window(float(request.window_sec))  # QueryError: answered by the guard
         response.success = True
         response.key_frames = [jpeg_to_compressed(j, s) for j, s in zip(w.jpegs, w.stamps,
                                                                          strict=True)]
@@ -209,6 +231,7 @@ class FrameBufferNode(Node):
             "key_frames": st.keyframes,
             "frames_dropped": sum(st.dropped.values()),
             "odometry_poses": st.poses,
+            "odometry_dropped_bad_stamp": self.store.poses_dropped,
         }
         values.update({f"dropped_{code.lower()}": n for code, n in sorted(st.dropped.items())})
         if rate == 0.0:

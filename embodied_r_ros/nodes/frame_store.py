@@ -2,73 +2,106 @@
 
 Frames are pre-sampled by timestamp *before* decoding (:meth:`FrameStore.wants`), shrunk to the
 processing resolution, run through the core's streaming key-frame extractor and kept as JPEG
-bytes, bounded by a time span and a byte budget. A question's window is answered with the key
-frames inside it, clamped by the core's :func:`finalize_positions`, and the odometry motion
-between consecutive ones where poses are known.
+bytes, bounded by a time span and a byte budget; the newest key frames are also kept decoded,
+so a query does not decode its window again. A question's window is answered with the key frames
+inside it, clamped by the core's :func:`finalize_positions`, and the odometry motion between
+consecutive ones where poses are known.
+
+Stamps are checked by a :class:`StampGate`: a single frame stamped far in the future or the past
+(a bad driver clock, a corrupt header) is dropped and counted (``BAD_STAMP``), while a sustained
+jump (a bag loop, a clock reset: several consecutive stamps consistent with each other) starts a
+new timeline, clearing the buffer when the jump went back.
 """
 
 from __future__ import annotations
 
-import bisect
 import logging
 import threading
-from collections import Counter, deque
+from collections import Counter, OrderedDict, deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Literal
 
-import cv2
 import numpy as np
 
 from embodied_r_ros.core.actions import Motion
+from embodied_r_ros.core.backends.images import decode_image, encode_jpeg, resize_max_side
 from embodied_r_ros.core.config import KeyframeConfig
 from embodied_r_ros.core.keyframes import KeyframeDecision, KeyframeExtractor, finalize_positions
 from embodied_r_ros.core.pipeline import NO_FRAMES, QueryError
-from embodied_r_ros.core.poses import Pose, relative_motion
+from embodied_r_ros.core.poses import Pose, nearest_index, relative_motion
 
 log = logging.getLogger(__name__)
 
-
-def resize_max_side(rgb: np.ndarray, max_side: int) -> np.ndarray:
-    """Shrink so the longest side is at most ``max_side`` (0 = keep); never enlarges."""
-    h, w = rgb.shape[:2]
-    if not max_side or max(h, w) <= max_side:
-        return rgb
-    r = max_side / max(h, w)
-    return cv2.resize(rgb, (max(1, round(w * r)), max(1, round(h * r))),
-                      interpolation=cv2.INTER_AREA)
+BAD_STAMP = "BAD_STAMP"
+Verdict = Literal["ok", "held", "restart"]
 
 
-def encode_jpeg(rgb: np.ndarray, quality: int = 90) -> bytes:
-    ok, buf = cv2.imencode(".jpg", cv2.cvtColor(rgb, cv2.COLOR_RGB2BGR),
-                           [cv2.IMWRITE_JPEG_QUALITY, int(quality)])
-    if not ok:
-        raise ValueError("JPEG encoding failed")
-    return buf.tobytes()
+class StampGate:
+    """Decides whether a stamp continues the stream's timeline.
+
+    A stamp more than ``max_jump_sec`` ahead of the last accepted one, or more than
+    ``tolerance_sec`` behind it, is *held*: refused, unless ``confirm`` consecutive held stamps
+    agree with each other (each within ``max_jump_sec`` after the previous one), which makes the
+    last of them a *restart* of the timeline.
+    """
+
+    def __init__(self, max_jump_sec: float = 5.0, confirm: int = 3,
+                 tolerance_sec: float = 1.0) -> None:
+        self.max_jump_sec = max_jump_sec
+        self.confirm = max(1, confirm)
+        self.tolerance_sec = tolerance_sec
+        self.last: float | None = None
+        self._held: list[float] = []
+
+    def check(self, stamp: float) -> Verdict:
+        last = self.last
+        if last is None or last - self.tolerance_sec <= stamp <= last + self.max_jump_sec:
+            self._held.clear()
+            if last is None or stamp > last:
+                self.last = stamp
+            return "ok"
+        if self._held and 0.0 <= stamp - self._held[-1] <= self.max_jump_sec:
+            self._held.append(stamp)
+        else:
+            self._held = [stamp]
+        if len(self._held) >= self.confirm:
+            self._held.clear()
+            self.last = stamp
+            return "restart"
+        return "held"
+
+    def reset(self) -> None:
+        self.last = None
+        self._held.clear()
 
 
-def decode_jpeg(data: bytes) -> np.ndarray:
-    img = cv2.imdecode(np.frombuffer(data, np.uint8), cv2.IMREAD_COLOR)
-    if img is None:
-        raise ValueError("not a decodable JPEG")
-    return cv2.cvtColor(img, cv2.COLOR_BGR2RGB)
-
-
-@dataclass(frozen=True)
+@dataclass
 class StoredFrame:
     stamp: float
     jpeg: bytes
     keyframe: bool
 
 
-@dataclass(frozen=True)
+@dataclass
 class Window:
-    """Key frames of a time window, oldest first, ready for perception."""
+    """Key frames of a time window, oldest first, ready for perception.
 
-    images: list[np.ndarray]
+    ``images`` are decoded on first use (:meth:`decoded`) when the window came as JPEG bytes
+    only, e.g. from another process: frames are decoded once, where they are perceived.
+    """
+
     stamps: list[float]
     jpegs: list[bytes]
     # motions[i]: from key frame i to i+1, from odometry; None where a pose is missing
     motions: list[Motion | None]
     n_sampled: int  # pre-sampled frames inside the window
+    images: list[np.ndarray] | None = None
+
+    def decoded(self) -> list[np.ndarray]:
+        if self.images is None:
+            self.images = [decode_image(j) for j in self.jpegs]
+        return self.images
 
 
 @dataclass(frozen=True)
@@ -77,25 +110,32 @@ class FrameAdded:
 
     decision: KeyframeDecision
     image: np.ndarray  # at processing resolution
+    jpeg: bytes  # as stored
     reset: bool = False  # the stream's clock went back and the buffer was cleared
 
 
 class PoseBuffer:
-    """Time-ordered poses (from odometry) with nearest-in-time lookup."""
+    """Time-ordered poses (from odometry) with nearest-in-time lookup; stamps gated like
+    frames (a lone outlier is dropped, a sustained jump back starts over)."""
 
-    def __init__(self) -> None:
+    def __init__(self, gate: StampGate | None = None) -> None:
         self._stamps: deque[float] = deque()
         self._poses: deque[Pose] = deque()
+        self.gate = gate or StampGate()
+        self.dropped = 0
 
     def __len__(self) -> int:
         return len(self._stamps)
 
     def add(self, stamp: float, pose: Pose) -> None:
-        if self._stamps and stamp < self._stamps[-1]:
-            if stamp < self._stamps[-1] - 1.0:  # the clock went back: a new episode
-                self.clear()
-            else:
-                return  # late duplicate: odometry is dense, dropping one costs nothing
+        verdict = self.gate.check(stamp)
+        if verdict == "held":
+            self.dropped += 1
+            return
+        if verdict == "restart" and self._stamps and stamp < self._stamps[-1]:
+            self.clear()
+        if self._stamps and stamp <= self._stamps[-1]:
+            return  # late duplicate: odometry is dense, dropping one costs nothing
         self._stamps.append(stamp)
         self._poses.append(pose)
 
@@ -109,14 +149,10 @@ class PoseBuffer:
             self._poses.popleft()
 
     def nearest(self, stamp: float, tolerance: float) -> Pose | None:
-        if not self._stamps:
+        best = nearest_index(self._stamps, stamp)
+        if best is None or abs(self._stamps[best] - stamp) > tolerance:
             return None
-        stamps = self._stamps
-        i = bisect.bisect_left(stamps, stamp)
-        best = min(
-            (j for j in (i - 1, i) if 0 <= j < len(stamps)), key=lambda j: abs(stamps[j] - stamp)
-        )
-        return self._poses[best] if abs(stamps[best] - stamp) <= tolerance else None
+        return self._poses[best]
 
 
 @dataclass
@@ -128,7 +164,7 @@ class StoreStats:
     evicted: int = 0
     resets: int = 0
     poses: int = 0  # odometry poses received
-    dropped: Counter[str] = field(default_factory=Counter)  # by FrameError code
+    dropped: Counter[str] = field(default_factory=Counter)  # by FrameError code / BAD_STAMP
     dropped_since_stored: int = 0  # bad frames in a row, since the last good one
     last_drop: tuple[str, str] | None = None  # (code, one-line reason)
 
@@ -144,6 +180,9 @@ class FrameStore:
         buffer_max_bytes: int = 64 * 2**20,
         jpeg_quality: int = 90,
         odom_tolerance_sec: float = 0.2,
+        stamp_jump_sec: float = 5.0,
+        stamp_confirm: int = 3,
+        decoded_keep: int = 40,
     ) -> None:
         self.kf_cfg = kf_cfg
         self.buffer_sec = buffer_sec
@@ -151,23 +190,33 @@ class FrameStore:
         self.jpeg_quality = jpeg_quality
         self.odom_tolerance_sec = odom_tolerance_sec
         self.stats = StoreStats()
+        period = 1.0 / kf_cfg.sample_fps if kf_cfg.sample_fps else 0.0
+        self._gate = StampGate(max(stamp_jump_sec, 3.0 * period), stamp_confirm)
         self._extractor = KeyframeExtractor(kf_cfg)
         self._frames: deque[StoredFrame] = deque()
         self._bytes = 0
-        self._poses = PoseBuffer()
+        self._poses = PoseBuffer(StampGate(max(stamp_jump_sec, 1.0), stamp_confirm))
+        self._decoded: OrderedDict[float, np.ndarray] = OrderedDict()  # newest key frames
+        self._decoded_keep = decoded_keep
+        self._restart = False
         self._lock = threading.Lock()
+        #: called with the stamp of each new key frame, its image and its predecessor's
+        #: (streaming perception); runs on the ingesting thread, so it must only enqueue
+        self.on_keyframe: Callable[[float, np.ndarray, float | None], None] | None = None
 
     # -- ingestion -------------------------------------------------------------------------
-
-    def _jumped_back(self, stamp: float) -> bool:
-        period = 1.0 / self.kf_cfg.sample_fps if self.kf_cfg.sample_fps else 0.0
-        return bool(self._frames) and stamp < self._frames[-1].stamp - max(period, 1e-3)
 
     def wants(self, stamp: float) -> bool:
         """Whether a frame at ``stamp`` would be kept: decide this before decoding it."""
         with self._lock:
             self.stats.received += 1
-            if self._jumped_back(stamp):
+            verdict = self._gate.check(stamp)
+            if verdict == "held":
+                self._note_dropped_locked(BAD_STAMP, f"frame stamped {stamp:.3f} s is off the "
+                                          "stream's timeline")
+                return False
+            if verdict == "restart":
+                self._restart = True
                 return True
             if self._frames and stamp <= self._frames[-1].stamp:
                 return False  # duplicate (raw + compressed of one frame) or late
@@ -183,23 +232,47 @@ class FrameStore:
     def note_dropped(self, code: str, reason: str) -> None:
         """Count a frame that could not be decoded; it is gone, the stream goes on."""
         with self._lock:
-            self.stats.dropped[code] += 1
-            self.stats.dropped_since_stored += 1
-            self.stats.last_drop = (code, reason)
+            self._note_dropped_locked(code, reason)
+
+    def _note_dropped_locked(self, code: str, reason: str) -> None:
+        self.stats.dropped[code] += 1
+        self.stats.dropped_since_stored += 1
+        self.stats.last_drop = (code, reason)
+
+    def restart(self, why: str) -> None:
+        """Start over (e.g. ``/clock`` went back): the next frame begins a new timeline."""
+        with self._lock:
+            log.warning("%s: clearing the frame buffer", why)
+            self._clear_locked()
+            self.stats.resets += 1
 
     def add(self, rgb: np.ndarray, stamp: float) -> FrameAdded:
         """Store a decoded RGB frame that :meth:`wants` accepted."""
         image = resize_max_side(rgb, self.kf_cfg.max_side)
         jpeg = encode_jpeg(image, self.jpeg_quality)
+        previous_key: float | None = None
         with self._lock:
-            reset = self._jumped_back(stamp)
-            if reset:
-                log.warning("camera time went back from %.3f to %.3f s: clearing the buffer",
-                            self._frames[-1].stamp, stamp)
-                self._clear_locked()
-                self.stats.resets += 1
+            reset = False
+            if self._restart:
+                self._restart = False
+                if self._frames and stamp < self._frames[-1].stamp:
+                    log.warning("camera time went back from %.3f to %.3f s: a new timeline, "
+                                "clearing the buffer", self._frames[-1].stamp, stamp)
+                    self._clear_locked()
+                    self.stats.resets += 1
+                    reset = True
+            if self._frames and stamp <= self._frames[-1].stamp:  # raced with another frame
+                late = KeyframeDecision(sampled=False, keyframe=False, reason="rate",
+                                        overlap=None, n_matches=0)
+                return FrameAdded(late, image, jpeg)
             decision = self._extractor.push(image, stamp)
             if decision.sampled:
+                if decision.keyframe:
+                    previous_key = next((f.stamp for f in reversed(self._frames) if f.keyframe),
+                                        None)
+                    self._decoded[stamp] = decode_image(jpeg)  # what every reader will see
+                    while len(self._decoded) > self._decoded_keep:
+                        self._decoded.popitem(last=False)
                 self._frames.append(StoredFrame(stamp, jpeg, decision.keyframe))
                 self._bytes += len(jpeg)
                 self.stats.stored += 1
@@ -208,7 +281,11 @@ class FrameStore:
                 self._evict_locked()
             else:
                 self.stats.skipped += 1
-        return FrameAdded(decision, image, reset)
+            hook = self.on_keyframe if decision.keyframe else None
+            decoded = self._decoded.get(stamp)
+        if hook is not None and decoded is not None:
+            hook(stamp, decoded, previous_key)
+        return FrameAdded(decision, image, jpeg, reset)
 
     def add_pose(self, stamp: float, pose: Pose) -> None:
         with self._lock:
@@ -217,8 +294,13 @@ class FrameStore:
             if self._frames:
                 self._poses.prune(self._frames[0].stamp - self.odom_tolerance_sec)
 
+    @property
+    def poses_dropped(self) -> int:
+        return self._poses.dropped
+
     def _clear_locked(self) -> None:
         self._frames.clear()
+        self._decoded.clear()
         self._bytes = 0
         self._poses.clear()
         self._extractor.reset()
@@ -230,6 +312,7 @@ class FrameStore:
         ):
             old = self._frames.popleft()
             self._bytes -= len(old.jpeg)
+            self._decoded.pop(old.stamp, None)
             self.stats.evicted += 1
         self._poses.prune(self._frames[0].stamp - self.odom_tolerance_sec)
 
@@ -252,6 +335,11 @@ class FrameStore:
         with self._lock:
             return self._frames[-1].stamp if self._frames else None
 
+    def key_frame(self, stamp: float) -> np.ndarray | None:
+        """The decoded key frame stamped ``stamp`` while it is among the newest kept."""
+        with self._lock:
+            return self._decoded.get(stamp)
+
     def window(self, window_sec: float, anchor: float | None = None) -> Window:
         """Key frames stamped in ``[anchor - window_sec, anchor]`` (0 s = the whole buffer).
 
@@ -268,11 +356,12 @@ class FrameStore:
             frames = [f for f in self._frames if start <= f.stamp <= end]
             if not frames and self.stats.last_drop and self.stats.dropped_since_stored:
                 code, reason = self.stats.last_drop
-                raise QueryError(
-                    code,
-                    f"the last {self.stats.dropped_since_stored} camera frame(s) were dropped: "
-                    f"{reason}",
-                )
+                if code != BAD_STAMP or not self._frames:
+                    raise QueryError(
+                        code,
+                        f"the last {self.stats.dropped_since_stored} camera frame(s) were "
+                        f"dropped: {reason}",
+                    )
             if not self._frames:
                 raise QueryError(NO_FRAMES, "no camera frames have been received yet")
             if not frames:
@@ -284,14 +373,17 @@ class FrameStore:
             keys = [i for i, f in enumerate(frames) if f.keyframe]
             chosen = [frames[p] for p in finalize_positions(keys, len(frames), self.kf_cfg)]
             poses = [self._poses.nearest(f.stamp, self.odom_tolerance_sec) for f in chosen]
+            cached = [self._decoded.get(f.stamp) for f in chosen]
+        images = [img if img is not None else decode_image(f.jpeg)
+                  for img, f in zip(cached, chosen, strict=True)]
         motions = [
             relative_motion(a, b) if a is not None and b is not None else None
             for a, b in zip(poses, poses[1:], strict=False)
         ]
         return Window(
-            images=[decode_jpeg(f.jpeg) for f in chosen],
             stamps=[f.stamp for f in chosen],
             jpegs=[f.jpeg for f in chosen],
             motions=motions,
             n_sampled=len(frames),
+            images=images,
         )

@@ -1,10 +1,12 @@
 """The in-process :class:`~embodied_r_ros.nodes.query.Engine` of the all-in-one process: frames
-straight from the frame buffers' stores, models straight from the shared :class:`EmbodiedR`."""
+straight from the frame buffers' stores (already decoded), models straight from the perception
+and reasoning nodes of the same process (``BACKEND_DOWN`` while one is not active)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 
+from embodied_r_ros.core.cancel import CancelToken
 from embodied_r_ros.core.perception import ProgressFn
 from embodied_r_ros.core.pipeline import EmbodiedR
 from embodied_r_ros.core.reasoning import Reasoning
@@ -12,14 +14,21 @@ from embodied_r_ros.nodes.frame_store import Window
 from embodied_r_ros.nodes.motion import perceive_window
 
 WindowFn = Callable[[float], Window]
+PipelineFn = Callable[[], EmbodiedR]
 
 
 class LocalEngine:
-    def __init__(self, windows: Mapping[str, WindowFn], pipeline: EmbodiedR) -> None:
+    def __init__(
+        self,
+        windows: Mapping[str, WindowFn],
+        perception: PipelineFn,
+        reasoning: PipelineFn,
+    ) -> None:
         self.windows = dict(windows)
-        self.pipeline = pipeline
+        self.perception = perception
+        self.reasoning = reasoning
 
-    def window(self, camera: str, window_sec: float) -> Window:
+    def window(self, camera: str, window_sec: float, cancel: CancelToken) -> Window:
         return self.windows[camera](window_sec)
 
     def perceive(
@@ -28,19 +37,19 @@ class LocalEngine:
         question: str,
         options: Sequence[str],
         on_progress: ProgressFn | None,
-        cancelled: Callable[[], bool],
+        cancel: CancelToken,
     ) -> str:
         result = perceive_window(
-            self.pipeline,
-            window.images,
+            self.perception(),
+            window.decoded(),
             window.stamps,
             question,
             options,
             window.motions,
             on_progress=on_progress,
-            cancelled=cancelled,
+            cancel=cancel,
         )
         return result.text
 
-    def reason(self, perception: str, options: Sequence[str]) -> Reasoning:
-        return self.pipeline.reason(perception, options)
+    def reason(self, perception: str, options: Sequence[str], cancel: CancelToken) -> Reasoning:
+        return self.reasoning().reason(perception, options, cancel)

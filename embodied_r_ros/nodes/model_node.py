@@ -1,82 +1,235 @@
-"""The common shape of the perception and reasoning nodes: one model, loaded once, diagnosed.
+"""The common shape of the perception and reasoning nodes: a ROS 2 managed (lifecycle) node
+holding one model.
 
-Both nodes load their half of the pipeline at start-up (never in a callback), count their calls
-and publish the backend's health on ``/diagnostics``; only the request they serve differs.
+``configure`` loads the model (logging what and how long), ``activate`` serves, ``deactivate``
+keeps the model but answers ``BACKEND_DOWN``, ``cleanup`` frees it (and the CUDA cache), and
+``shutdown`` ends. With the ``autostart`` parameter (default true) the node drives itself to
+active when it starts, so ``ros2 run`` behaves as a plain node; a model that cannot be loaded
+then fails the start with one clear line. Requests are served on a reentrant group, apart from
+the lifecycle services, so a node that is loading still answers ``BACKEND_DOWN`` at once.
 """
 
 from __future__ import annotations
 
 import threading
+import time
+from collections.abc import Callable
 from typing import Any, Literal
 
-from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
-from rclpy.node import Node
+from rclpy.action import ActionServer, CancelResponse, GoalResponse
+from rclpy.callback_groups import MutuallyExclusiveCallbackGroup, ReentrantCallbackGroup
+from rclpy.lifecycle import LifecycleNode, LifecycleState, TransitionCallbackReturn
 
+from embodied_r_ros.core.backends.base import BACKEND_DOWN
+from embodied_r_ros.core.cancel import CancelToken
 from embodied_r_ros.core.config import Config
-from embodied_r_ros.core.pipeline import EmbodiedR
-from embodied_r_ros.nodes.diagnostics import ERROR, OK, DiagnosticsPublisher, make_status
+from embodied_r_ros.core.pipeline import EmbodiedR, QueryError
+from embodied_r_ros.nodes.diagnostics import ERROR, OK, WARN, DiagnosticsPublisher, make_status
+from embodied_r_ros.nodes.guard import (
+    GoalTokens,
+    Heartbeat,
+    fail,
+    finish_goal,
+    guard_execute,
+    one_line,
+)
 from embodied_r_ros.nodes.models import build_pipeline, describe_models
-from embodied_r_ros.nodes.params import CONFIG_SPECS, DIAGNOSTICS_SPEC, declare, load_node_config
+from embodied_r_ros.nodes.params import (
+    AUTOSTART_SPEC,
+    CONFIG_SPECS,
+    DIAGNOSTICS_SPEC,
+    declare,
+    load_node_config,
+)
+
+SUCCESS = TransitionCallbackReturn.SUCCESS
+FAILURE = TransitionCallbackReturn.FAILURE
 
 
-class ModelNode(Node):
+class StartError(RuntimeError):
+    """A node that could not reach the active state at start (autostart); one line."""
+
+
+class ModelNode(LifecycleNode):
     """Base of :class:`PerceptionNode` and :class:`ReasoningNode`."""
 
     role: Literal["perception", "reasoning"]
-    threads_needed = 2  # a request being served + cancel/feedback/diagnostics traffic
+    threads_needed = 3  # a request being served + cancel/feedback + lifecycle/diagnostics
 
     def __init__(
         self,
         node_name: str,
         *,
         config: Config | None = None,
-        pipeline: EmbodiedR | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(node_name, **kwargs)
-        self.params = declare(self, (DIAGNOSTICS_SPEC,))
-        if pipeline is not None:
-            self.config = pipeline.config
-        else:
-            self.config = config or load_node_config(declare(self, CONFIG_SPECS))
-        self.get_logger().info(f"loading {self.role}: {describe_models(self.config)}")
-        self._owns_pipeline = pipeline is None
-        self.pipeline = pipeline or build_pipeline(
-            self.config,
-            perception=self.role == "perception",
-            reasoning=self.role == "reasoning",
-        )
+        self.params = declare(self, (DIAGNOSTICS_SPEC, AUTOSTART_SPEC))
+        self.config = config or load_node_config(declare(self, CONFIG_SPECS))
+        self.pipeline: EmbodiedR | None = None
+        self.state_label = "unconfigured"
+        self.load_error = ""
+        self._started = False
         self._lock = threading.Lock()
         self.calls = 0
         self.last_sec = 0.0
+        self.goals = GoalTokens()
+        self.requests = ReentrantCallbackGroup()  # served apart from the lifecycle services
         self._diag = DiagnosticsPublisher(
             self, self.params["diagnostics_period_sec"], self.diagnostics,
             callback_group=MutuallyExclusiveCallbackGroup(),  # a slow health check blocks no one
         )
 
-    def backend_status(self) -> tuple[str, bool]:
-        """``(model id, healthy)`` of the backend this node serves."""
-        raise NotImplementedError
+    # -- lifecycle -------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """``autostart``: configure and activate now; a failure is one line (StartError)."""
+        if self._started:
+            return
+        self._started = True
+        if not self.params["autostart"]:
+            self.get_logger().info("autostart is off: waiting for configure/activate")
+            return
+        if self.trigger_configure() != SUCCESS:
+            raise StartError(f"{self.role} node: {self.load_error or 'configure failed'}")
+        if self.trigger_activate() != SUCCESS:
+            raise StartError(f"{self.role} node: activate failed")
+
+    def on_configure(self, state: LifecycleState) -> TransitionCallbackReturn:
+        models = describe_models(self.config, perception=self.role == "perception",
+                                 reasoning=self.role == "reasoning")
+        self.get_logger().info(f"configure: loading {models}")
+        start = time.perf_counter()
+        try:
+            self.pipeline = build_pipeline(
+                self.config,
+                perception=self.role == "perception",
+                reasoning=self.role == "reasoning",
+            )
+        except Exception as exc:  # noqa: BLE001 - any load failure is one line, state stays
+            self.load_error = one_line(f"cannot load {models}: {exc}")
+            self.get_logger().error(self.load_error)
+            return FAILURE
+        self.load_error = ""
+        self.state_label = "inactive"
+        self.get_logger().info(f"configure: loaded in {time.perf_counter() - start:.1f} s")
+        return SUCCESS
+
+    def on_activate(self, state: LifecycleState) -> TransitionCallbackReturn:
+        self.state_label = "active"
+        self.get_logger().info(f"active: serving {self.role}")
+        return super().on_activate(state)
+
+    def on_deactivate(self, state: LifecycleState) -> TransitionCallbackReturn:
+        self.state_label = "inactive"
+        self.goals.cancel_all()  # requests in flight end; new ones get BACKEND_DOWN
+        self.get_logger().info("inactive: answering BACKEND_DOWN")
+        return super().on_deactivate(state)
+
+    def on_cleanup(self, state: LifecycleState) -> TransitionCallbackReturn:
+        self._free()
+        self.state_label = "unconfigured"
+        self.get_logger().info("cleanup: models freed")
+        return SUCCESS
+
+    def on_shutdown(self, state: LifecycleState) -> TransitionCallbackReturn:
+        self.goals.cancel_all()
+        self._free()
+        self.state_label = "finalized"
+        return SUCCESS
+
+    def _free(self) -> None:
+        pipeline, self.pipeline = self.pipeline, None
+        if pipeline is not None:
+            pipeline.close()
+
+    def serving(self) -> EmbodiedR:
+        """The loaded pipeline while active, else QueryError ``BACKEND_DOWN``."""
+        pipeline = self.pipeline
+        if self.state_label != "active" or pipeline is None:
+            detail = f" ({self.load_error})" if self.load_error else ""
+            raise QueryError(BACKEND_DOWN, f"the {self.role} node is {self.state_label}{detail}")
+        return pipeline
+
+    # -- goals -----------------------------------------------------------------------------
+
+    def create_goal_server(self, action_type: Any, name: str,
+                           execute: Callable[[Any], Any]) -> ActionServer:
+        """An action server whose goals can be cancelled mid-work and never crash the node."""
+
+        def on_cancel(goal_handle: Any) -> CancelResponse:
+            self.goals.cancel(goal_handle)
+            return CancelResponse.ACCEPT
+
+        return ActionServer(
+            self, action_type, name,
+            execute_callback=guard_execute(self.get_logger(), name, action_type.Result, execute),
+            goal_callback=lambda _goal: GoalResponse.ACCEPT,
+            cancel_callback=on_cancel,
+            callback_group=self.requests,
+        )
+
+    def serve_goal(
+        self,
+        goal_handle: Any,
+        result: Any,
+        work: Callable[[EmbodiedR, CancelToken], None],
+        beat: Callable[[], None],
+    ) -> float:
+        """Run ``work(pipeline, cancel_token)`` for a goal (it fills ``result``), beating the
+        heartbeat meanwhile; end the goal by the outcome. Returns the seconds spent."""
+        start = time.perf_counter()
+        token = self.goals.open(goal_handle)
+        try:
+            with Heartbeat(beat):
+                work(self.serving(), token)
+            result.success = True
+        except QueryError as exc:
+            fail(result, exc.code, str(exc))
+        finally:
+            self.goals.close(goal_handle)
+        seconds = time.perf_counter() - start
+        self.record_call(seconds)
+        finish_goal(goal_handle, result)
+        return seconds
+
+    # -- bookkeeping -----------------------------------------------------------------------
 
     def record_call(self, seconds: float) -> None:
         with self._lock:
             self.calls += 1
             self.last_sec = seconds
 
+    def backend_status(self) -> tuple[str, bool, str]:
+        """``(model id, healthy, error)`` of the backend this node serves."""
+        raise NotImplementedError
+
     def diagnostics(self) -> list[Any]:
-        model, healthy = self.backend_status()
+        if self.state_label != "active":
+            level, message = WARN, f"{self.role} node is {self.state_label}"
+            model, healthy, error = "", False, self.load_error
+        else:
+            model, healthy, error = self.backend_status()
+            level = OK if healthy else ERROR
+            message = "ok" if healthy else f"{self.role} backend unhealthy: {error}"
         values = {
+            "state": self.state_label,
             "model": model,
             "healthy": healthy,
+            "error": error,
             "calls": self.calls,
             f"last_{self.role}_sec": self.last_sec,
         }
-        return [make_status(
-            f"embodied_r: {self.role} backend", OK if healthy else ERROR,
-            "ok" if healthy else f"{self.role} backend is down", values,
-            self.get_fully_qualified_name(),
-        )]
+        return [make_status(f"embodied_r: {self.role} backend", level, message, values,
+                            self.get_fully_qualified_name())]
 
     def close(self) -> None:
-        if self._owns_pipeline:
-            self.pipeline.close()
+        self.goals.cancel_all()
+        self._free()
+
+
+def model_status(backend: Any) -> tuple[str, bool, str]:
+    """``(model id, healthy, error)`` of a backend (its health check never raises)."""
+    health = backend.health()
+    return backend.model_id, health.ok, health.error
+

@@ -23,11 +23,15 @@ def build_pipeline(config: Config, *, perception: bool = True, reasoning: bool =
     return EmbodiedR(config, vlm=vlm, lm=lm, load_models=False)
 
 
-def describe_models(config: Config) -> str:
+def describe_models(config: Config, *, perception: bool = True, reasoning: bool = True) -> str:
     """One line naming the models, e.g. for logs and the demo's banner."""
-    if config.perception.backend == "vlm" and config.perception.vlm is not None:
-        vlm = f"VLM {config.perception.vlm.model} ({config.perception.vlm.backend})"
-    else:
-        vlm = "geometric perception (no VLM)"
-    lm = config.reasoning.model
-    return f"{vlm}; LM {lm.model} ({lm.backend})"
+    parts = []
+    if perception:
+        if config.perception.backend == "vlm" and config.perception.vlm is not None:
+            parts.append(f"VLM {config.perception.vlm.model} ({config.perception.vlm.backend})")
+        else:
+            parts.append("geometric perception (no VLM)")
+    if reasoning:
+        lm = config.reasoning.model
+        parts.append(f"LM {lm.model} ({lm.backend})")
+    return "; ".join(parts)

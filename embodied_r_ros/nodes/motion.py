@@ -10,13 +10,14 @@ perception text, beside the VLM's own action when there is one.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 import numpy as np
 
 from embodied_r_ros.core.actions import Motion
+from embodied_r_ros.core.cancel import CancelToken
 from embodied_r_ros.core.perception import MotionSource, PerceptionResult, ProgressFn
-from embodied_r_ros.core.pipeline import EmbodiedR
+from embodied_r_ros.core.pipeline import BAD_REQUEST, EmbodiedR, QueryError
 
 log = logging.getLogger(__name__)
 
@@ -27,7 +28,7 @@ def complete_motions(
     """``motions`` with every missing entry replaced by visual ego-motion (None if that fails),
     and the source of each entry."""
     if len(motions) != max(len(images) - 1, 0):
-        raise ValueError(f"{len(images)} key frames need {len(images) - 1} motions")
+        raise QueryError(BAD_REQUEST, f"{len(images)} key frames need {len(images) - 1} motions")
     sources: list[MotionSource] = ["odometry" if m is not None else "visual" for m in motions]
     missing = [i for i, m in enumerate(motions) if m is None]
     if not missing:
@@ -51,7 +52,7 @@ def perceive_window(
     motions: Sequence[Motion | None],
     *,
     on_progress: ProgressFn | None = None,
-    cancelled: Callable[[], bool] | None = None,
+    cancel: CancelToken | None = None,
 ) -> PerceptionResult:
     """Perception of a buffer window, with odometry motions completed by visual ones."""
     completed, sources = complete_motions(pipeline, images, motions)
@@ -63,5 +64,5 @@ def perceive_window(
         motions=completed,
         motion_source=sources,
         on_progress=on_progress,
-        cancelled=cancelled,
+        cancel=cancel,
     )

@@ -66,13 +66,15 @@ def declare(node: Node, specs: tuple[Spec, ...]) -> dict[str, Any]:
 
 # Declared by a node that loads the pipeline configuration itself (not when it is handed one).
 CONFIG_SPECS: tuple[Spec, ...] = (
-    Spec("profile", "offline", "pipeline profile from config/ (tiny, offline, workstation, "
-         "server)"),
+    Spec("profile", "offline", "pipeline profile from config/profiles (tiny, offline, "
+         "workstation, server) or a .yaml path"),
     Spec("config_file", "", "YAML config layered over the profile (empty = none); it may name "
          "its own profile in 'base'"),
 )
 DIAGNOSTICS_SPEC = Spec("diagnostics_period_sec", 1.0, "period of /diagnostics messages",
                         0.1, 60.0)
+AUTOSTART_SPEC = Spec("autostart", True, "managed node: configure (load the model) and activate "
+                      "at start; false waits for lifecycle transitions")
 
 
 def load_node_config(values: dict[str, Any]) -> Config:

@@ -2,7 +2,11 @@
 and whether the models run in this process or in other nodes.
 
 :class:`QueryRunner` validates the request, applies the concurrency limit (``BUSY`` at once when
-full), enforces the overall timeout, and turns every failure into an error code and one line of
+full), and runs the question on a thread of its own under one
+:class:`~embodied_r_ros.core.cancel.CancelToken` holding the whole time budget
+(``query_timeout_sec``). A timeout or a cancel answers at once and frees the slot at once; the
+token stops the abandoned work (calls not sent are dropped, HTTP requests aborted, in-process
+generation stopped, remote goals cancelled). Every failure becomes an error code and one line of
 text. Where frames, perception and reasoning come from is an :class:`Engine`; ROS is not
 imported here.
 """
@@ -14,29 +18,30 @@ import math
 import threading
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
-from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from embodied_r_ros.core.backends.base import BACKEND_TIMEOUT, BackendError
+from embodied_r_ros.core.backends.base import raise_if_stopped
+from embodied_r_ros.core.cancel import CancelToken
 from embodied_r_ros.core.perception import ProgressFn
-from embodied_r_ros.core.pipeline import CANCELLED, QueryError, validate_query
+from embodied_r_ros.core.pipeline import QueryError, validate_query
 from embodied_r_ros.core.reasoning import Reasoning
 from embodied_r_ros.nodes.frame_store import Window
+from embodied_r_ros.nodes.guard import INTERNAL, error_of, one_line
 
 log = logging.getLogger(__name__)
 
 BUSY = "BUSY"
 UNKNOWN_CAMERA = "UNKNOWN_CAMERA"
 BAD_WINDOW = "BAD_WINDOW"
-INTERNAL = "INTERNAL"
+_POLL_S = 0.02
 
 
 class Engine(Protocol):
-    """Where a query's frames, perception and reasoning come from."""
+    """Where a query's frames, perception and reasoning come from; every call stops when
+    ``cancel`` does (raising ``QueryError``/``BackendError`` with its code)."""
 
-    def window(self, camera: str, window_sec: float) -> Window: ...
+    def window(self, camera: str, window_sec: float, cancel: CancelToken) -> Window: ...
 
     def perceive(
         self,
@@ -44,12 +49,14 @@ class Engine(Protocol):
         question: str,
         options: Sequence[str],
         on_progress: ProgressFn | None,
-        cancelled: Callable[[], bool],
+        cancel: CancelToken,
     ) -> str:
         """The assembled perception text."""
         ...
 
-    def reason(self, perception: str, options: Sequence[str]) -> Reasoning: ...
+    def reason(
+        self, perception: str, options: Sequence[str], cancel: CancelToken
+    ) -> Reasoning: ...
 
 
 @dataclass(frozen=True)
@@ -78,8 +85,8 @@ class QueryOutcome:
 
     @classmethod
     def failure(cls, code: str, message: str, total_sec: float = 0.0) -> QueryOutcome:
-        line = " ".join(str(message).split()) or code
-        return cls(success=False, error_code=code, error=line, total_sec=total_sec)
+        return cls(success=False, error_code=code, error=one_line(message) or code,
+                   total_sec=total_sec)
 
 
 @dataclass
@@ -94,6 +101,26 @@ class QueryStats:
     last_error_code: str = ""
 
 
+class _Slot:
+    """One of the concurrent-query slots, released exactly once (by whoever is first: the
+    answer given to the client, or the abandoned work ending)."""
+
+    def __init__(self, release: threading.BoundedSemaphore, on_release: Callable[[], None]
+                 ) -> None:
+        self._sem = release
+        self._on_release = on_release
+        self._done = False
+        self._lock = threading.Lock()
+
+    def release(self) -> None:
+        with self._lock:
+            if self._done:
+                return
+            self._done = True
+        self._on_release()
+        self._sem.release()
+
+
 class QueryRunner:
     """Runs questions against an :class:`Engine`; thread-safe."""
 
@@ -105,6 +132,7 @@ class QueryRunner:
         default_camera: str = "",
         max_concurrent: int = 2,
         max_question_chars: int = 2000,
+        max_option_chars: int = 500,
         timeout_sec: float = 300.0,
     ) -> None:
         if not cameras:
@@ -115,70 +143,90 @@ class QueryRunner:
         if self.default_camera not in self.cameras:
             raise ValueError(f"default camera {self.default_camera!r} not in {self.cameras}")
         self.max_question_chars = max_question_chars
+        self.max_option_chars = max_option_chars
         self.timeout_sec = timeout_sec
         self.stats = QueryStats()
         self._slots = threading.BoundedSemaphore(max_concurrent)
-        self._workers = ThreadPoolExecutor(max_concurrent, thread_name_prefix="embodied_r_query")
         self._lock = threading.Lock()
+        self._closed = False
+        self._tokens: set[CancelToken] = set()
 
     def close(self) -> None:
-        self._workers.shutdown(wait=False, cancel_futures=True)
+        """Stop every query in flight (answered CANCELLED) and refuse new ones."""
+        self._closed = True
+        with self._lock:
+            tokens = list(self._tokens)
+        for token in tokens:
+            token.cancel(message="the query server is stopping")
+
+    def _validate(self, request: QueryRequest) -> tuple[str, list[str], str]:
+        question, options = validate_query(
+            request.question, list(request.options), self.max_question_chars,
+            self.max_option_chars,
+        )
+        camera = (request.camera or "").strip() or self.default_camera
+        if camera not in self.cameras:
+            raise QueryError(
+                UNKNOWN_CAMERA,
+                f"unknown camera {one_line(camera, 80)!r}; known: {', '.join(self.cameras)}",
+            )
+        if not math.isfinite(request.window_sec) or request.window_sec < 0:
+            raise QueryError(BAD_WINDOW, f"window_sec must be >= 0, got {request.window_sec}")
+        return question, options, camera
 
     def run(
         self,
         request: QueryRequest,
         on_progress: ProgressFn | None = None,
-        cancelled: Callable[[], bool] | None = None,
+        cancel: CancelToken | None = None,
     ) -> QueryOutcome:
-        """Answer ``request``; never raises. ``cancelled`` is polled between model calls."""
+        """Answer ``request``; never raises. ``cancel`` (the caller's) stops it early."""
         start = time.perf_counter()
         try:
-            question, options = validate_query(
-                request.question, list(request.options), self.max_question_chars
-            )
-            camera = request.camera.strip() or self.default_camera
-            if camera not in self.cameras:
-                raise QueryError(
-                    UNKNOWN_CAMERA,
-                    f"unknown camera {camera!r}; known: {', '.join(self.cameras)}",
-                )
-            if not math.isfinite(request.window_sec) or request.window_sec < 0:
-                raise QueryError(BAD_WINDOW, f"window_sec must be >= 0, got {request.window_sec}")
+            question, options, camera = self._validate(request)
         except QueryError as exc:
             return self._finish(QueryOutcome.failure(exc.code, str(exc)), start)
+        if self._closed:
+            return self._finish(QueryOutcome.failure(INTERNAL, "the query server is stopping"),
+                                start)
         if not self._slots.acquire(blocking=False):
             outcome = QueryOutcome.failure(BUSY, "too many queries in progress; try again later")
             return self._finish(outcome, start)
-        stop = threading.Event()
-
-        def is_cancelled() -> bool:
-            return stop.is_set() or (cancelled is not None and cancelled())
-
         with self._lock:
             self.stats.in_flight += 1
-        try:
-            future = self._workers.submit(
-                self._answer, camera, request.window_sec, question, options, on_progress,
-                is_cancelled,
-            )
-        except RuntimeError:  # shutting down
-            self._release()
-            return self._finish(QueryOutcome.failure(INTERNAL, "the query server is stopping"),
-                                start)
-        future.add_done_callback(lambda _: self._release())
-        try:
-            outcome = future.result(timeout=self.timeout_sec if self.timeout_sec > 0 else None)
-        except FutureTimeout:
-            stop.set()  # the worker stops before its next model call and frees its slot
-            outcome = QueryOutcome.failure(
-                BACKEND_TIMEOUT, f"no answer within query_timeout_sec={self.timeout_sec:g}"
-            )
+        slot = _Slot(self._slots, self._left)
+        budget = self.timeout_sec if self.timeout_sec > 0 else None
+        token = CancelToken(budget, parent=cancel,
+                            expired=f"no answer within query_timeout_sec={self.timeout_sec:g}")
+        with self._lock:
+            self._tokens.add(token)
+        box: list[QueryOutcome] = []
+        answered = threading.Event()
+
+        def work() -> None:
+            try:
+                box.append(self._answer(camera, request.window_sec, question, options,
+                                        on_progress, token))
+            finally:
+                answered.set()
+                slot.release()
+                with self._lock:
+                    self._tokens.discard(token)
+
+        threading.Thread(target=work, name="embodied_r_query", daemon=True).start()
+        while not answered.wait(_POLL_S) and not token.stopped:
+            pass
+        if box:
+            outcome = box[0]
+        else:  # answer now; the token stops the work, and the slot is free at once
+            code, message = token.reason() or (INTERNAL, "stopped")
+            outcome = QueryOutcome.failure(code, message)
+            slot.release()
         return self._finish(outcome, start)
 
-    def _release(self) -> None:
+    def _left(self) -> None:
         with self._lock:
             self.stats.in_flight -= 1
-        self._slots.release()
 
     def _answer(
         self,
@@ -187,10 +235,10 @@ class QueryRunner:
         question: str,
         options: list[str],
         on_progress: ProgressFn | None,
-        cancelled: Callable[[], bool],
+        cancel: CancelToken,
     ) -> QueryOutcome:
         def progress(stage: str, done: int, total: int, text: str) -> None:
-            if on_progress is not None:
+            if on_progress is not None and not cancel.stopped:
                 try:
                     on_progress(stage, done, total, text)
                 except Exception:  # a feedback hiccup must not fail the query
@@ -198,25 +246,22 @@ class QueryRunner:
 
         try:
             progress("window", 0, 0, "")
-            window = self.engine.window(camera, window_sec)
-            if cancelled():
-                raise QueryError(CANCELLED, "cancelled before perception")
+            window = self.engine.window(camera, window_sec, cancel)
+            raise_if_stopped(cancel)
             t0 = time.perf_counter()
-            perception = self.engine.perceive(window, question, options, progress, cancelled)
+            perception = self.engine.perceive(window, question, options, progress, cancel)
             t1 = time.perf_counter()
-            if cancelled():
-                raise QueryError(CANCELLED, "cancelled before reasoning")
+            raise_if_stopped(cancel)
             progress("reasoning", 0, 1, "")
-            reasoning = self.engine.reason(perception, options)
+            reasoning = self.engine.reason(perception, options, cancel)
             t2 = time.perf_counter()
+            raise_if_stopped(cancel)
             progress("done", 1, 1, reasoning.answer)
-        except QueryError as exc:
-            return QueryOutcome.failure(exc.code, str(exc))
-        except BackendError as exc:
-            return QueryOutcome.failure(exc.code, str(exc))
         except Exception as exc:  # keep the node up whatever a backend does
-            log.exception("query failed")
-            return QueryOutcome.failure(INTERNAL, f"{type(exc).__name__}: {exc}")
+            code, message = error_of(exc)
+            if code == INTERNAL:
+                log.exception("query failed")
+            return QueryOutcome.failure(code, message)
         return QueryOutcome(
             success=True,
             answer=reasoning.answer,

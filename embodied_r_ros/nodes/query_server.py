@@ -1,16 +1,20 @@
 """Query server: the public ``SpatialQuery`` service and action, both at ``/embodied_r/query``.
 
 Both go through one :class:`QueryRunner`: same validation, same ``max_concurrent_queries`` limit
-(further requests are answered at once with ``BUSY``), same timeout, same answer. Callbacks are
-reentrant and the process spins a multi-threaded executor, so a query that runs for seconds never
-holds up frame ingestion. Stand-alone (``ros2 run embodied_r_ros query_server``) it reaches the
-frame buffers, the perception node and the reasoning node over ROS; in the all-in-one process it
-calls them in-process.
+(further requests are answered at once with ``BUSY``), same timeout, same answer; a goal's
+cancel reaches its work at once. Callbacks are reentrant and the process spins a multi-threaded
+executor, so a query that runs for seconds never holds up frame ingestion. Stand-alone
+(``ros2 run embodied_r_ros query_server``) it reaches the frame buffers, the perception node and
+the reasoning node over ROS; in the all-in-one process it calls them in-process.
+
+Clients: the request and response queues are deep (``SERVICE_QOS``, depth 256) so a burst is
+answered (or refused with ``BUSY``), never lost; a client should use the same depth on its side,
+as :mod:`embodied_r_ros.client` does.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from rclpy.action import ActionServer, CancelResponse, GoalResponse
@@ -18,9 +22,9 @@ from rclpy.callback_groups import MutuallyExclusiveCallbackGroup, ReentrantCallb
 from rclpy.node import Node
 from rclpy.qos import QoSProfile, ReliabilityPolicy
 
-from embodied_r_ros.core.pipeline import CANCELLED
 from embodied_r_ros.nodes.conversions import sec_to_stamp
 from embodied_r_ros.nodes.diagnostics import OK, WARN, DiagnosticsPublisher, make_status
+from embodied_r_ros.nodes.guard import GoalTokens, finish_goal, guard_execute, guard_service
 from embodied_r_ros.nodes.params import CONFIG_SPECS, DIAGNOSTICS_SPEC, Spec, declare
 from embodied_r_ros.nodes.query import Engine, QueryOutcome, QueryRequest, QueryRunner
 
@@ -39,6 +43,8 @@ SPECS: tuple[Spec, ...] = (
          1, 64),
     Spec("max_question_chars", 2000, "longest accepted question (QUESTION_TOO_LONG above)",
          1, 100000),
+    Spec("max_option_chars", 500, "longest accepted option (BAD_OPTIONS above); at most 8 "
+         "options", 1, 100000),
     Spec("query_timeout_sec", 300.0, "a query not answered by then fails with BACKEND_TIMEOUT",
          0.1, 86400.0),
 )
@@ -46,9 +52,11 @@ SPECS: tuple[Spec, ...] = (
 # Only a stand-alone server talks to its peers over ROS.
 REMOTE_SPECS: tuple[Spec, ...] = (
     Spec("perception_action", "perception/perceive", "Perceive action of the perception node"),
-    Spec("reasoning_service", "reasoning/reason", "Reason service of the reasoning node"),
+    Spec("reasoning_action", "reasoning/reason", "Reason action of the reasoning node"),
     Spec("backend_wait_sec", 2.0, "how long to wait for a peer node before BACKEND_DOWN",
          0.0, 600.0),
+    Spec("window_timeout_sec", 5.0, "how long a frame buffer has to answer before BACKEND_DOWN",
+         0.1, 600.0),
 )
 
 
@@ -70,6 +78,9 @@ def request_of(msg: Any) -> QueryRequest:
     )
 
 
+
+
+
 class QueryServerNode(Node):
     """``engine=None``: stand-alone, peers over ROS. The all-in-one passes its local engine
     through :meth:`attach` after building the other nodes (it reads ``cameras`` from here)."""
@@ -85,7 +96,7 @@ class QueryServerNode(Node):
         self.threads_needed = p["max_concurrent_queries"] * (1 if local else 2) + 2
         self.runner: QueryRunner | None = None
         self._remote: Any = None
-        self.close_hooks: list[Callable[[], None]] = []
+        self._goals = GoalTokens()
         if not local:
             from embodied_r_ros.nodes.remote_engine import RemoteEngine
 
@@ -93,9 +104,9 @@ class QueryServerNode(Node):
                 self,
                 self.cameras,
                 perception_action=p["perception_action"],
-                reasoning_service=p["reasoning_service"],
+                reasoning_action=p["reasoning_action"],
                 wait_sec=p["backend_wait_sec"],
-                timeout_sec=p["query_timeout_sec"],
+                window_timeout_sec=p["window_timeout_sec"],
             )
             self.attach(self._remote)
 
@@ -111,19 +122,27 @@ class QueryServerNode(Node):
             default_camera=p["default_camera"],
             max_concurrent=p["max_concurrent_queries"],
             max_question_chars=p["max_question_chars"],
+            max_option_chars=p["max_option_chars"],
             timeout_sec=p["query_timeout_sec"],
         )
         group = ReentrantCallbackGroup()
         self._action_type = QueryAction
-        self.create_service(SpatialQuery, "query", self._on_query, qos_profile=SERVICE_QOS,
-                            callback_group=group)
+        log = self.get_logger()
+        self.create_service(SpatialQuery, "query", guard_service(log, "query", self._on_query),
+                            qos_profile=SERVICE_QOS, callback_group=group)
+
+        def on_cancel(goal_handle: Any) -> CancelResponse:
+            self._goals.cancel(goal_handle)
+            return CancelResponse.ACCEPT
+
         self._action = ActionServer(
             self,
             QueryAction,
             "query",
-            execute_callback=self._execute,
+            execute_callback=guard_execute(log, "query action", QueryAction.Result,
+                                           self._execute),
             goal_callback=lambda _goal: GoalResponse.ACCEPT,
-            cancel_callback=lambda _goal: CancelResponse.ACCEPT,
+            cancel_callback=on_cancel,
             callback_group=group,
             goal_service_qos_profile=SERVICE_QOS,
             result_service_qos_profile=SERVICE_QOS,
@@ -151,18 +170,14 @@ class QueryServerNode(Node):
                 partial_text=text[:FEEDBACK_CHARS],
             ))
 
-        outcome = self.runner.run(
-            request_of(goal_handle.request),
-            on_progress=progress,
-            cancelled=lambda: bool(goal_handle.is_cancel_requested),
-        )
-        if outcome.error_code == CANCELLED and goal_handle.is_cancel_requested:
-            goal_handle.canceled()
-        elif outcome.success:
-            goal_handle.succeed()
-        else:
-            goal_handle.abort()
-        return fill_response(self._action_type.Result(), outcome)
+        token = self._goals.open(goal_handle)
+        try:
+            outcome = self.runner.run(request_of(goal_handle.request), on_progress=progress,
+                                      cancel=token)
+        finally:
+            self._goals.close(goal_handle)
+        result = fill_response(self._action_type.Result(), outcome)
+        return finish_goal(goal_handle, result)
 
     def diagnostics(self) -> list[Any]:
         assert self.runner is not None
@@ -183,13 +198,12 @@ class QueryServerNode(Node):
                             self.get_fully_qualified_name())]
 
     def close(self) -> None:
+        self._goals.cancel_all()
         if self.runner is not None:
             self.runner.close()
             self._action.destroy()
         if self._remote is not None:
             self._remote.close()
-        for hook in self.close_hooks:
-            hook()
 
 
 def main(args: Sequence[str] | None = None) -> int:

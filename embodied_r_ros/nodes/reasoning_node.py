@@ -1,6 +1,8 @@
 """Reasoning node: perception text in, think and answer out (the reasoning LM's side).
 
-Serves the internal ``Reason`` service at ``~/reason``. The LM is loaded once at start-up.
+Serves the internal ``Reason`` action at ``~/reason``: an action so that a cancelled or timed-out
+query stops the generation here too, with a feedback heartbeat twice a second while the LM
+works. A managed node: ``configure`` loads the LM.
 
 Run alone: ``ros2 run embodied_r_ros reasoning_node --ros-args -p profile:=offline``.
 """
@@ -11,10 +13,9 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from rclpy.callback_groups import ReentrantCallbackGroup
-
-from embodied_r_ros.core.pipeline import QueryError
-from embodied_r_ros.nodes.model_node import ModelNode
+from embodied_r_ros.core.cancel import CancelToken
+from embodied_r_ros.core.pipeline import EmbodiedR
+from embodied_r_ros.nodes.model_node import ModelNode, model_status
 
 
 class ReasoningNode(ModelNode):
@@ -22,28 +23,37 @@ class ReasoningNode(ModelNode):
 
     def __init__(self, node_name: str = "reasoning", **kwargs: Any) -> None:
         super().__init__(node_name, **kwargs)
-        from embodied_r_interfaces.srv import Reason
+        from embodied_r_interfaces.action import Reason
 
-        self.create_service(Reason, "~/reason", self._on_reason,
-                            callback_group=ReentrantCallbackGroup())
+        self._action = Reason
+        self._server = self.create_goal_server(Reason, "~/reason", self._execute)
 
-    def _on_reason(self, request: Any, response: Any) -> Any:
+    def _execute(self, goal_handle: Any) -> Any:
+        goal = goal_handle.request
+        result = self._action.Result()
         start = time.perf_counter()
-        try:
-            r = self.pipeline.reason(request.perception, list(request.options))
-            response.success = True
-            response.think, response.answer, response.answer_text, response.raw = (
+
+        def work(pipeline: EmbodiedR, token: CancelToken) -> None:
+            r = pipeline.reason(goal.perception, list(goal.options), token)
+            result.think, result.answer, result.answer_text, result.raw = (
                 r.think, r.answer, r.answer_text, r.raw
             )
-        except QueryError as exc:
-            response.success, response.error_code, response.error = False, exc.code, str(exc)
-        response.reasoning_sec = time.perf_counter() - start
-        self.record_call(response.reasoning_sec)
-        return response
 
-    def backend_status(self) -> tuple[str, bool]:
-        lm = self.pipeline.lm
-        return (lm.model_id, lm.healthy()) if lm is not None else ("", False)
+        def beat() -> None:
+            goal_handle.publish_feedback(
+                self._action.Feedback(elapsed_sec=time.perf_counter() - start)
+            )
+
+        result.reasoning_sec = self.serve_goal(goal_handle, result, work, beat)
+        return result
+
+    def backend_status(self) -> tuple[str, bool, str]:
+        lm = self.pipeline.lm if self.pipeline is not None else None
+        return model_status(lm) if lm is not None else ("", False, "no LM loaded")
+
+    def close(self) -> None:
+        self._server.destroy()
+        super().close()
 
 
 def main(args: Sequence[str] | None = None) -> int:

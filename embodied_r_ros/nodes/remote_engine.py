@@ -1,10 +1,14 @@
 """The :class:`~embodied_r_ros.nodes.query.Engine` of a stand-alone query server: frames,
 perception and reasoning come from other nodes (possibly other machines) over ROS.
 
-Calls are made from the query's worker thread and waited on with events, never by spinning, so
-the node's multi-threaded executor keeps delivering replies and camera frames meanwhile. A peer
-that is not there within ``wait_sec`` is ``BACKEND_DOWN``; one that does not answer within
-``timeout_sec`` is ``BACKEND_TIMEOUT`` (and a running perception goal is cancelled).
+Calls are made from the query's worker thread and waited on in short slices, never by spinning,
+so the node's multi-threaded executor keeps delivering replies and camera frames meanwhile.
+Every wait ends: a peer that is not there within ``wait_sec`` is ``BACKEND_DOWN``; a peer that
+vanishes mid-call is noticed within about two seconds (it leaves the ROS graph, or, when a
+killed process lingers in discovery, its goal feedback heartbeat stops) and is ``BACKEND_DOWN``
+too; the frame buffer has ``window_timeout_sec`` to answer; and the question's
+:class:`~embodied_r_ros.core.cancel.CancelToken` cancels a running goal on the peer, so a
+timed-out or cancelled question stops the work there as well.
 """
 
 from __future__ import annotations
@@ -17,14 +21,13 @@ from typing import Any
 from rclpy.action import ActionClient
 from rclpy.callback_groups import ReentrantCallbackGroup
 from rclpy.node import Node
-from rclpy.task import Future
 
-from embodied_r_ros.core.backends.base import BACKEND_DOWN, BACKEND_FAILED, BACKEND_TIMEOUT
+from embodied_r_ros.core.backends.base import BACKEND_DOWN, BACKEND_FAILED, raise_if_stopped
+from embodied_r_ros.core.cancel import CancelToken
 from embodied_r_ros.core.perception import ProgressFn
-from embodied_r_ros.core.pipeline import CANCELLED, NO_FRAMES, QueryError
+from embodied_r_ros.core.pipeline import QueryError
 from embodied_r_ros.core.reasoning import Reasoning, is_well_formed
 from embodied_r_ros.nodes.conversions import (
-    compressed_jpeg_to_rgb,
     jpeg_to_compressed,
     motion_to_msg,
     msg_to_motion,
@@ -34,13 +37,42 @@ from embodied_r_ros.nodes.frame_buffer import window_service_name
 from embodied_r_ros.nodes.frame_store import Window
 
 _POLL_SEC = 0.05
+#: goal servers beat every 0.5 s; this long without a sign of life and a peer is gone
+HEARTBEAT_TIMEOUT_SEC = 2.0
+#: this long missing from the graph and a peer is gone (not a discovery hiccup)
+GONE_AFTER_SEC = 0.5
+CANCEL_WAIT_SEC = 1.0
 
 
-def wait_future(future: Future, timeout_sec: float) -> bool:
-    """Block the calling (non-executor) thread until ``future`` is done or time is up."""
+def done_event(future: Any) -> threading.Event:
+    """An event set when the rclpy ``future`` is done (resolved by a spinning executor)."""
     done = threading.Event()
     future.add_done_callback(lambda _f: done.set())
-    return done.wait(timeout_sec)
+    return done
+
+
+def wait_future(future: Any, timeout_sec: float) -> bool:
+    """Block the calling (non-executor) thread until ``future`` is done or time is up."""
+    return done_event(future).wait(timeout_sec)
+
+
+class _Presence:
+    """Debounced "is the peer still in the graph" while waiting on it."""
+
+    def __init__(self, is_ready: Callable[[], bool], what: str) -> None:
+        self.is_ready = is_ready
+        self.what = what
+        self._missing_since: float | None = None
+
+    def check(self) -> None:
+        if self.is_ready():
+            self._missing_since = None
+            return
+        now = time.monotonic()
+        if self._missing_since is None:
+            self._missing_since = now
+        elif now - self._missing_since >= GONE_AFTER_SEC:
+            raise QueryError(BACKEND_DOWN, f"{self.what} went away")
 
 
 class RemoteEngine:
@@ -50,47 +82,110 @@ class RemoteEngine:
         cameras: Sequence[str],
         *,
         perception_action: str = "perception/perceive",
-        reasoning_service: str = "reasoning/reason",
+        reasoning_action: str = "reasoning/reason",
         wait_sec: float = 2.0,
-        timeout_sec: float = 300.0,
+        window_timeout_sec: float = 5.0,
     ) -> None:
-        from embodied_r_interfaces.action import Perceive
-        from embodied_r_interfaces.srv import GetWindow, Reason
+        from embodied_r_interfaces.action import Perceive, Reason
+        from embodied_r_interfaces.srv import GetWindow
 
         self._types = (GetWindow, Perceive, Reason)
         group = ReentrantCallbackGroup()
         self.node = node
         self.wait_sec = wait_sec
-        self.timeout_sec = timeout_sec
+        self.window_timeout_sec = window_timeout_sec
         self._windows = {
             cam: node.create_client(GetWindow, window_service_name(cam), callback_group=group)
             for cam in cameras
         }
         self._perceive = ActionClient(node, Perceive, perception_action, callback_group=group)
-        self._reason = node.create_client(Reason, reasoning_service, callback_group=group)
+        self._reason = ActionClient(node, Reason, reasoning_action, callback_group=group)
 
-    def _call(self, client: Any, request: Any, what: str, down_code: str) -> Any:
-        if not client.wait_for_service(timeout_sec=self.wait_sec):
-            raise QueryError(down_code, f"{what} is not running (no {client.srv_name} service)")
-        future = client.call_async(request)
-        if not wait_future(future, self.timeout_sec):
+    def _wait_ready(self, is_ready: Callable[[], bool], what: str, cancel: CancelToken) -> None:
+        deadline = time.monotonic() + cancel.bound(self.wait_sec)
+        while not is_ready():
+            raise_if_stopped(cancel)
+            if time.monotonic() >= deadline:
+                raise QueryError(BACKEND_DOWN, f"{what} is not running")
+            time.sleep(_POLL_SEC)
+
+    # -- frames --------------------------------------------------------------------------------
+
+    def window(self, camera: str, window_sec: float, cancel: CancelToken) -> Window:
+        client = self._windows[camera]
+        what = f"the frame buffer of camera '{camera}'"
+        self._wait_ready(client.service_is_ready, what, cancel)
+        future = client.call_async(self._types[0].Request(window_sec=window_sec))
+        limit = time.monotonic() + cancel.bound(self.window_timeout_sec)
+        presence = _Presence(client.service_is_ready, what)
+        answered = done_event(future)
+        try:
+            while not answered.wait(_POLL_SEC):
+                raise_if_stopped(cancel)
+                presence.check()
+                if time.monotonic() >= limit:
+                    raise QueryError(BACKEND_DOWN, f"{what} did not answer within "
+                                     f"{self.window_timeout_sec:g} s")
+        except BaseException:
             client.remove_pending_request(future)
-            raise QueryError(BACKEND_TIMEOUT, f"{what} gave no answer in {self.timeout_sec:g} s")
-        return future.result()
-
-    def window(self, camera: str, window_sec: float) -> Window:
-        get_window = self._types[0]
-        res = self._call(self._windows[camera], get_window.Request(window_sec=window_sec),
-                         f"the frame buffer of camera '{camera}'", NO_FRAMES)
+            raise
+        res = future.result()
         if not res.success:
-            raise QueryError(res.error_code or NO_FRAMES, res.error)
+            raise QueryError(res.error_code or BACKEND_FAILED, res.error)
+        # JPEG bytes only: they are shipped on to the perception node and decoded there, once
         return Window(
-            images=[compressed_jpeg_to_rgb(m) for m in res.key_frames],
             stamps=[stamp_to_sec(m.header.stamp) for m in res.key_frames],
             jpegs=[bytes(m.data) for m in res.key_frames],
             motions=[msg_to_motion(m) for m in res.motions],
             n_sampled=len(res.key_frames),
         )
+
+    # -- goals ---------------------------------------------------------------------------------
+
+    def _run_goal(self, client: ActionClient, goal: Any, what: str,
+                  on_feedback: Callable[[Any], None] | None, cancel: CancelToken) -> Any:
+        """Send ``goal`` and wait for its result while the peer shows signs of life."""
+        self._wait_ready(client.server_is_ready, what, cancel)
+        last_sign = [time.monotonic()]
+
+        def feedback(msg: Any) -> None:
+            last_sign[0] = time.monotonic()
+            if on_feedback is not None:
+                on_feedback(msg.feedback)
+
+        presence = _Presence(client.server_is_ready, what)
+
+        def alive() -> None:
+            presence.check()
+            silent = time.monotonic() - last_sign[0]
+            if silent > HEARTBEAT_TIMEOUT_SEC:
+                raise QueryError(BACKEND_DOWN, f"{what} stopped answering (no sign of life "
+                                 f"for {silent:.1f} s)")
+
+        sent = client.send_goal_async(goal, feedback_callback=feedback)
+        accepted = done_event(sent)
+        while not accepted.wait(_POLL_SEC):
+            raise_if_stopped(cancel)
+            alive()
+        handle = sent.result()
+        if not handle.accepted:
+            raise QueryError(BACKEND_FAILED, f"{what} rejected the goal")
+        last_sign[0] = time.monotonic()
+        result = handle.get_result_async()
+        finished = done_event(result)
+        try:
+            while not finished.wait(_POLL_SEC):
+                raise_if_stopped(cancel)
+                alive()
+        except BaseException:
+            # stop the work there too (a timed-out or cancelled question, or a stuck peer)
+            handle.cancel_goal_async()
+            finished.wait(CANCEL_WAIT_SEC)
+            raise
+        res = result.result().result
+        if not res.success:
+            raise QueryError(res.error_code or BACKEND_FAILED, res.error)
+        return res
 
     def perceive(
         self,
@@ -98,12 +193,9 @@ class RemoteEngine:
         question: str,
         options: Sequence[str],
         on_progress: ProgressFn | None,
-        cancelled: Callable[[], bool],
+        cancel: CancelToken,
     ) -> str:
-        perceive = self._types[1]
-        if not self._perceive.wait_for_server(timeout_sec=self.wait_sec):
-            raise QueryError(BACKEND_DOWN, "the perception node is not running")
-        goal = perceive.Goal(
+        goal = self._types[1].Goal(
             question=question,
             options=list(options),
             key_frames=[jpeg_to_compressed(j, s) for j, s in zip(window.jpegs, window.stamps,
@@ -111,45 +203,19 @@ class RemoteEngine:
             motions=[motion_to_msg(m) for m in window.motions],
         )
 
-        def feedback(msg: Any) -> None:
-            if on_progress is not None:
-                fb = msg.feedback
+        def feedback(fb: Any) -> None:
+            if on_progress is not None and fb.partial_text:  # heartbeats carry no text
                 on_progress("perception", fb.frames_done, fb.frames_total, fb.partial_text)
 
-        sent = self._perceive.send_goal_async(goal, feedback_callback=feedback)
-        if not wait_future(sent, self.timeout_sec):
-            raise QueryError(BACKEND_TIMEOUT, "the perception node did not accept the goal")
-        handle = sent.result()
-        if not handle.accepted:
-            raise QueryError(BACKEND_FAILED, "the perception node rejected the goal")
-        result = handle.get_result_async()
-        deadline = time.monotonic() + self.timeout_sec
-        cancel_sent = False
-        while not wait_future(result, _POLL_SEC):
-            if not cancel_sent and (cancelled() or time.monotonic() > deadline):
-                handle.cancel_goal_async()
-                cancel_sent = True
-                deadline = min(deadline, time.monotonic() + self.wait_sec)
-            elif cancel_sent and time.monotonic() > deadline:
-                break
-        late = f"perception did not finish in {self.timeout_sec:g} s"
-        if not result.done():
-            raise QueryError(BACKEND_TIMEOUT, late)
-        res = result.result().result
-        if not res.success:
-            if cancel_sent and res.error_code == CANCELLED and not cancelled():
-                raise QueryError(BACKEND_TIMEOUT, late)
-            raise QueryError(res.error_code or BACKEND_FAILED, res.error)
+        res = self._run_goal(self._perceive, goal, "the perception node", feedback, cancel)
         return str(res.perception)
 
-    def reason(self, perception: str, options: Sequence[str]) -> Reasoning:
-        reason = self._types[2]
-        res = self._call(self._reason, reason.Request(perception=perception, options=list(options)),
-                         "the reasoning node", BACKEND_DOWN)
-        if not res.success:
-            raise QueryError(res.error_code or BACKEND_FAILED, res.error)
+    def reason(self, perception: str, options: Sequence[str], cancel: CancelToken) -> Reasoning:
+        goal = self._types[2].Goal(perception=perception, options=list(options))
+        res = self._run_goal(self._reason, goal, "the reasoning node", None, cancel)
         return Reasoning(raw=res.raw, think=res.think, answer=res.answer,
                          answer_text=res.answer_text, well_formed=is_well_formed(res.raw))
 
     def close(self) -> None:
         self._perceive.destroy()
+        self._reason.destroy()

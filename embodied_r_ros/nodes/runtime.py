@@ -18,6 +18,8 @@ from rclpy.executors import ExternalShutdownException, MultiThreadedExecutor
 from rclpy.node import Node
 
 from embodied_r_ros.core.config import ConfigError
+from embodied_r_ros.nodes.guard import one_line
+from embodied_r_ros.nodes.model_node import StartError
 
 log = logging.getLogger(__name__)
 
@@ -58,11 +60,35 @@ def run_nodes(build: Callable[[Context], Sequence[Node]], args: Sequence[str] | 
     context = rclpy.get_default_context()
     try:
         try:
-            nodes = list(build(context))
+            nodes = start_nodes(build(context))
         except (ConfigError, ValueError, ParameterException, NameValidationException) as exc:
-            print(f"embodied_r: configuration error: {exc}", file=sys.stderr)
+            print(f"embodied_r: configuration error: {one_line(exc)}", file=sys.stderr)
+            return 2
+        except StartError as exc:
+            print(f"embodied_r: cannot start: {one_line(exc)}", file=sys.stderr)
             return 2
         spin_nodes(nodes, context)
         return 0
     finally:
         rclpy.try_shutdown(context=context)
+
+
+def start_nodes(nodes: Sequence[Node], *, destroy: bool = True) -> list[Node]:
+    """Drive managed nodes to active (``autostart``; nodes already started stay as they are);
+    on a failure destroy them all (unless ``destroy`` is false: the caller does)."""
+    nodes = list(nodes)
+    try:
+        for node in nodes:
+            start = getattr(node, "start", None)
+            if callable(start):
+                start()
+    except BaseException:
+        if not destroy:
+            raise
+        for node in nodes:
+            close = getattr(node, "close", None)
+            if callable(close):
+                close()
+            node.destroy_node()
+        raise
+    return nodes
