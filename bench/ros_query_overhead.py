@@ -34,8 +34,8 @@ from rclpy.qos import QoSProfile, ReliabilityPolicy
 from sensor_msgs.msg import Image
 
 from embodied_r_interfaces.srv import SpatialQuery
-from embodied_r_ros.nodes.query_server import SERVICE_QOS
 from embodied_r_ros.nodes.remote_engine import wait_future
+from embodied_r_ros.nodes.transport import QUERY_QOS
 
 CONFIG = """base: tiny
 cache: {enabled: false}
@@ -80,7 +80,7 @@ def main() -> int:
     reliable = QoSProfile(depth=10, reliability=ReliabilityPolicy.RELIABLE)
     pub = node.create_publisher(Image, "/bench/image_raw", reliable)
     odom = node.create_publisher(Odometry, "/odom", reliable)
-    client = node.create_client(SpatialQuery, "/embodied_r/query", qos_profile=SERVICE_QOS)
+    client = node.create_client(SpatialQuery, "/embodied_r/query", qos_profile=QUERY_QOS)
     diag = Diagnostics(node)
     executor, thread = spin_in_background(node)
     server, trip, frames = [], [], []

@@ -21,7 +21,6 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from collections import defaultdict
 from collections.abc import Sequence
@@ -153,28 +152,21 @@ def run(args: argparse.Namespace) -> int:
 def _play_and_ask(args: argparse.Namespace, proc: subprocess.Popen, bag: Path,
                   questions: list[dict[str, Any]], models: str, log_path: Path) -> int:
     import rclpy
-    from rclpy.executors import SingleThreadedExecutor
 
-    from embodied_r_interfaces.srv import SpatialQuery
-    from embodied_r_ros.nodes.query_server import SERVICE_QOS
-    from embodied_r_ros.nodes.remote_engine import wait_future
+    from embodied_r_ros.client import SpatialQueryClient
     from embodied_r_ros.nodes.transport import use_large_frame_transport
     from embodied_r_ros.ros_player import BagPlayer
 
     use_large_frame_transport()  # this process publishes the raw frames
     context = rclpy.Context()
     rclpy.init(args=[], context=context)
-    node = rclpy.create_node("embodied_r_demo", context=context)
-    executor = SingleThreadedExecutor(context=context)
-    executor.add_node(node)
-    spin = threading.Thread(target=executor.spin, daemon=True)
-    spin.start()
+    node = rclpy.create_node("embodied_r_demo", context=context)  # publishes only
     player = BagPlayer(node, bag, topics=[CAMERA, ODOM], rate=args.rate)
-    client = node.create_client(SpatialQuery, SERVICE, qos_profile=SERVICE_QOS)
+    client = SpatialQueryClient(SERVICE, context=context)
     rows: list[Row] = []
     try:
         deadline = time.monotonic() + args.startup_timeout
-        while not client.wait_for_service(timeout_sec=1.0):
+        while not client.wait_for_server(timeout=1.0):
             if proc.poll() is not None or time.monotonic() > deadline:
                 tail = log_path.read_text()[-3000:] if log_path.exists() else ""
                 print(f"demo: the all-in-one process did not come up:\n{tail}", file=sys.stderr)
@@ -188,22 +180,21 @@ def _play_and_ask(args: argparse.Namespace, proc: subprocess.Popen, bag: Path,
                 player.play(until_sec=q["t_end"])
                 time.sleep(args.settle)  # the last frames reach the buffer
             window = round(q["t_end"] - q["t_start"], 3)
-            request = SpatialQuery.Request(question=q["question"], options=q["options"],
-                                           window_sec=window)
-            future = client.call_async(request)
-            if not wait_future(future, args.query_timeout):
+            try:
+                answer = client.ask(q["question"], q["options"], window_sec=window,
+                                    timeout=args.query_timeout)
+            except TimeoutError:
                 print(f"demo: no answer to {q['id']} in {args.query_timeout:g} s",
                       file=sys.stderr)
                 return 1
-            rows.append(_report(q, window, future.result()))
+            rows.append(_report(q, window, answer))
         print(_summary(rows, questions, models))
         if args.json:
             Path(args.json).write_text(json.dumps([asdict(r) for r in rows], indent=1))
             print(f"Per-question results: {args.json}")
     finally:
         player.close()
-        executor.shutdown(timeout_sec=5.0)
-        spin.join(timeout=10.0)
+        client.close()
         node.destroy_node()
         rclpy.try_shutdown(context=context)
     return 0 if rows and all(not r.error_code for r in rows) else 1

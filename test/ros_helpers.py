@@ -235,7 +235,6 @@ class AllInOne:
         from embodied_r_interfaces.action import SpatialQuery as QueryAction
         from embodied_r_interfaces.srv import SpatialQuery
         from embodied_r_ros.nodes.allinone import build_nodes
-
         from embodied_r_ros.nodes.runtime import start_nodes
 
         self.ns = namespace
@@ -246,9 +245,9 @@ class AllInOne:
         t = self.tester
         self.image = t.create_publisher(Image, f"{namespace}/image", 10)
         self.compressed = t.create_publisher(CompressedImage, f"{namespace}/image/compressed", 10)
-        from embodied_r_ros.nodes.query_server import SERVICE_QOS
+        from embodied_r_ros.nodes.transport import QUERY_QOS
 
-        self.query = t.create_client(SpatialQuery, f"{namespace}/query", qos_profile=SERVICE_QOS)
+        self.query = t.create_client(SpatialQuery, f"{namespace}/query", qos_profile=QUERY_QOS)
         self.action = ActionClient(t, QueryAction, f"{namespace}/query")
         self.spinner.owned.append(self.action)
         self._request = SpatialQuery.Request

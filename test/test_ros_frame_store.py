@@ -6,10 +6,10 @@ import numpy as np
 import pytest
 from media import pan_frames
 
+from embodied_r_ros.core.backends.images import decode_image
 from embodied_r_ros.core.config import KeyframeConfig
 from embodied_r_ros.core.pipeline import NO_FRAMES, QueryError
 from embodied_r_ros.core.poses import Pose
-from embodied_r_ros.core.backends.images import decode_image
 from embodied_r_ros.nodes.frame_store import BAD_STAMP, FrameStore, PoseBuffer, StampGate
 
 FRAMES = pan_frames(40, 16, size=(320, 240))

@@ -31,9 +31,10 @@ from sensor_msgs.msg import Image  # noqa: E402
 from embodied_r_interfaces.srv import SpatialQuery  # noqa: E402
 from embodied_r_ros.nodes.frame_buffer import FrameBufferNode  # noqa: E402
 from embodied_r_ros.nodes.perception_node import PerceptionNode  # noqa: E402
-from embodied_r_ros.nodes.query_server import SERVICE_QOS, QueryServerNode  # noqa: E402
+from embodied_r_ros.nodes.query_server import QueryServerNode  # noqa: E402
 from embodied_r_ros.nodes.reasoning_node import ReasoningNode  # noqa: E402
 from embodied_r_ros.nodes.runtime import start_nodes  # noqa: E402
+from embodied_r_ros.nodes.transport import QUERY_QOS  # noqa: E402
 
 NS = "/sep"
 OPTIONS = ["A. I turned left", "B. I turned right"]
@@ -59,7 +60,7 @@ class Separate:
         self.image = self.tester.create_publisher(Image, f"{NS}/image", 10)
         self.odom = self.tester.create_publisher(Odometry, f"{NS}/odom", 10)
         self.client = self.tester.create_client(SpatialQuery, f"{NS}/query",
-                                                qos_profile=SERVICE_QOS)
+                                                qos_profile=QUERY_QOS)
         wait_until(lambda: self.image.get_subscription_count() > 0
                    and self.odom.get_subscription_count() > 0, what="subscribers")
 

@@ -8,6 +8,8 @@ frame is dropped and the stream goes on.
 
 from __future__ import annotations
 
+import io
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -15,6 +17,7 @@ import cv2
 import numpy as np
 from builtin_interfaces.msg import Time
 from nav_msgs.msg import Odometry
+from PIL import Image as PILImage
 from rosbags.image import ImageError, message_to_cvimage
 from sensor_msgs.msg import CompressedImage, Image
 
@@ -145,9 +148,18 @@ def jpeg_to_compressed(jpeg: bytes, stamp: float, frame_id: str = "") -> Compres
     return msg
 
 
-def compressed_jpeg_to_rgb(msg: CompressedImage) -> np.ndarray:
-    """The frame buffer's own JPEGs back to RGB (internal transport, trusted format)."""
-    return decode_image(bytes(msg.data))
+def compressed_jpeg_to_rgb(msg: CompressedImage, max_pixels: int = 4096 * 4096) -> np.ndarray:
+    """The frame buffer's JPEGs back to RGB (internal transport); the size is read from the
+    header first, so a hostile 'JPEG' of huge dimensions is refused before any allocation."""
+    data = bytes(msg.data)
+    try:
+        with PILImage.open(io.BytesIO(data)) as probe:
+            width, height = probe.size
+    except Exception as exc:  # noqa: BLE001 - PIL raises many kinds for hostile bytes
+        raise ValueError(f"not a decodable image ({type(exc).__name__})") from None
+    if width * height > max_pixels:
+        raise ValueError(f"{width}x{height} is larger than {max_pixels} pixels")
+    return decode_image(data)
 
 
 def odometry_to_pose(msg: Odometry) -> Pose:
@@ -172,7 +184,9 @@ def motion_to_msg(motion: Motion | None) -> Any:
 
 
 def msg_to_motion(msg: Any) -> Motion | None:
-    if not msg.valid:
+    """The motion of an ``EgoMotion`` (None when invalid or not finite: unknown motion)."""
+    values = (msg.yaw_deg, msg.pitch_deg, msg.forward, msg.left, msg.up)
+    if not msg.valid or not all(math.isfinite(v) for v in values):
         return None
     return Motion(
         yaw_deg=msg.yaw_deg,

@@ -7,7 +7,7 @@ executor, so a query that runs for seconds never holds up frame ingestion. Stand
 (``ros2 run embodied_r_ros query_server``) it reaches the frame buffers, the perception node and
 the reasoning node over ROS; in the all-in-one process it calls them in-process.
 
-Clients: the request and response queues are deep (``SERVICE_QOS``, depth 256) so a burst is
+Clients: the request and response queues are deep (``QUERY_QOS``, depth 256) so a burst is
 answered (or refused with ``BUSY``), never lost; a client should use the same depth on its side,
 as :mod:`embodied_r_ros.client` does.
 """
@@ -20,18 +20,15 @@ from typing import Any
 from rclpy.action import ActionServer, CancelResponse, GoalResponse
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup, ReentrantCallbackGroup
 from rclpy.node import Node
-from rclpy.qos import QoSProfile, ReliabilityPolicy
 
 from embodied_r_ros.nodes.conversions import sec_to_stamp
 from embodied_r_ros.nodes.diagnostics import OK, WARN, DiagnosticsPublisher, make_status
 from embodied_r_ros.nodes.guard import GoalTokens, finish_goal, guard_execute, guard_service
 from embodied_r_ros.nodes.params import CONFIG_SPECS, DIAGNOSTICS_SPEC, Spec, declare
 from embodied_r_ros.nodes.query import Engine, QueryOutcome, QueryRequest, QueryRunner
+from embodied_r_ros.nodes.transport import QUERY_QOS
 
 FEEDBACK_CHARS = 2000
-# Deep request/response queues: a burst of requests must each get an answer (or BUSY), not be
-# overwritten in a 10-deep history before the executor takes them.
-SERVICE_QOS = QoSProfile(depth=256, reliability=ReliabilityPolicy.RELIABLE)
 
 SPECS: tuple[Spec, ...] = (
     DIAGNOSTICS_SPEC,
@@ -129,7 +126,7 @@ class QueryServerNode(Node):
         self._action_type = QueryAction
         log = self.get_logger()
         self.create_service(SpatialQuery, "query", guard_service(log, "query", self._on_query),
-                            qos_profile=SERVICE_QOS, callback_group=group)
+                            qos_profile=QUERY_QOS, callback_group=group)
 
         def on_cancel(goal_handle: Any) -> CancelResponse:
             self._goals.cancel(goal_handle)
@@ -144,9 +141,9 @@ class QueryServerNode(Node):
             goal_callback=lambda _goal: GoalResponse.ACCEPT,
             cancel_callback=on_cancel,
             callback_group=group,
-            goal_service_qos_profile=SERVICE_QOS,
-            result_service_qos_profile=SERVICE_QOS,
-            cancel_service_qos_profile=SERVICE_QOS,
+            goal_service_qos_profile=QUERY_QOS,
+            result_service_qos_profile=QUERY_QOS,
+            cancel_service_qos_profile=QUERY_QOS,
         )
         self._diag = DiagnosticsPublisher(
             self, p["diagnostics_period_sec"], self.diagnostics,
