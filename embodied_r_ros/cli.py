@@ -8,6 +8,8 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import math
+import os
 import sys
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -25,8 +27,29 @@ class CliError(Exception):
 
 class CliParser(argparse.ArgumentParser):
     def error(self, message: str) -> None:  # one line, exit 2, like every other user error
-        self.print_usage(sys.stderr)
-        self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n")
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see --help)\n")
+
+
+def finite_float(text: str) -> float:
+    """argparse type: a finite number (``inf``/``nan`` are refused, naming the option)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a finite number")
+    return value
+
+
+def port_number(text: str) -> int:
+    """argparse type: a TCP port, 0..65535."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a port number") from None
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"port {value} is not in 0..65535")
+    return value
 
 
 def _keyframe_config(args: argparse.Namespace) -> KeyframeConfig:
@@ -76,9 +99,11 @@ def _load_pipeline_config(args: argparse.Namespace):  # noqa: ANN202 - Config
 
 def cmd_ask(args: argparse.Namespace) -> int:
     from embodied_r_ros.core.pipeline import EmbodiedR, validate_query
-    from embodied_r_ros.core.video import iter_frames
+    from embodied_r_ros.core.video import iter_frames, probe_video
 
+    # everything a user can get wrong is checked before the models load (seconds to minutes)
     question, options = validate_query(args.question, args.option or [])
+    probe_video(args.video, args.input_fps)
     config = _load_pipeline_config(args)
     frames = iter_frames(args.video, args.input_fps)
     pipeline = EmbodiedR(config)
@@ -140,8 +165,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     kf = sub.add_parser("keyframes", help="select Embodied-R key frames of a video or image folder")
     kf.add_argument("path", help="video file, or a folder of images sorted by name")
-    kf.add_argument("--sample-fps", type=float, default=None, help="pre-sampling rate (0: all)")
-    kf.add_argument("--input-fps", type=float, default=1.0, help="rate of an image folder")
+    kf.add_argument("--sample-fps", type=finite_float, default=None,
+                    help="pre-sampling rate (0: all)")
+    kf.add_argument("--input-fps", type=finite_float, default=1.0,
+                    help="rate of an image folder")
     kf.add_argument("--min-frames", type=int, default=None, help="clamp lower bound (0: off)")
     kf.add_argument("--max-frames", type=int, default=None, help="clamp upper bound (0: off)")
     kf.add_argument("--json", action="store_true", help="print one JSON object")
@@ -151,7 +178,8 @@ def build_parser() -> argparse.ArgumentParser:
     ask.add_argument("video", help="video file, or a folder of images sorted by name")
     ask.add_argument("--question", "-q", required=True)
     ask.add_argument("--option", "-o", action="append", help='an option such as "A. left"')
-    ask.add_argument("--input-fps", type=float, default=1.0, help="rate of an image folder")
+    ask.add_argument("--input-fps", type=finite_float, default=1.0,
+                     help="rate of an image folder")
     _add_profile_args(ask)
     ask.add_argument("--json", action="store_true", help="print one JSON object")
     ask.set_defaults(func=cmd_ask)
@@ -160,7 +188,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_profile_args(serve)
     serve.add_argument("--role", choices=("vlm", "lm"), default="vlm")
     serve.add_argument("--host", default="127.0.0.1")
-    serve.add_argument("--port", type=int, default=8000)
+    serve.add_argument("--port", type=port_number, default=8000)
     serve.set_defaults(func=cmd_serve)
 
     _add_world(sub)
@@ -201,10 +229,14 @@ def run_cli(
     Shared by ``embodied-r`` and ``embodied-r-train``.
     """
     args = parser.parse_args(argv)
+    verbose = getattr(args, "verbose", False)
     logging.basicConfig(
-        level=logging.DEBUG if getattr(args, "verbose", False) else quiet_level,
+        level=logging.DEBUG if verbose else quiet_level,
         format="%(levelname)s %(name)s: %(message)s",
     )
+    if not verbose and quiet_level >= logging.WARNING:
+        # the answer (or the one-line error) is the output: no weight-loading bars
+        os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
     func: Callable[[argparse.Namespace], int] = args.func
     try:
         return func(args)

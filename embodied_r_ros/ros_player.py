@@ -161,6 +161,14 @@ class BagPlayer:
         self.published += n
         return n
 
+    def flush(self, timeout_sec: float = 5.0) -> bool:
+        """Wait until subscribers acknowledged everything published (reliable QoS), so a
+        player that exits right after ``play`` loses no message still on its way."""
+        from rclpy.duration import Duration
+
+        return all(pub.wait_for_all_acked(Duration(seconds=timeout_sec))
+                   for pub in self._pubs.values())
+
     def close(self) -> None:
         self._reader.close()
 
@@ -202,6 +210,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             log.info("published %d messages", n)
             if not args.loop:
                 break
+        player.flush()
     except KeyboardInterrupt:
         pass
     finally:

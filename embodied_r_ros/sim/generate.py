@@ -8,12 +8,13 @@ shared sample on first use instead of committing binaries to the repository.
 from __future__ import annotations
 
 import errno
+import fcntl
 import json
 import logging
 import os
 import shutil
-from collections.abc import Mapping
-from contextlib import ExitStack
+from collections.abc import Iterator, Mapping
+from contextlib import ExitStack, contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -73,6 +74,31 @@ def prepare_out_dir(out_dir: Path, force: bool, bag: bool = True, video: bool = 
             p.unlink()
 
 
+class OutputBusy(OSError):
+    """Another run is writing the same output directory."""
+
+
+LOCK_FILE = ".embodied-r-world.lock"
+
+
+@contextmanager
+def exclusive_output(out_dir: Path) -> Iterator[None]:
+    """Hold ``out_dir`` for one run: a second run into it fails at once (OutputBusy)."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path = out_dir / LOCK_FILE
+    with path.open("w") as fh:
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise OutputBusy(errno.EBUSY, "another run is writing this directory",
+                             str(out_dir)) from None
+        try:
+            yield
+        finally:
+            path.unlink(missing_ok=True)
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
 def manifest(world: World, vis: Visibility, counts: Mapping[str, int],
              rows: list[dict], topics: Topics) -> dict:
     """Everything needed to understand or check the outputs without re-rendering."""
@@ -121,6 +147,15 @@ def generate_world(spec: WorldSpec, out_dir: Path | str,
     topics = topics or Topics()
     out = Path(out_dir)
     world = build_world(spec)
+    with exclusive_output(out):
+        return _write_world(world, out, counts, topics, bag=bag, raw=raw,
+                            compressed=compressed, video=video, force=force)
+
+
+def _write_world(world: World, out: Path, counts: Mapping[str, int], topics: Topics, *,
+                 bag: bool, raw: bool, compressed: bool, video: bool, force: bool
+                 ) -> WorldPaths:
+    spec = world.spec
     prepare_out_dir(out, force, bag, video)
     paths = _paths(out, bag, video)
     renderer = Renderer(world.scene, world.camera)
