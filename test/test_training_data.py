@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import shutil
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 import pytest
@@ -292,3 +293,143 @@ def test_split_errors_are_clear() -> None:
     assert len(splits.test) == 2 and len(splits.val) == 1
     with pytest.raises(SplitError, match="fold 7 does not exist"):
         splits.ids("test", 7)
+
+
+# -- data is never silently lost --------------------------------------------------------------
+
+
+def test_a_model_dying_mid_build_stops_it_and_the_rerun_resumes(
+    bag: Path, questions: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str],
+    tiny_vlm: Any,
+) -> None:
+    """The VLM behind HTTP dies after two rows: exit 2, one line saying to rerun, the journal
+    kept; with the server back the same command finishes every row, perceiving only the rest."""
+    from ros_helpers import ChatGate
+
+    server = ChatGate(tiny_vlm)
+    cfg = tmp_path / "http.yaml"
+    cfg.write_text(f"""base: tiny
+perception:
+  vlm: {{backend: openai, model: tiny-qwen2.5-vl, base_url: "{server.url}", retries: 0,
+        max_new_tokens: 4, timeout_s: 10}}
+""")
+    out = tmp_path / "ds"
+    args = ["build", "--bag", str(bag), "--questions", str(questions), "--image-topic",
+            "/camera/image_raw", "--odom-topic", "/odom", "--out", str(out), "--config",
+            str(cfg), "--cache-dir", str(tmp_path / "cache"), "--split-by", "question",
+            "--folds", "0", "--no-progress"]
+    calls = {"n": 0}
+    real_hook = server.server.request_hook
+
+    def dies_after_two_rows(method: str, path: str, headers: Any) -> None:
+        if method == "POST":
+            calls["n"] += 1
+            if calls["n"] > 2 * 4:  # 4 key frames a row: the server dies on row 3
+                server.server.shutdown()
+        real_hook(method, path, headers)
+
+    server.server.request_hook = dies_after_two_rows
+    assert main(args) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "BACKEND_DOWN" in err[0] and "rerun the same command" in err[0]
+    assert not (out / "data.jsonl").exists()  # no finished-looking table
+    done = len(read_journal(out / ".build" / "rows.jsonl"))
+    assert done >= 2
+    server.close()
+    back = ChatGate(tiny_vlm)
+    cfg.write_text(cfg.read_text().replace(server.url, back.url))
+    try:
+        assert main(args) == 0
+    finally:
+        back.close()
+    report = json.loads((out / "manifest.json").read_text())["report"]
+    assert report["reused"] == done and report["perceived"] == 6 - done and report["skipped"] == {}
+    assert len(load_rows(out)) == 6
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        ('["a", "list"]\n', "row 1: expected a JSON object, got list"),
+        ('{"id": "x", "question": " ", "options": ["A. a", "B. b"], "answer": "A", '
+         '"t_start": 0, "t_end": 1}\n', "EMPTY_QUESTION"),
+        ('{"id": "x", "question": "q?", "options": ["A. a", "B. b"], "answer": "A", '
+         '"t_start": 0, "t_end": 1}\n{"id": "x", "question": "q?", "options": ["A. a", '
+         '"B. b"], "answer": "A", "t_start": 0, "t_end": 1}\n', "ids are not unique: x"),
+    ],
+)
+def test_bad_question_rows_are_one_line_before_any_model(
+    bag: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], content: str, message: str
+) -> None:
+    q = tmp_path / "q.jsonl"
+    q.write_text(content)
+    out = tmp_path / "ds"
+    # a profile whose model cannot load: reaching it would be another error
+    cfg = tmp_path / "nomodel.yaml"
+    cfg.write_text("base: tiny\nperception: {vlm: {model: /nonexistent/model}}\n")
+    assert main(["build", "--bag", str(bag), "--questions", str(q), "--image-topic",
+                 "/camera/image_raw", "--out", str(out), "--config", str(cfg),
+                 "--split-by", "question", "--folds", "0", "--no-progress"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and message in err[0], err
+    assert not out.exists()
+
+
+def test_late_failures_come_early(bag: Path, questions: Path, tmp_path: Path,
+                                  capsys: pytest.CaptureFixture[str]) -> None:
+    cfg = tmp_path / "nomodel.yaml"
+    cfg.write_text("base: tiny\nperception: {vlm: {model: /nonexistent/model}}\n")
+    base = ["build", "--bag", str(bag), "--questions", str(questions), "--image-topic",
+            "/camera/image_raw", "--out", str(tmp_path / "ds"), "--config", str(cfg),
+            "--no-progress"]
+    assert main([*base, "--odom-topic", "/no_odom"]) == 2
+    assert "no topic '/no_odom'" in capsys.readouterr().err
+    one = tmp_path / "one.jsonl"
+    one.write_text(questions.read_text().splitlines(keepends=True)[0])
+    assert main([*base[:4], str(one), *base[5:], "--split-by", "question", "--folds", "0"]) == 2
+    err = capsys.readouterr().err
+    assert "1 question(s) cannot make train/val/test" in err and "split by question" not in err
+    assert not (tmp_path / "ds").exists()
+
+
+def test_broken_benchmark_tables_and_escaping_paths(tmp_path: Path) -> None:
+    from embodied_r_training.importers import BenchmarkError
+
+    root = tmp_path / "uv"
+    root.mkdir()
+    (root / "MCQ.jsonl").write_text('"just a string"\n"another"\n')
+    with pytest.raises(BenchmarkError, match="row 1: expected a table row"):
+        urbanvideo_samples(root)
+    (root / "MCQ.jsonl").unlink()
+    (root / "MCQ.parquet").write_bytes(b"PAR1 this is not parquet at all")
+    with pytest.raises(BenchmarkError, match="cannot read .*MCQ.parquet") as err:
+        urbanvideo_samples(root)
+    assert "\n" not in str(err.value)
+    (root / "MCQ.parquet").unlink()
+    secret = tmp_path / "outside.mp4"
+    write_video(secret, pan_frames(8, 10, (160, 120)), fps=4.0)
+    rows = [
+        {"Question_id": 1, "video_id": "../outside.mp4", "question_category":
+         "Landmark Position", "question": "Question: Where?\nChoices:\nA. l\nB. r", "answer": "A"},
+        {"Question_id": 2, "video_id": "EmbodiedCity_1.mp4", "question_category":
+         "Landmark Position", "question": "Question:  \nChoices:\nA. l\nB. r", "answer": "A"},
+    ]
+    pd.DataFrame(rows).to_parquet(root / "MCQ.parquet")
+    from embodied_r_training.importers import ImportReport
+
+    report = ImportReport()
+    assert urbanvideo_samples(root, report=report) == []
+    assert report.skipped == {"video outside --root": 1, "unparsable": 1}
+
+
+def test_imports_with_fewer_scenes_than_folds_make_fewer_folds(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    root = _urbanvideo_root(tmp_path / "uv")  # two videos: two scenes
+    out = tmp_path / "ds"
+    assert main(["import-urbanvideo", "--root", str(root), "--out", str(out), "--no-progress",
+                 "--cache-dir", str(tmp_path / "c")]) == 0  # the default --folds 5
+    warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert "2 scenes only: 2 folds instead of 5" in warnings
+    splits = json.loads((out / "splits.json").read_text())
+    assert len(splits["folds"]) == 2

@@ -93,6 +93,14 @@ def _manifest(config: Config, pipeline: Any, kind: str, **extra: Any) -> dict[st
     }
 
 
+def _preflight(args: argparse.Namespace, samples: list[Any]) -> None:
+    """Everything a build can check before a model loads (ids, splits, folds)."""
+    from .datasets_build import check_build
+
+    args.folds = check_build(samples, split_by=args.split_by, seed=args.seed,
+                             fractions=_fractions(args), folds=args.folds)
+
+
 def _build(args: argparse.Namespace, samples: list[Any], frames_for: Any, pipeline: Any,
            config: Config, manifest: dict[str, Any]) -> int:
     from .datasets_build import build_dataset, settings_fingerprint
@@ -115,7 +123,7 @@ def _build(args: argparse.Namespace, samples: list[Any], frames_for: Any, pipeli
 
 
 def cmd_build(args: argparse.Namespace) -> int:
-    from embodied_r_ros.core.bags import BagReader
+    from embodied_r_ros.core.bags import POSE_TYPES, BagReader
 
     from .datasets_build import BagFrames, bag_samples, camera_info_topic, read_questions
 
@@ -123,7 +131,11 @@ def cmd_build(args: argparse.Namespace) -> int:
     rows = read_questions(args.questions)
     with BagReader(args.bag) as bag:
         samples = bag_samples(rows, Path(args.bag), bag.start_ns)
-        bag.require_topic(args.image_topic)  # before anything is loaded or written
+        # before any model loads or anything is written
+        bag.require_topic(args.image_topic)
+        if args.odom_topic:
+            bag.require_topic(args.odom_topic, POSE_TYPES)
+        _preflight(args, samples)
         info_topic = args.camera_info_topic or camera_info_topic(bag)
         camera = config.perception.camera
         if info_topic:
@@ -149,6 +161,7 @@ def _cmd_import(args: argparse.Namespace, benchmark: str) -> int:
     print(f"{benchmark}: {report.summary()}", file=sys.stderr)
     if not samples:
         raise CliError(f"{benchmark}: no rows left to import ({report.summary()})")
+    _preflight(args, samples)
     config = _pipeline_config(args)
     pipeline = _pipeline(config)
     manifest = _manifest(config, pipeline, benchmark, root=str(Path(args.root).resolve()),

@@ -35,10 +35,10 @@ from embodied_r_ros.core.bags import CAMERA_INFO_TYPE, POSE_TYPES, odometry_moti
 from embodied_r_ros.core.cache import digest
 from embodied_r_ros.core.config import Config
 from embodied_r_ros.core.perception import MotionSource, description_dicts
-from embodied_r_ros.core.pipeline import EmbodiedR, QueryError
+from embodied_r_ros.core.pipeline import NO_FRAMES, EmbodiedR, QueryError, validate_query
 from embodied_r_ros.core.reasoning import build_messages, format_question, parse_options
 
-from .splits import SplitBy, Splits, make_splits
+from .splits import SplitBy, Splits, feasible_folds, make_splits
 
 log = logging.getLogger(__name__)
 
@@ -86,6 +86,22 @@ class SkipSample(Exception):
     """This sample cannot be used (no frames in its window, unreadable video): count, go on."""
 
 
+#: errors that are the row's own (skipped and listed); any other stops the build
+ROW_ERRORS = frozenset({NO_FRAMES, "CORRUPT_FRAME", "UNSUPPORTED_ENCODING", "BAD_OPTIONS",
+                        "EMPTY_QUESTION", "QUESTION_TOO_LONG"})
+
+
+class BackendFailed(BuildError):
+    """The perception model failed mid-build: nothing is written but the journal, and the
+    same command resumes from it."""
+
+    def __init__(self, error: QueryError, sample_id: str, done: int, total: int) -> None:
+        super().__init__(
+            f"{error.code} while perceiving {sample_id} ({error}); {done} of {total} rows are "
+            "in the journal: fix the model and rerun the same command to resume"
+        )
+
+
 @dataclass
 class BuildReport:
     rows: int = 0
@@ -93,7 +109,13 @@ class BuildReport:
     perceived: int = 0
     cache_hits: int = 0  # perceived rows whose VLM replies all came from the perception cache
     skipped: Counter[str] = field(default_factory=Counter)
+    skipped_ids: list[tuple[str, str]] = field(default_factory=list)  # (id, reason)
     seconds: float = 0.0
+
+    def skip(self, sample_id: str, reason: str) -> None:
+        self.skipped[reason] += 1
+        self.skipped_ids.append((sample_id, reason))
+        log.warning("skipping %s: %s", sample_id, reason)
 
     def summary(self) -> str:
         skipped = sum(self.skipped.values())
@@ -104,14 +126,50 @@ class BuildReport:
         )
         if skipped:
             text += " [" + ", ".join(f"{k}: {v}" for k, v in sorted(self.skipped.items())) + "]"
+            listed = ", ".join(i for i, _ in self.skipped_ids[:5])
+            more = len(self.skipped_ids) - 5
+            text += f"; skipped rows: {listed}" + (f" and {more} more" if more > 0 else "")
         return text
 
 
 def check_sample(sample: Sample) -> None:
-    """Options must parse and the solution must be one of their letters."""
-    letters = [letter for letter, _ in parse_options(sample.options)]
+    """The question and options must pass what ``ask`` checks, and the solution must be one
+    of the options' letters (ValueError, one line)."""
+    try:
+        question, options = validate_query(sample.question, sample.options)
+    except QueryError as exc:
+        raise ValueError(f"{exc.code}: {exc}") from None
+    letters = [letter for letter, _ in parse_options(options)]
     if sample.solution not in letters:
         raise ValueError(f"answer {sample.solution!r} is not one of {''.join(letters)}")
+
+
+def check_build(
+    samples: Sequence[Sample],
+    *,
+    split_by: SplitBy = "scene",
+    seed: int = 0,
+    fractions: tuple[float, float, float] = (0.75, 0.05, 0.20),
+    folds: int = 5,
+) -> int:
+    """What a build can know before any model loads: rows present, ids unique, the splits
+    possible. Returns the folds to make: ``folds``, or as many as the groups allow (with one
+    warning), so a partial download still imports."""
+    if not samples:
+        raise BuildError("no questions to build a dataset from")
+    counts = Counter(s.id for s in samples)
+    dupes = sorted(i for i, n in counts.items() if n > 1)
+    if dupes:
+        raise BuildError(f"question ids are not unique: {', '.join(dupes[:5])}")
+    rows = [{"id": s.id, "scene": s.scene} for s in samples]
+    usable = feasible_folds(rows, split_by, folds)
+    if usable != folds:
+        groups = len({s.scene for s in samples}) if split_by == "scene" else len(samples)
+        made = f"{usable} folds" if usable else "no k-fold split"
+        log.warning("%d %s only: %s instead of %d", groups,
+                    "scenes" if split_by == "scene" else "questions", made, folds)
+    make_splits(rows, by=split_by, seed=seed, fractions=fractions, folds=usable)
+    return usable
 
 
 def settings_fingerprint(config: Config, model_id: str, extra: dict[str, Any]) -> str:
@@ -268,16 +326,7 @@ def build_dataset(
     out = Path(out_dir)
     created = not out.exists()
     report = BuildReport()
-    if not samples:
-        raise BuildError("no questions to build a dataset from")
-    ids = [s.id for s in samples]
-    dupes = sorted({i for i in ids if ids.count(i) > 1}) if len(set(ids)) != len(ids) else []
-    if dupes:
-        raise BuildError(f"question ids are not unique: {', '.join(dupes[:5])}")
-    make_splits(  # fail early on impossible splits
-        [{"id": s.id, "scene": s.scene} for s in samples],
-        by=split_by, seed=seed, fractions=fractions, folds=folds,
-    )
+    folds = check_build(samples, split_by=split_by, seed=seed, fractions=fractions, folds=folds)
     journal_path = out / JOURNAL_DIR / JOURNAL
     done = read_journal(journal_path)
     journal = _Journal(journal_path)
@@ -293,12 +342,13 @@ def build_dataset(
                 try:
                     row = perceive_sample(pipeline, sample, frames_for(sample))
                 except SkipSample as exc:
-                    report.skipped[str(exc)] += 1
-                    log.warning("skipping %s: %s", sample.id, exc)
+                    report.skip(sample.id, str(exc))
                     row = None
                 except QueryError as exc:
-                    report.skipped[exc.code] += 1
-                    log.warning("skipping %s: %s", sample.id, exc)
+                    if exc.code not in ROW_ERRORS:  # the model failed, not the row: stop
+                        raise BackendFailed(exc, sample.id, report.reused + report.perceived,
+                                            len(samples)) from None
+                    report.skip(sample.id, exc.code)
                     row = None
                 if row is not None:
                     report.cache_hits += bool(row.pop("_cached", False))
@@ -312,7 +362,8 @@ def build_dataset(
                 bar.set_postfix(reused=report.reused, skipped=sum(report.skipped.values()))
     except BaseException as exc:
         journal.close()
-        if not isinstance(exc, KeyboardInterrupt):  # Ctrl-C keeps the journal to resume from
+        # Ctrl-C and a failed model keep the journal to resume from; other errors clean up
+        if not isinstance(exc, KeyboardInterrupt | BackendFailed):
             _remove_failed(out, created)
         raise
     finally:
@@ -337,6 +388,7 @@ def _report_dict(report: BuildReport) -> dict[str, Any]:
         "reused": report.reused,
         "cache_hits": report.cache_hits,
         "skipped": dict(report.skipped),
+        "skipped_rows": [{"id": i, "reason": r} for i, r in report.skipped_ids],
     }
 
 
@@ -439,6 +491,9 @@ def read_questions(path: str | Path) -> list[dict[str, Any]]:
     rows = list(read_jsonl(p))
     if not rows:
         raise BuildError(f"questions file {p} has no rows")
+    for n, row in enumerate(rows, 1):
+        if not isinstance(row, dict):
+            raise BuildError(f"{p} row {n}: expected a JSON object, got {type(row).__name__}")
     return rows
 
 

@@ -114,9 +114,17 @@ def _stable_id(*parts: Any) -> str:
     return hashlib.sha1(json.dumps(parts, default=str).encode()).hexdigest()[:12]
 
 
+class OutsideRoot(ValueError):
+    """A video name that leads out of the benchmark folder (``../../x.mp4``)."""
+
+
 def _find_video(root: Path, names: Iterable[str]) -> Path | None:
+    """The first existing ``root/name``; a name that resolves outside ``root`` is refused."""
+    base = root.resolve()
     for name in names:
-        candidate = root / name
+        candidate = (root / name).resolve()
+        if not candidate.is_relative_to(base):
+            raise OutsideRoot(f"video {name!r} is outside {root}")
         if candidate.is_file():
             return candidate
     return None
@@ -137,16 +145,30 @@ def read_table(root: Path, prefer: tuple[str, ...]) -> tuple[Path, list[dict[str
             )
         candidates = found
     path = candidates[0]
-    if path.suffix == ".parquet":
-        import pandas as pd
+    try:
+        if path.suffix == ".parquet":
+            import pandas as pd
 
-        frame = pd.read_parquet(path)
-        rows = [{k: _plain(v) for k, v in r.items()} for r in frame.to_dict(orient="records")]
-    elif path.suffix == ".jsonl":
-        rows = list(read_jsonl(path))
-    else:
-        data = json.loads(path.read_text())
-        rows = data if isinstance(data, list) else data.get("data", [])
+            frame = pd.read_parquet(path)
+            rows = [{k: _plain(v) for k, v in r.items()}
+                    for r in frame.to_dict(orient="records")]
+        elif path.suffix == ".jsonl":
+            rows = list(read_jsonl(path))
+        else:
+            data = json.loads(path.read_text())
+            rows = data if isinstance(data, list) else data.get("data", [])
+    except BuildError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - pyarrow, json and OS errors alike: one line
+        reason = " ".join(str(exc).split())[:200] or type(exc).__name__
+        raise BenchmarkError(f"cannot read {path}: {reason}") from None
+    if not isinstance(rows, list):
+        raise BenchmarkError(f"{path}: expected a list of question rows")
+    for n, row in enumerate(rows, 1):
+        if not isinstance(row, dict):
+            raise BenchmarkError(
+                f"{path} row {n}: expected a table row (an object), got {type(row).__name__}"
+            )
     return path, rows
 
 
@@ -191,7 +213,12 @@ def urbanvideo_samples(
             report.skipped["unparsable"] += 1
             log.warning("UrbanVideo row %d: %s", n, exc)
             continue
-        video = _find_video(base, (f"videos/{video_id}", video_id))
+        try:
+            video = _find_video(base, (f"videos/{video_id}", video_id))
+        except OutsideRoot as exc:
+            report.skipped["video outside --root"] += 1
+            log.warning("UrbanVideo row %d: %s", n, exc)
+            continue
         if video is None:
             report.skipped["missing video"] += 1
             continue
@@ -242,7 +269,12 @@ def vsibench_samples(
             log.warning("VSI-Bench row %d: %s", n, exc)
             continue
         names = [f"{d}/{scene}{s}" for d in (dataset, "videos", ".") for s in VIDEO_SUFFIXES]
-        video = _find_video(base, names)
+        try:
+            video = _find_video(base, names)
+        except OutsideRoot as exc:
+            report.skipped["video outside --root"] += 1
+            log.warning("VSI-Bench row %d: %s", n, exc)
+            continue
         if video is None:
             report.skipped["missing video"] += 1
             continue

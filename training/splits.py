@@ -64,8 +64,16 @@ def _shuffled(groups: Iterable[str], seed: int) -> list[str]:
     return ordered
 
 
+def _advice(by: SplitBy) -> str:
+    what = "scene(s)" if by == "scene" else "question(s)"
+    return f"{what}; split by question instead" if by == "scene" else what
+
+
 def split_groups(
-    groups: Sequence[str], fractions: tuple[float, float, float] = (0.75, 0.05, 0.20), seed: int = 0
+    groups: Sequence[str],
+    fractions: tuple[float, float, float] = (0.75, 0.05, 0.20),
+    seed: int = 0,
+    by: SplitBy = "scene",
 ) -> dict[str, str]:
     """Each distinct group -> ``train``/``val``/``test``; test and val get at least one group
     each when their fraction is positive and there are enough groups."""
@@ -80,23 +88,31 @@ def split_groups(
     if fractions[1] > 0 and n_val == 0 and n >= 3:
         n_val = 1
     if n - n_test - n_val < 1 or (fractions[2] > 0 and n_test == 0):
-        raise SplitError(
-            f"{n} group(s) cannot make train/val/test {fractions}; split by question instead"
-        )
+        raise SplitError(f"{n} {_advice(by)} cannot make train/val/test {fractions}")
     out = {g: "test" for g in order[:n_test]}
     out.update({g: "val" for g in order[n_test : n_test + n_val]})
     out.update({g: "train" for g in order[n_test + n_val :]})
     return out
 
 
-def kfold_groups(groups: Sequence[str], k: int = 5, seed: int = 0) -> list[list[str]]:
+def kfold_groups(groups: Sequence[str], k: int = 5, seed: int = 0,
+                 by: SplitBy = "scene") -> list[list[str]]:
     """``k`` disjoint, near-equal lists of groups covering them all."""
     order = _shuffled(groups, seed)
     if k < 2:
         raise SplitError(f"k-fold needs k >= 2, got {k}")
     if len(order) < k:
-        raise SplitError(f"{len(order)} group(s) cannot make {k} folds; split by question instead")
+        raise SplitError(f"{len(order)} {_advice(by)} cannot make {k} folds")
     return [order[i::k] for i in range(k)]
+
+
+def feasible_folds(rows: Sequence[dict[str, Any]], by: SplitBy, folds: int) -> int:
+    """``folds``, or as many as the distinct groups allow (0 when fewer than two)."""
+    key = "scene" if by == "scene" else "id"
+    groups = len({str(r[key]) for r in rows})
+    if folds and groups < folds:
+        return groups if groups >= 2 else 0
+    return folds
 
 
 def make_splits(
@@ -114,13 +130,14 @@ def make_splits(
     group_of = {str(r["id"]): str(r[key]) for r in rows}
     if len(group_of) != len(rows):
         raise SplitError("row ids are not unique")
-    assign = split_groups(list(group_of.values()), fractions, seed)
+    assign = split_groups(list(group_of.values()), fractions, seed, by)
     parts: dict[str, list[str]] = {s: [] for s in SPLITS}
     for row_id, group in sorted(group_of.items()):
         parts[assign[group]].append(row_id)
     fold_ids: list[list[str]] = []
     if folds:
-        fold_of = {g: k for k, fold in enumerate(kfold_groups(list(group_of.values()), folds, seed))
+        fold_of = {g: k for k, fold in enumerate(kfold_groups(list(group_of.values()), folds,
+                                                              seed, by))
                    for g in fold}
         fold_ids = [[] for _ in range(folds)]
         for row_id, group in sorted(group_of.items()):
