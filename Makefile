@@ -14,9 +14,13 @@ IFACES := $(wildcard embodied_r_interfaces/*/*) embodied_r_interfaces/CMakeLists
 setup: $(STAMP)
 
 $(STAMP): $(REQS) setup.py tools/setup_ros.py $(IFACES)
-	@# the interface package is built with cmake and a C++ compiler (Debian: cmake g++)
-	@command -v cmake >/dev/null && command -v c++ >/dev/null || \
-	  { command -v apt-get >/dev/null && apt-get update -qq && apt-get install -y -qq cmake g++; }
+	@# the interface package is built with cmake and a C++ compiler (Debian: cmake g++); colcon
+	@# (Debian's packages) builds both packages the native way in the installed-layout test
+	@command -v cmake >/dev/null && command -v c++ >/dev/null && command -v colcon >/dev/null || \
+	  { command -v apt-get >/dev/null && apt-get update -qq && apt-get install -y -qq cmake g++ \
+	    colcon python3-colcon-ros python3-colcon-cmake python3-colcon-python-setup-py \
+	    python3-colcon-bash python3-colcon-library-path python3-colcon-package-selection \
+	    python3-colcon-recursive-crawl python3-colcon-parallel-executor; }
 	@$(PYTHON) -c 'import sys; v = sys.version_info[:2]; \
 	  sys.exit(0 if (3, 10) <= v <= (3, 13) else f"python3 {v[0]}.{v[1]} found; 3.10 to 3.13 needed")'
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)

@@ -97,6 +97,14 @@ def test_allinone_process_takes_ros_args_and_stops_cleanly(
     assert "answering at /embodied_r/query" in out
 
 
+BAD_CONFIGS = {
+    "badurl.yaml": 'base: server\nperception: {vlm: {base_url: "not a url"}}\n',
+    "keyed.yaml": "base: offline\nperception:\n  backend: vlm\n  vlm: {backend: openai, "
+                  "model: m, base_url: 'http://127.0.0.1:9/v1', api_key_env: ER_NODE_KEY}\n",
+    "nohub.yaml": "base: offline\nreasoning: {model: {model: Qwen/not-cached-anywhere}}\n",
+}
+
+
 @pytest.mark.parametrize(
     ("module", "args", "message"),
     [
@@ -104,16 +112,25 @@ def test_allinone_process_takes_ros_args_and_stops_cleanly(
         ("embodied_r_ros.nodes.frame_buffer", ["-p", "buffer_sec:=-5.0"], "buffer_sec"),
         ("embodied_r_ros.nodes.query_server", ["-p", "cameras:=['']"], "cameras"),
         ("embodied_r_ros.nodes.reasoning_node", ["-p", "config_file:="], "invalid --ros-args"),
+        ("embodied_r_ros", ["-p", "config_file:=CFG/badurl.yaml"], "perception.vlm.base_url"),
+        ("embodied_r_ros", ["-p", "config_file:=CFG/keyed.yaml"], "ER_NODE_KEY"),
+        ("embodied_r_ros.nodes.reasoning_node", ["-p", "config_file:=CFG/nohub.yaml"],
+         "cannot load LM Qwen/not-cached-anywhere"),
     ],
 )
 def test_bad_configuration_exits_with_one_clear_line(module: str, args: list[str],
-                                                     message: str) -> None:
-    proc = subprocess.run([sys.executable, "-m", module, "--ros-args", *args], env=env(),
+                                                     message: str, tmp_path: Path) -> None:
+    for name, text in BAD_CONFIGS.items():
+        (tmp_path / name).write_text(text)
+    args = [a.replace("CFG", str(tmp_path)) for a in args]
+    secret = "sk-node\n0123456789abcdef"
+    proc = subprocess.run([sys.executable, "-m", module, "--ros-args", *args],
+                          env={**env(), "ER_NODE_KEY": secret, "HF_HUB_OFFLINE": "1"},
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2, proc.stderr[-2000:]
-    errors = [ln for ln in proc.stderr.splitlines() if "configuration error" in ln]
+    errors = [ln for ln in proc.stderr.splitlines() if ln.startswith("embodied_r: ")]
     assert len(errors) == 1 and message in errors[0], proc.stderr[-2000:]
-    assert "Traceback" not in proc.stderr
+    assert "Traceback" not in proc.stderr and "0123456789" not in proc.stderr
 
 
 def test_frame_buffer_subscribes_to_what_the_launch_file_remaps(ctx: Any) -> None:
