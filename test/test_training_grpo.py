@@ -19,7 +19,8 @@ from embodied_r_training.evaluate import (
     paper_columns,
     score,
 )
-from embodied_r_training.grpo import NamedReward, local_model, run_grpo
+from embodied_r_training.grpo import NamedReward, run_grpo
+from embodied_r_training.policy import local_model
 from embodied_r_training.prompts import fit_prompt, token_counter
 from embodied_r_training.schedule import epoch_index, stage_at, weights_at
 from test_rewards import RuleReference

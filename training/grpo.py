@@ -32,6 +32,7 @@ from embodied_r_ros.core.rewards import (
 
 from .config import TrainConfig, resolve_device, world_size
 from .datasets_build import load_manifest, load_rows
+from .policy import load_policy, lora_config, save_final
 from .prompts import fit_rows
 from .schedule import RewardSchedule
 
@@ -61,24 +62,6 @@ class TrainResult:
     resumed_from: str | None
     metrics: dict[str, float]
     curves_png: Path | None
-
-
-def local_model(name: str) -> str:
-    """A local directory for offline model names; hub ids and paths pass unchanged."""
-    from embodied_r_ros.core.backends.offline import resolve_model
-
-    return resolve_model(name)
-
-
-def torch_dtype(dtype: str, device: str) -> Any:
-    import torch
-
-    if dtype == "auto":
-        return torch.bfloat16 if device == "cuda" else torch.float32
-    if device == "cpu" and dtype in ("bfloat16", "float16"):
-        log.info("training on CPU: %s weights are trained in float32", dtype)
-        return torch.float32
-    return getattr(torch, dtype)
 
 
 def reference_backend(cfg: TrainConfig, device: str) -> ChatBackend:
@@ -162,32 +145,6 @@ def grpo_args(cfg: TrainConfig, output_dir: Path, device: str) -> Any:
         remove_unused_columns=False,
         **kwargs,
     )
-
-
-def lora_config(cfg: TrainConfig) -> Any:
-    if cfg.policy.lora is None:
-        return None
-    from peft import LoraConfig
-
-    lora = cfg.policy.lora
-    return LoraConfig(
-        r=lora.r,
-        lora_alpha=lora.alpha,
-        lora_dropout=lora.dropout,
-        target_modules=lora.target_modules,
-        task_type="CAUSAL_LM",
-    )
-
-
-def load_policy(cfg: TrainConfig, device: str) -> tuple[Any, Any]:
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    path = local_model(cfg.policy.model)
-    tokenizer = AutoTokenizer.from_pretrained(path)
-    if tokenizer.pad_token is None:
-        tokenizer.pad_token = tokenizer.eos_token
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype(cfg.policy.dtype, device))
-    return model, tokenizer
 
 
 def training_rows(
@@ -298,7 +255,7 @@ def run_grpo(
     trainer.train(resume_from_checkpoint=checkpoint)
 
     final = out / "final"
-    save_final(trainer, tokenizer, final)
+    save_final(trainer, tokenizer, final, cfg)
     history = trainer.state.log_history
     (out / "log_history.json").write_text(json.dumps(history, indent=1))
     curves = None
@@ -323,16 +280,6 @@ def run_grpo(
                     "curves_png": str(curves) if curves else None}, indent=1)
     )
     return result
-
-
-def save_final(trainer: Any, tokenizer: Any, final: Path) -> None:
-    """The trained policy as a plain model directory (LoRA adapters merged)."""
-    model = trainer.accelerator.unwrap_model(trainer.model)
-    if hasattr(model, "merge_and_unload"):
-        model = model.merge_and_unload()
-    if trainer.accelerator.is_main_process:
-        model.save_pretrained(final)
-        tokenizer.save_pretrained(final)
 
 
 def summarize_history(history: Sequence[dict[str, Any]]) -> dict[str, float]:

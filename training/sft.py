@@ -16,14 +16,8 @@ from typing import Any
 from embodied_r_ros.core.reasoning import parse_options
 
 from .config import TrainConfig, resolve_device
-from .grpo import (
-    TrainResult,
-    last_checkpoint,
-    load_policy,
-    lora_config,
-    save_final,
-    training_rows,
-)
+from .grpo import TrainResult, last_checkpoint, training_rows
+from .policy import load_policy, lora_config, save_final
 
 log = logging.getLogger(__name__)
 
@@ -101,7 +95,7 @@ def run_sft(
     checkpoint = last_checkpoint(out) if resume else None
     trainer.train(resume_from_checkpoint=checkpoint)
     final = out / "final"
-    save_final(trainer, tokenizer, final)
+    save_final(trainer, tokenizer, final, cfg)
     history = trainer.state.log_history
     (out / "log_history.json").write_text(json.dumps(history, indent=1))
     losses = [h["loss"] for h in history if isinstance(h.get("loss"), (int, float))]

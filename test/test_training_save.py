@@ -1,0 +1,80 @@
+"""The final save of a multi-process run writes the full weights (LoRA merged, the adapter kept).
+
+Two CPU processes (torchrun: the same torch.distributed set-up accelerate uses inside the
+trainer; ``accelerate launch --cpu`` starts one process unless MPI is installed). DeepSpeed
+ZeRO-3 itself is not installed here: the save goes through ``Trainer.save_model``, the path that
+gathers ZeRO-3 shards, but that gathering is untested on this machine.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from bagdata import write_bag, write_questions
+from embodied_r_training.cli import main
+from embodied_r_training.policy import local_model
+from safetensors.torch import load_file
+
+
+@pytest.fixture(scope="module")
+def dataset(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("save")
+    bag = write_bag(root / "bag", n_frames=28)
+    questions = write_questions(root / "q.jsonl", n=8)
+    out = root / "ds"
+    assert main(["build", "--bag", str(bag), "--questions", str(questions), "--image-topic",
+                 "/camera/image_raw", "--odom-topic", "/odom", "--out", str(out), "--split-by",
+                 "question", "--folds", "0", "--no-progress", "--cache-dir",
+                 str(root / "cache")]) == 0
+    return out
+
+
+def torchrun(*args: str, cwd: Path) -> str:
+    runner = shutil.which("torchrun", path=str(Path(sys.executable).parent))
+    assert runner is not None
+    proc = subprocess.run(
+        [runner, "--nproc_per_node", "2", "-m", "embodied_r_training.cli", *args],
+        cwd=cwd, env={**os.environ, "OMP_NUM_THREADS": "1"}, capture_output=True, text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
+    return proc.stdout
+
+
+def test_two_process_full_fine_tuning_saves_every_weight(dataset: Path, tmp_path: Path,
+                                                         tiny_models_dir: Path) -> None:
+    out = tmp_path / "run"
+    stdout = torchrun("sft", "--config", "cpu-tiny", "--data", str(dataset), "--out", str(out),
+                      "--set", "data.max_rows=4", cwd=tmp_path)
+    assert stdout.count("trained 2 steps") == 2  # both ranks trained
+    final = load_file(out / "final" / "model.safetensors")
+    last = load_file(out / "checkpoint-2" / "model.safetensors")
+    initial = load_file(Path(local_model("tiny-qwen2")) / "model.safetensors")
+    assert set(final) == set(initial) == set(last)
+    assert all(torch.equal(final[k], last[k]) for k in final)  # the trained weights, whole
+    assert sum(not torch.equal(final[k], initial[k]) for k in final) > len(final) // 2
+
+
+def test_two_process_lora_keeps_the_adapter_and_merges_it(dataset: Path, tmp_path: Path,
+                                                          tiny_models_dir: Path) -> None:
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM
+
+    out = tmp_path / "lora"
+    torchrun("sft", "--config", "cpu-tiny", "--data", str(dataset), "--out", str(out),
+             "--set", "data.max_rows=4", "--set", "policy.lora={r: 4, alpha: 8}", cwd=tmp_path)
+    adapter = out / "final-adapter"
+    assert (adapter / "adapter_model.safetensors").stat().st_size < 2 * 2**20
+    base = AutoModelForCausalLM.from_pretrained(local_model("tiny-qwen2"))
+    expected = PeftModel.from_pretrained(base, str(adapter)).merge_and_unload().state_dict()
+    final = load_file(out / "final" / "model.safetensors")
+    assert set(final) == set(expected)
+    assert all(torch.allclose(final[k], expected[k]) for k in final)
+    initial = AutoModelForCausalLM.from_pretrained(local_model("tiny-qwen2")).state_dict()
+    assert any(not torch.equal(final[k], initial[k]) for k in final)  # the adapter moved them

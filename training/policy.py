@@ -1,0 +1,86 @@
+"""The policy being trained: loading it (any causal LM, or the text decoder of a Qwen2.5-VL
+checkpoint, as the official recipe starts from), LoRA, and saving what training produced.
+
+The final save goes through the trainer's own ``save_model``, which gathers the full weights
+under DeepSpeed ZeRO-3 (``save_pretrained`` on rank 0 would write only its shard of them). With
+LoRA the adapter is kept as it is (``final-adapter/``, small enough to ship) and merged into the
+base weights for ``final/``, a plain model directory that every backend loads.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+from .config import TrainConfig
+
+log = logging.getLogger(__name__)
+
+ADAPTER_DIR = "final-adapter"
+
+
+def local_model(name: str) -> str:
+    """A local directory for offline model names; hub ids and paths pass unchanged."""
+    from embodied_r_ros.core.backends.offline import resolve_model
+
+    return resolve_model(name)
+
+
+def train_dtype(dtype: str, device: str) -> Any:
+    from embodied_r_ros.core.backends.transformers_backend import resolve_dtype
+
+    return resolve_dtype(dtype, device, training=True)
+
+
+def load_tokenizer(path: str) -> Any:
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    return tokenizer
+
+
+def load_policy(cfg: TrainConfig, device: str) -> tuple[Any, Any]:
+    """``(model, tokenizer)`` of ``policy.model``; Qwen2(.5)-VL loads as its text decoder."""
+    from embodied_r_ros.core.backends.text_decoder import load_causal_lm
+
+    path = local_model(cfg.policy.model)
+    return load_causal_lm(path, train_dtype(cfg.policy.dtype, device)), load_tokenizer(path)
+
+
+def lora_config(cfg: TrainConfig) -> Any:
+    if cfg.policy.lora is None:
+        return None
+    from peft import LoraConfig
+
+    lora = cfg.policy.lora
+    return LoraConfig(
+        r=lora.r,
+        lora_alpha=lora.alpha,
+        lora_dropout=lora.dropout,
+        target_modules=lora.target_modules,
+        task_type="CAUSAL_LM",
+    )
+
+
+def save_final(trainer: Any, tokenizer: Any, final: Path, cfg: TrainConfig) -> Path | None:
+    """Full weights in ``final/`` (LoRA merged); with LoRA also the adapter alone, returned."""
+    from peft import PeftModel
+
+    model = trainer.accelerator.unwrap_model(trainer.model)
+    adapter: Path | None = None
+    if isinstance(model, PeftModel):
+        adapter = final.parent / ADAPTER_DIR
+        trainer.save_model(str(adapter))  # every rank takes part (ZeRO-3 gathers here)
+        if trainer.accelerator.is_main_process:
+            base = load_policy(cfg, "cpu")[0]
+            merged = PeftModel.from_pretrained(base, str(adapter)).merge_and_unload()
+            merged.save_pretrained(final)
+    else:
+        trainer.save_model(str(final))
+    if trainer.accelerator.is_main_process:
+        tokenizer.save_pretrained(final)
+    trainer.accelerator.wait_for_everyone()
+    return adapter
