@@ -10,6 +10,7 @@ from embodied_r_ros.core.backends.base import BackendError, ChatBackend, Complet
 from embodied_r_ros.core.rewards import (
     ConsistencyReward,
     accuracy_reward,
+    answer_letter,
     completion_text,
     format_reward,
     reference_conversation,
@@ -174,14 +175,36 @@ def test_consistency_reward_disabled_or_failing_scores_zero() -> None:
     assert down.last_batch["failed"] == 1
 
 
+class Recording(ChatBackend):
+    """A real backend, its calls and replies recorded."""
+
+    def __init__(self, inner: ChatBackend) -> None:
+        self.inner = inner
+        self.model_id = inner.model_id
+        self.replies: list[str] = []
+        self.settings: list[dict] = []
+
+    def complete(self, conversations, **settings):  # noqa: ANN001, ANN003, ANN201
+        out = self.inner.complete(conversations, **settings)
+        self.replies += [c.text for c in out]
+        self.settings.append(settings)
+        return out
+
+
 def test_consistency_reward_with_a_real_tiny_reference(tiny_lm: ChatBackend) -> None:
-    """The in-process transformers backend as reference: one batched call, scores in {0, 1}."""
-    reward = ConsistencyReward(tiny_lm)
-    completions = ["<think>so B</think><answer>B</answer>"] * 3 + ["<answer>A</answer>"]
+    """The in-process transformers backend as reference: one batched call for the three correct
+    answers, each scored by what the reference really replied."""
+    ref = Recording(tiny_lm)
+    reward = ConsistencyReward(ref)
+    completions = ["<think>so B</think><answer>B</answer>", "<think>B it is</think>"
+                   "<answer>B</answer>", "<think>clearly B</think><answer>B</answer>",
+                   "<answer>A</answer>"]
     got = reward(prompts=[PROMPT] * 4, completions=completions, solution=["B"] * 4,
                  options=[OPTIONS] * 4)
-    assert len(got) == 4 and set(got) <= {0.0, 1.0} and got[3] == 0.0
-    assert reward.last_batch["correct"] == 3
+    assert reward.last_batch["correct"] == 3 and len(ref.replies) == 3
+    assert ref.settings[0]["temperature"] == 0.1 and ref.settings[0]["max_new_tokens"] == 10
+    expected = [1.0 if answer_letter(r, OPTIONS) == "B" else 0.0 for r in ref.replies]
+    assert got == [*expected, 0.0]
 
 
 def test_reference_conversation_shape() -> None:

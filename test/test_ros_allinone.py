@@ -114,7 +114,11 @@ def test_service_answers_over_the_whole_buffer(world: World) -> None:
     stamps = [stamp_to_sec(s) for s in r.key_frame_stamps]
     assert 4 <= len(stamps) <= 32
     assert stamps[0] == STAMPS[0] and stamps[-1] == STAMPS[-2]  # first and last sampled
-    assert r.answer in ("A", "B", "") and frame_lines(r.perception) == len(stamps)
+    assert frame_lines(r.perception) == len(stamps)
+    # the answer is what the reasoning LM says of exactly the perception text returned
+    again = world.by_name["reasoning"].serving().reason(r.perception, OPTIONS)
+    assert (r.answer, r.answer_text, r.reasoning) == (again.answer, again.answer_text,
+                                                      again.think)
     assert r.perception.rstrip().endswith(OPTIONS[-1])
     assert r.total_sec >= r.perception_sec + r.reasoning_sec > 0
 
@@ -183,8 +187,38 @@ def test_diagnostics_report_camera_buffer_backends_and_latency(world: World) -> 
     assert float(camera["buffer_size_mb"]) > 0 and camera["frames_dropped"] == "2"
     assert "camera_rate_hz" in camera
     assert float(d["embodied_r: query server"]["last_query_latency_sec"]) > 0
-    assert d["embodied_r: perception backend"]["healthy"] == "True"
     assert d["embodied_r: reasoning backend"]["model"] == "tiny-qwen2"
+    assert d["embodied_r: perception backend"]["state"] == "active"
+
+
+def test_diagnostics_follow_a_failing_backend(world: World, monkeypatch: pytest.MonkeyPatch
+                                              ) -> None:
+    """An in-process LM whose generate fails (an OOM) reports unhealthy, with the error, until
+    a generate succeeds again."""
+    lm = world.by_name["reasoning"].serving().lm
+
+    def reasoning() -> dict[str, str]:
+        world.diagnostics.clear()
+        wait_until(lambda: any(s.name == "embodied_r: reasoning backend"
+                               for a in list(world.diagnostics) for s in a.status),
+                   what="reasoning diagnostics")
+        return next({kv.key: kv.value for kv in s.values} for a in list(world.diagnostics)
+                    for s in a.status if s.name == "embodied_r: reasoning backend")
+
+    assert reasoning()["healthy"] == "True"
+
+    def oom(*_a: Any, **_k: Any) -> Any:
+        raise RuntimeError("CUDA out of memory. Tried to allocate 1.00 GiB")
+
+    real = lm.model.generate
+    monkeypatch.setattr(lm.model, "generate", oom)
+    r = world.ask()
+    assert (r.success, r.error_code) == (False, "BACKEND_FAILED") and "out of memory" in r.error
+    state = reasoning()
+    assert state["healthy"] == "False" and "out of memory" in state["error"]
+    monkeypatch.setattr(lm.model, "generate", real)
+    assert world.ask().success
+    assert reasoning()["healthy"] == "True"
 
 
 def test_parameters_are_described_with_ranges(world: World) -> None:

@@ -192,13 +192,22 @@ def test_eval_command_writes_json_markdown_and_png(dataset: Path, tmp_path: Path
                  str(dataset), "--split", "all", "--out", str(out), "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
     base = data["base"]
-    assert base["n"] == 8 and 0.0 <= base["accuracy"] <= 1.0
+    preds = [json.loads(x) for x in (out / "predictions-base.jsonl").read_text().splitlines()]
+    assert base["n"] == len(preds) == 8
+    # every figure is what the saved predictions say (the random model's replies re-scored)
+    rescored, _ = score([{"solution": p["solution"], "options": ["A. left", "B. right",
+                          "C. up", "D. down"], "category": p["category"], "id": p["id"],
+                          "prompt": "Question: x"} for p in preds],
+                        [p["completion"] for p in preds])
+    assert base["accuracy"] == pytest.approx(sum(p["correct"] for p in preds) / 8)
+    assert base["accuracy"] == pytest.approx(rescored["accuracy"])
+    assert base["format_rate"] == pytest.approx(rescored["format_rate"])
     assert set(base["per_category"]) == {"rotation", "motion"}
-    assert base["consistency_rate"] is not None
+    correct = sum(p["correct"] for p in preds)
+    consistent = sum(bool(p["consistent"]) for p in preds)
+    assert base["consistency_rate"] == pytest.approx(consistent / correct if correct else 0.0)
     assert "| Method | Avg. |" in (out / "eval.md").read_text()
     assert (out / "eval.png").stat().st_size > 1000
-    preds = (out / "predictions-base.jsonl").read_text().splitlines()
-    assert len(preds) == 8
 
 
 def test_gpu_bench_runs_in_tiny_cpu_mode(tmp_path: Path) -> None:
