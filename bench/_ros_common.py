@@ -40,9 +40,11 @@ class NodeProcess:
 
     def __init__(self, module: str, ros_args: Sequence[str], log: Path) -> None:
         self._log = log.open("w")
+        # a native crash (abort) prints every Python thread's stack into the log
         self.proc = subprocess.Popen(
             [sys.executable, "-m", module, "--ros-args", *ros_args],
-            env=bench_env(), stdout=self._log, stderr=subprocess.STDOUT,
+            env={**bench_env(), "PYTHONFAULTHANDLER": "1"}, stdout=self._log,
+            stderr=subprocess.STDOUT,
         )
 
     def cpu_sec(self) -> float:

@@ -110,6 +110,8 @@ def main() -> int:
                 question, options = QUESTIONS[n % len(QUESTIONS)]
                 a = client.ask(question, options, window_sec=30.0, timeout=180)
                 counts["ok" if a.success else "failed"] += 1
+                if not a.success:
+                    print(f"  query failed: {a.error_code}: {a.error}", flush=True)
             n += 1
         samples.append((time.monotonic() - t0, node_proc.memory_mb()[0]))
         peak = node_proc.memory_mb()[1]

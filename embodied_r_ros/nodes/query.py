@@ -150,14 +150,19 @@ class QueryRunner:
         self._lock = threading.Lock()
         self._closed = False
         self._tokens: set[CancelToken] = set()
+        self._threads: set[threading.Thread] = set()
 
-    def close(self) -> None:
-        """Stop every query in flight (answered CANCELLED) and refuse new ones."""
+    def close(self, wait_sec: float = 10.0) -> None:
+        """Stop every query in flight (answered CANCELLED), refuse new ones, and wait (up to
+        ``wait_sec``) for their work to end: a model must not be freed under a running query."""
         self._closed = True
         with self._lock:
-            tokens = list(self._tokens)
+            tokens, threads = list(self._tokens), list(self._threads)
         for token in tokens:
             token.cancel(message="the query server is stopping")
+        deadline = time.monotonic() + wait_sec
+        for thread in threads:
+            thread.join(timeout=max(0.0, deadline - time.monotonic()))
 
     def _validate(self, request: QueryRequest) -> tuple[str, list[str], str]:
         question, options = validate_query(
@@ -212,8 +217,12 @@ class QueryRunner:
                 slot.release()
                 with self._lock:
                     self._tokens.discard(token)
+                    self._threads.discard(threading.current_thread())
 
-        threading.Thread(target=work, name="embodied_r_query", daemon=True).start()
+        thread = threading.Thread(target=work, name="embodied_r_query", daemon=True)
+        with self._lock:
+            self._threads.add(thread)
+        thread.start()
         while not answered.wait(_POLL_S) and not token.stopped:
             pass
         if box:

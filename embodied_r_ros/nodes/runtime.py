@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import sys
+import time
 from collections.abc import Callable, Sequence
 
 import rclpy
@@ -39,12 +40,17 @@ def spin_nodes(nodes: Sequence[Node], context: Context, num_threads: int | None 
     except (KeyboardInterrupt, ExternalShutdownException):
         pass
     finally:
-        executor.shutdown(timeout_sec=5.0)
-        for node in nodes:
+        start = time.monotonic()
+        # the reverse of the start order: queries stop (their models' work cancelled) before
+        # the executor waits for callbacks, and before the models they use are freed
+        for node in reversed(nodes):
             close = getattr(node, "close", None)
             if callable(close):
                 close()
+        executor.shutdown(timeout_sec=5.0)
+        for node in nodes:
             node.destroy_node()
+        log.info("stopped in %.1f s", time.monotonic() - start)
 
 
 def run_nodes(build: Callable[[Context], Sequence[Node]], args: Sequence[str] | None = None) -> int:
