@@ -35,9 +35,11 @@ class ScriptedVLM(ChatBackend):
     model_id = "scripted-vlm"
     supports_images = True
 
-    def __init__(self, replies: Sequence[str], delay_s: float = 0.0) -> None:
+    def __init__(self, replies: Sequence[str], delay_s: float = 0.0,
+                 by_images: dict[int, str] | None = None) -> None:
         self.replies = list(replies)
         self.delay_s = delay_s
+        self.by_images = by_images or {}  # reply by the number of images in the call
         self.seen: list[Conversation] = []
         self.batches: list[int] = []
         self._lock = threading.Lock()
@@ -59,7 +61,11 @@ class ScriptedVLM(ChatBackend):
                 raise_if_stopped(cancel)
                 time.sleep(0.005)
             with self._lock:
-                text = self.replies[len(self.seen) % len(self.replies)]
+                content = conv[-1]["content"]
+                images = sum(p.get("type") == "image" for p in content) if isinstance(
+                    content, list) else 0
+                text = self.by_images.get(images) or self.replies[len(self.seen) %
+                                                                  len(self.replies)]
                 self.seen.append(conv)
             completion = Completion(text)
             out.append(completion)

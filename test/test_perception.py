@@ -182,15 +182,19 @@ def test_cancel_stops_remaining_vlm_calls_and_keeps_the_replies_it_got() -> None
 
 def test_streaming_prompts_are_question_agnostic_and_shared_by_questions() -> None:
     imgs = _images(3)
-    vlm = ScriptedVLM(["scene", "1. rotate left\n2. a"])
+    vlm = ScriptedVLM([], by_images={1: "scene", 2: "1. rotate left\n2. a"})
     perceiver = Perceiver(_vlm_cfg(mode="streaming"), vlm, ReplyCache(None))
-    for i in range(3):  # what the background does as key frames arrive
-        perceiver.describe_frame(imgs, i)
-    assert len(vlm.seen) == 3 and all("Question" not in prompt_of(c) for c in vlm.seen)
+    notes = [perceiver.prefetch(None, imgs[0])]
+    notes += [perceiver.prefetch(a, b) for a, b in zip(imgs, imgs[1:], strict=False)]
+    # each key frame alone and after its predecessor: 1 + 2 + 2 calls, none with the question
+    assert len(vlm.seen) == 5 and all("Question" not in prompt_of(c) for c in vlm.seen)
+    assert notes[0].action is None and notes[1].action == "rotate left"
     result = perceiver.describe(imgs, [0, 1, 2], QUESTION)
     other = perceiver.describe(imgs, [0, 1, 2], format_question("Where is the door?", []))
     assert result.vlm_calls == other.vlm_calls == 0 and result.text.endswith(QUESTION)
     assert "Frame 1: After rotate left, Observe: a" in result.text
+    late = perceiver.describe(imgs[1:], [1, 2], QUESTION)  # a window starting at frame 1
+    assert late.vlm_calls == 0
 
 
 def test_geometric_perception_uses_motion_and_colours() -> None:

@@ -238,3 +238,18 @@ def test_the_node_survives_everything(world: World) -> None:
     world.image.publish(image_msg(frame, STAMPS[-1] + 1.0))  # a dark frame: no features
     wait_until(lambda: world.store.stats.stored == 13, what="the dark frame")
     assert world.ask(window_sec=1.0).success
+
+
+def test_a_truncated_message_is_dropped_counted_and_the_stream_goes_on(world: World) -> None:
+    from rclpy.serialization import serialize_message
+
+    newest = world.store.newest_stamp
+    frame = image_msg(FRAMES[0], newest + 1.0)  # a stamp the 1 fps sampler wants
+    data = serialize_message(frame)
+    before = world.store.stats.dropped["CORRUPT_FRAME"]
+    received = world.store.stats.received
+    world.image.publish(data[: len(data) // 2])  # the raw bytes, cut short
+    wait_until(lambda: world.store.stats.received > received, what="the truncated message")
+    assert world.store.stats.dropped["CORRUPT_FRAME"] == before + 1
+    world.feed_frames([FRAMES[1]], [newest + 2.0])
+    assert world.store.newest_stamp == newest + 2.0 and world.ask().success

@@ -109,3 +109,45 @@ def test_stamps_motions_and_odometry() -> None:
     assert (back.yaw_deg, back.forward, back.left) == pytest.approx((30.0, 1.5, -0.25))
     pose = odometry_to_pose(odom_msg(3.0, 1.0, 2.0, 45.0))
     assert (pose.x, pose.y, pose.yaw_deg) == pytest.approx((1.0, 2.0, 45.0))
+
+
+@pytest.mark.parametrize(
+    "msg",
+    [
+        raw(RGB, "rgb8"), raw(RGB[..., ::-1], "bgr8"), raw(RGB.astype(np.uint16) * 257, "rgb16"),
+        raw(np.dstack([RGB, RGB[..., :1]]), "rgba8"), raw(RGB[..., 0], "mono8"),
+        raw(RGB[..., 0].astype(np.uint16), "mono16"), raw(RGB[..., 0], "bayer_rggb8"),
+        raw(np.zeros((6, 16), np.uint8), "yuv422"),
+        CompressedImage(format="jpeg", data=cv2.imencode(".jpg", RGB)[1].tobytes()),
+        CompressedImage(format="rgb8; png compressed bgr8",
+                        data=cv2.imencode(".png", RGB)[1].tobytes()),
+    ],
+    ids=lambda m: getattr(m, "encoding", None) or m.format,
+)
+def test_stamps_are_read_from_the_serialised_bytes(msg: object) -> None:
+    from rclpy.serialization import serialize_message
+
+    from embodied_r_ros.nodes.conversions import from_cdr, stamp_of_cdr
+
+    msg.header.stamp = sec_to_stamp(1_700_000_123.456789)  # type: ignore[attr-defined]
+    msg.header.frame_id = "a_long_camera_frame_name"  # type: ignore[attr-defined]
+    data = serialize_message(msg)
+    assert stamp_of_cdr(data) == pytest.approx(1_700_000_123.456789, abs=1e-9)
+    back = from_cdr(data, type(msg))
+    assert back == msg  # the kept frames deserialise to the very message
+
+
+def test_truncated_and_foreign_bytes_are_corrupt_frames() -> None:
+    from rclpy.serialization import serialize_message
+
+    from embodied_r_ros.nodes.conversions import from_cdr, stamp_of_cdr
+
+    data = serialize_message(raw(RGB, "rgb8"))
+    for bad in (data[:5], b"\x7f\x7f" + data[2:20], b""):
+        with pytest.raises(FrameError) as err:
+            stamp_of_cdr(bad)
+        assert err.value.code == CORRUPT_FRAME
+    assert stamp_of_cdr(data[:40]) == 0.0  # the stamp is there, the pixels are not
+    with pytest.raises(FrameError) as err:
+        from_cdr(data[: len(data) // 2], Image)
+    assert err.value.code == CORRUPT_FRAME

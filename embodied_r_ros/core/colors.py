@@ -3,12 +3,30 @@
 The ``geometric`` perception backend has no VLM, yet the reasoning LM still needs something to
 look at. Saturated colour regions named by hue, with an egocentric direction and size, are cheap,
 deterministic and enough for questions about distinctly coloured objects.
+
+Each region also gets its bearing in degrees from the camera intrinsics (the config's guess from
+a 70-degree field of view when none are given): the coarse thirds of the image ("to the left")
+cannot tell 15 from 35 degrees, and questions about where an object is after the camera has
+turned need that. When the caller knows the camera's mount (height above the floor and pitch,
+as a ground robot's calibration or odometry has them), the floor distance of each region's
+lowest visible row is added too: objects stand on the floor, so that row is where the object
+meets it, unless the object is cut off by the image's lower edge.
 """
 
 from __future__ import annotations
 
+import math
+from dataclasses import dataclass
+
 import cv2
 import numpy as np
+
+from embodied_r_ros.core.config import CameraConfig
+
+#: bump when the observation text changes, so that datasets built from it are rebuilt
+OBSERVATION_VERSION = 2
+#: horizontal field of view assumed when no intrinsics are given (the config's default guess)
+DEFAULT_HFOV_DEG = 70.0
 
 # OpenCV hue (0..179) upper bounds, in order; red wraps around.
 _HUES: tuple[tuple[int, str], ...] = (
@@ -24,6 +42,29 @@ _HUES: tuple[tuple[int, str], ...] = (
 )
 _MIN_SATURATION = 110
 _MIN_VALUE = 60
+_WORK_WIDTH = 160  # regions are found on a copy this wide
+_MAX_RANGE_M = 20.0  # farther floor distances are not reported (the ray is nearly level)
+
+
+@dataclass(frozen=True)
+class CameraMount:
+    """Where the camera sits: height of the optical centre above the floor and its pitch
+    (degrees, up > 0), as a robot knows them from its calibration or odometry."""
+
+    height_m: float
+    pitch_deg: float = 0.0
+
+
+@dataclass(frozen=True)
+class Region:
+    """The largest region of one colour in an image."""
+
+    colour: str
+    direction: str  # "to the left", "straight ahead", "ahead, below", ...
+    size: str  # small / medium / large by image share
+    share: float  # of the image area
+    bearing_deg: float  # horizontal angle of the region's centre from the view, left > 0
+    distance_m: float | None = None  # floor distance of its lowest row, with a mount
 
 
 def hue_name(hue: int) -> str:
@@ -45,17 +86,42 @@ def _size(share: float) -> str:
     return "large" if share > 0.08 else "medium" if share > 0.02 else "small"
 
 
-def colour_regions(
-    image: np.ndarray, min_share: float = 0.004
-) -> list[tuple[str, str, str, float]]:
-    """``(colour, direction, size, share)`` of the largest region per colour, largest first."""
-    small = cv2.resize(image, (160, max(1, round(160 * image.shape[0] / image.shape[1]))))
+def _intrinsics(camera: CameraConfig | None, width: int, height: int) -> np.ndarray:
+    from embodied_r_ros.core.egomotion import camera_matrix
+
+    return camera_matrix(camera or CameraConfig(hfov_deg=DEFAULT_HFOV_DEG), width, height)
+
+
+def _ray(k: np.ndarray, u: float, v: float, pitch_deg: float) -> tuple[float, float, float]:
+    """(forward, left, up) of the ray through pixel (u, v) for a camera pitched up by
+    ``pitch_deg`` (optical frame: x right, y down, z along the view)."""
+    x = (u - k[0, 2]) / k[0, 0]
+    y = (v - k[1, 2]) / k[1, 1]
+    p = math.radians(pitch_deg)
+    return (y * math.sin(p) + math.cos(p), -x, -y * math.cos(p) + math.sin(p))
+
+
+def find_regions(
+    image: np.ndarray,
+    min_share: float = 0.004,
+    camera: CameraConfig | None = None,
+    mount: CameraMount | None = None,
+) -> list[Region]:
+    """The largest region per colour, largest first, with bearing (and distance with a mount).
+
+    ``camera``: intrinsics of ``image`` (unset values are guessed from its field of view).
+    """
+    full_h, full_w = image.shape[:2]
+    scale = _WORK_WIDTH / full_w
+    small = cv2.resize(image, (_WORK_WIDTH, max(1, round(_WORK_WIDTH * full_h / full_w))))
     hsv = cv2.cvtColor(small, cv2.COLOR_RGB2HSV)
     vivid = (hsv[..., 1] >= _MIN_SATURATION) & (hsv[..., 2] >= _MIN_VALUE)
     names = np.array([hue_name(h) for h in range(180)])
     labels = np.where(vivid, names[hsv[..., 0]], "")
     h, w = labels.shape
-    found: list[tuple[str, str, str, float]] = []
+    k = _intrinsics(camera, full_w, full_h)
+    pitch = mount.pitch_deg if mount is not None else 0.0
+    found: list[Region] = []
     for colour in sorted(set(labels[vivid].tolist())):
         mask = (labels == colour).astype(np.uint8)
         n, _, stats, centroids = cv2.connectedComponentsWithStats(mask, connectivity=8)
@@ -66,14 +132,48 @@ def colour_regions(
         if share < min_share:
             continue
         cx, cy = centroids[best]
-        found.append((colour, _direction(cx / w, cy / h), _size(share), share))
-    found.sort(key=lambda r: -r[3])
+        # back to full-resolution pixel-index coordinates (pixel centres at integers)
+        u, v = (cx + 0.5) / scale - 0.5, (cy + 0.5) / scale - 0.5
+        fwd, left, _ = _ray(k, u, v, pitch)
+        bearing = math.degrees(math.atan2(left, fwd))
+        distance = None
+        bottom = stats[best, cv2.CC_STAT_TOP] + stats[best, cv2.CC_STAT_HEIGHT]  # exclusive
+        if mount is not None and bottom < h:  # the region's foot is inside the image
+            fwd, left, up = _ray(k, u, bottom / scale - 0.5, pitch)
+            if up < 0.0:
+                t = mount.height_m / -up
+                ground = t * math.hypot(fwd, left)
+                distance = ground if ground <= _MAX_RANGE_M else None
+        found.append(Region(colour, _direction(cx / w, cy / h), _size(share), float(share),
+                            bearing, distance))
+    found.sort(key=lambda r: -r.share)
     return found
 
 
-def describe_colour_regions(image: np.ndarray) -> str:
-    regions = colour_regions(image)
+def colour_regions(
+    image: np.ndarray, min_share: float = 0.004
+) -> list[tuple[str, str, str, float]]:
+    """``(colour, direction, size, share)`` of the largest region per colour, largest first."""
+    return [(r.colour, r.direction, r.size, r.share) for r in find_regions(image, min_share)]
+
+
+def describe_region(region: Region) -> str:
+    """``a small red object to the left (25 degrees left, about 3.1 m away)``."""
+    side = "left" if region.bearing_deg >= 0 else "right"
+    degrees = round(abs(region.bearing_deg))
+    geometry = f"{degrees} degree{'' if degrees == 1 else 's'} {side}"
+    if region.distance_m is not None:
+        geometry += f", about {region.distance_m:.1f} m away"
+    return f"a {region.size} {region.colour} object {region.direction} ({geometry})"
+
+
+def describe_colour_regions(
+    image: np.ndarray,
+    camera: CameraConfig | None = None,
+    mount: CameraMount | None = None,
+) -> str:
+    """The observation text of one frame (see the module notes for ``camera`` and ``mount``)."""
+    regions = find_regions(image, camera=camera, mount=mount)
     if not regions:
         return "no distinctly coloured object in view."
-    parts = [f"a {size} {colour} object {direction}" for colour, direction, size, _ in regions]
-    return "I see " + "; ".join(parts) + "."
+    return "I see " + "; ".join(describe_region(r) for r in regions) + "."

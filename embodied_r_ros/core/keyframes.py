@@ -345,20 +345,24 @@ def uniform_positions(n: int, m: int) -> list[int]:
 
 
 def finalize_positions(
-    key_positions: Sequence[int], n_sampled: int, cfg: KeyframeConfig
+    key_positions: Sequence[int], n_sampled: int, cfg: KeyframeConfig, *,
+    keep_first: bool = True,
 ) -> list[int]:
     """Positions into the pre-sampled list to keep: the key frames plus the first and the last
     sampled frame, clamped to ``[min_frames, max_frames]`` (0 disables a bound).
 
     Too few: ``min_frames`` uniformly from *all* sampled frames. Too many: ``max_frames``
-    uniformly from the key-frame list, keeping its first and last.
+    uniformly from the key-frame list, keeping its first and last. ``keep_first=False`` starts
+    at the first key frame instead of the first sampled frame (streaming perception: windows
+    that start at a frame already described).
     """
     if n_sampled <= 0:
         return []
     bad = [p for p in key_positions if not 0 <= p < n_sampled]
     if bad:
         raise ValueError(f"key positions {bad} outside 0..{n_sampled - 1}")
-    positions = sorted({0, *key_positions, n_sampled - 1})
+    first = {0} if keep_first or not key_positions else set()
+    positions = sorted({*first, *key_positions, n_sampled - 1})
     if cfg.min_frames and len(positions) < cfg.min_frames:
         return uniform_positions(n_sampled, cfg.min_frames)
     if cfg.max_frames and len(positions) > cfg.max_frames:

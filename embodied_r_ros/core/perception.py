@@ -285,20 +285,31 @@ class Perceiver:
             self.vlm.complete([calls[i] for i in chunk], cancel=cancel, on_reply=arrived)
         return [r or "" for r in replies], len(missing)
 
-    def describe_frame(self, images: Sequence[np.ndarray], index: int,
-                       cancel: CancelToken | None = None) -> str:
-        """The question-agnostic reply for key frame ``index`` (streaming), from the cache or
-        the VLM, and cached: what background perception calls as each key frame arrives."""
+    def prefetch(
+        self,
+        previous: np.ndarray | None,
+        current: np.ndarray,
+        cancel: CancelToken | None = None,
+        *,
+        alone: bool = True,
+    ) -> FrameReply:
+        """Describe a frame question-agnostically, alone (for a window that starts at it) and
+        after ``previous`` (for one that goes on through it), into the cache: what streaming
+        perception does in the background. Returns the parsed reply of the pair (of the frame
+        alone for the first of a stream)."""
         assert self.vlm is not None
-        call = vlm_conversation(index, images, None, self.prompts)
-        key = self.call_key(call)
-        hit = self.cache.get(key) if self.cache is not None else None
-        if isinstance(hit, str):
-            return hit
-        reply = self.vlm.complete([call], cancel=cancel)[0].text
-        if self.cache is not None:
-            self.cache.put(key, reply)
-        return reply
+        calls = [vlm_conversation(0, [current], None, self.prompts)] if alone else []
+        if previous is not None:
+            calls.append(vlm_conversation(1, [previous, current], None, self.prompts))
+        keys, replies = self.cached_replies(calls)
+        missing = [i for i, r in enumerate(replies) if r is None]
+        if missing:
+            got = self.vlm.complete([calls[i] for i in missing], cancel=cancel)
+            for i, completion in zip(missing, got, strict=True):
+                replies[i] = completion.text
+                if self.cache is not None:
+                    self.cache.put(keys[i], completion.text)
+        return parse_reply(replies[-1] or "", first=previous is None)
 
     def describe(
         self,

@@ -48,7 +48,9 @@ def build_nodes(
     try:
         config = load_node_config(query.params)
         query.get_logger().info(f"profile '{config.name}': {describe_models(config)}")
-        perception = PerceptionNode(config=config, **common)
+        # stored frames reach streaming perception in-process, not over the topic
+        perception = PerceptionNode(config=config, **{**common, "parameter_overrides": [
+            *parameter_overrides, Parameter("subscribe_frames", value=False)]})
         made.append(perception)
         reasoning = ReasoningNode(config=config, **common)
         made.append(reasoning)
@@ -69,6 +71,11 @@ def build_nodes(
             node.destroy_node()
         raise
     buffers = [n for n in made if isinstance(n, FrameBufferNode)]
+    if config.perception.mode == "streaming":
+        for buffer in buffers:
+            buffer.store.on_frame = (
+                lambda stamp, image, key, cam=buffer.camera_name: perception.submit_frame(
+                    cam, stamp, image, key))
     query.attach(LocalEngine({b.camera_name: b.window for b in buffers},
                              perception.serving, reasoning.serving))
     return [perception, reasoning, query, *buffers]

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import io
 import math
+import struct
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import cv2
 import numpy as np
@@ -25,6 +26,7 @@ from embodied_r_ros.core.actions import Motion
 from embodied_r_ros.core.backends.images import decode_image
 from embodied_r_ros.core.poses import Pose
 
+M = TypeVar("M")
 UNSUPPORTED_ENCODING = "UNSUPPORTED_ENCODING"
 CORRUPT_FRAME = "CORRUPT_FRAME"
 
@@ -42,6 +44,34 @@ class FrameError(ValueError):
 
 def stamp_to_sec(stamp: Time) -> float:
     return stamp.sec + stamp.nanosec * 1e-9
+
+
+_CDR_LE, _CDR_BE = b"\x00\x01", b"\x00\x00"
+
+
+def stamp_of_cdr(raw: bytes) -> float:
+    """``header.stamp`` (seconds) of a serialised ``Image``/``CompressedImage``, read from the
+    CDR bytes without deserialising: the header is the first field, right after the 4-byte
+    encapsulation, so the stamp is ``int32 sec, uint32 nanosec`` at bytes 4..12."""
+    if len(raw) < 12:
+        raise FrameError(CORRUPT_FRAME, f"message of {len(raw)} bytes has no header")
+    kind = bytes(raw[:2])
+    if kind not in (_CDR_LE, _CDR_BE):
+        raise FrameError(CORRUPT_FRAME, f"unknown CDR encapsulation {kind.hex()}")
+    order = "<" if kind == _CDR_LE else ">"
+    sec, nanosec = struct.unpack_from(order + "iI", raw, 4)
+    return sec + nanosec * 1e-9
+
+
+def from_cdr(raw: bytes, msg_type: type[M]) -> M:
+    """Deserialise a message the stamp check kept; a truncated one is a CORRUPT_FRAME."""
+    from rclpy.serialization import deserialize_message
+
+    try:
+        return deserialize_message(raw, msg_type)
+    except Exception as exc:  # noqa: BLE001 - rmw raises plain RuntimeErrors for bad bytes
+        raise FrameError(CORRUPT_FRAME, f"cannot deserialise the message: {exc}".splitlines()[0]
+                         ) from None
 
 
 def sec_to_stamp(seconds: float) -> Time:

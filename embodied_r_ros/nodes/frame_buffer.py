@@ -2,11 +2,14 @@
 
 Subscribes to ``image`` (``sensor_msgs/Image``), ``image/compressed``
 (``sensor_msgs/CompressedImage``) and ``odom`` (``nav_msgs/Odometry``) with sensor-data QoS.
-The header stamp is checked against the pre-sampling rate before any decoding, so the ~29 of 30
-frames a second that are not kept cost a callback and a comparison. Kept frames are converted
-with rosbags-image, stored by :class:`FrameStore`, and key frames are republished on
-``~/key_frames`` for Foxglove/RViz. The query server reads windows through
-``frames/<camera_name>/get_window`` (or in-process in the all-in-one).
+The subscriptions are raw: the header stamp is read from the serialised bytes and checked
+against the pre-sampling rate, and only the frames kept (about one a second) are deserialised
+and decoded, so the ~29 of 30 frames a second that are not kept cost a callback, a copy and a
+comparison (``raw_ingest: false`` deserialises every message, as rclpy does by default). Kept
+frames are converted with rosbags-image and stored by :class:`FrameStore`; key frames are
+republished on ``~/key_frames`` for Foxglove/RViz, stored frames on ``frames/<camera>/stored``
+(for streaming perception elsewhere, only while someone listens). The query server reads
+windows through ``frames/<camera_name>/get_window`` (or in-process in the all-in-one).
 
 Run alone: ``ros2 run embodied_r_ros frame_buffer --ros-args -r image:=/camera/image_raw``.
 """
@@ -31,11 +34,13 @@ from embodied_r_ros.core.pipeline import QueryError
 from embodied_r_ros.nodes.conversions import (
     FrameError,
     compressed_to_rgb,
+    from_cdr,
     image_to_rgb,
     jpeg_to_compressed,
     motion_to_msg,
     odometry_to_pose,
     rgb_to_image,
+    stamp_of_cdr,
     stamp_to_sec,
 )
 from embodied_r_ros.nodes.diagnostics import (
@@ -54,6 +59,7 @@ from embodied_r_ros.nodes.params import (
     declare,
     load_node_config,
 )
+from embodied_r_ros.nodes.transport import stored_frames_topic, window_service_name
 
 M = TypeVar("M", Image, CompressedImage)
 INTERNAL_ERROR = "INTERNAL"  # a frame that broke something unexpected (counted, dropped)
@@ -77,12 +83,9 @@ SPECS: tuple[Spec, ...] = (
          "(BAD_STAMP) unless the next frames confirm the jump", 0.5, 86400.0),
     Spec("stamp_confirm_frames", 3, "consecutive frames that confirm a timeline jump (a bag "
          "loop, a clock reset)", 1, 100),
+    Spec("raw_ingest", True, "read the stamp from the serialised message and deserialise only "
+         "the frames kept (false: rclpy deserialises every message)"),
 )
-
-
-def window_service_name(camera: str) -> str:
-    """The (namespace-relative) GetWindow service of camera ``camera``."""
-    return f"frames/{camera}/get_window"
 
 
 class FrameBufferNode(Node):
@@ -108,6 +111,8 @@ class FrameBufferNode(Node):
             odom_tolerance_sec=p["odom_tolerance_sec"],
             stamp_jump_sec=p["stamp_jump_sec"],
             stamp_confirm=p["stamp_confirm_frames"],
+            # streaming perception describes key frames: windows start at one
+            snap_to_key_frames=self.config.perception.mode == "streaming",
         )
         self.rate = RateMeter()
         ingest = MutuallyExclusiveCallbackGroup()  # frames in order, one at a time
@@ -116,13 +121,11 @@ class FrameBufferNode(Node):
         image_qos = (qos_profile_sensor_data if p["image_qos"] == "sensor_data"
                      else QoSProfile(depth=5, reliability=ReliabilityPolicy.RELIABLE))
         log = self.get_logger()
-        self.create_subscription(
-            Image, "image", self._ingest_cb(image_to_rgb), image_qos, callback_group=ingest,
-        )
-        self.create_subscription(
-            CompressedImage, "image/compressed", self._ingest_cb(compressed_to_rgb), image_qos,
-            callback_group=ingest,
-        )
+        raw = bool(p["raw_ingest"])
+        for kind, topic, decode in ((Image, "image", image_to_rgb),
+                                    (CompressedImage, "image/compressed", compressed_to_rgb)):
+            self.create_subscription(kind, topic, self._ingest_cb(kind, decode, raw), image_qos,
+                                     callback_group=ingest, raw=raw)
         self.create_subscription(
             Odometry, "odom", guard_subscription(log, "odometry", self._on_odom),
             qos_profile_sensor_data, callback_group=odom,
@@ -135,6 +138,14 @@ class FrameBufferNode(Node):
         )
         self._key_pub = (
             self.create_publisher(Image, "~/key_frames", 5) if p["publish_key_frames"] else None
+        )
+        # every stored frame as its JPEG: what streaming perception in another process reads
+        from embodied_r_interfaces.msg import StoredFrame
+
+        self._stored_type = StoredFrame
+        self._stored_pub = self.create_publisher(
+            StoredFrame, stored_frames_topic(self.camera_name),
+            QoSProfile(depth=10, reliability=ReliabilityPolicy.RELIABLE),
         )
         from embodied_r_interfaces.srv import GetWindow
 
@@ -153,9 +164,13 @@ class FrameBufferNode(Node):
 
     # -- ingestion ---------------------------------------------------------------------------
 
-    def _ingest_cb(self, decode: Callable[[M], Any]) -> Callable[[M], None]:
-        def callback(msg: M) -> None:
-            self.ingest(msg, decode)
+    def _ingest_cb(self, kind: type[M], decode: Callable[[M], Any], raw: bool
+                   ) -> Callable[[Any], None]:
+        def callback(msg: Any) -> None:
+            if raw:
+                self.ingest_raw(msg, kind, decode)
+            else:
+                self.ingest(msg, decode)
 
         return guard_subscription(
             self.get_logger(), "camera frame", callback,
@@ -165,19 +180,43 @@ class FrameBufferNode(Node):
     def _on_clock_jump(self, jump: Any) -> None:
         self.store.restart(f"the clock jumped by {jump.delta.nanoseconds * 1e-9:.1f} s")
 
+    def ingest_raw(self, raw: bytes, kind: type[M], decode: Callable[[M], Any]) -> None:
+        """A serialised frame: stamp from the bytes, deserialised only when kept."""
+        self.rate.tick()
+        try:
+            stamp = stamp_of_cdr(raw)
+        except FrameError as exc:
+            self._dropped(exc)
+            return
+        if not self.store.wants(stamp):
+            self.store.skip(stamp)
+            return
+        try:
+            msg = from_cdr(raw, kind)
+        except FrameError as exc:
+            self._dropped(exc)
+            return
+        self._keep(msg, stamp, decode)
+
     def ingest(self, msg: M, decode: Callable[[M], Any]) -> None:
+        """A deserialised frame (``raw_ingest: false``)."""
         stamp = stamp_to_sec(msg.header.stamp)
         self.rate.tick()
         if not self.store.wants(stamp):
             self.store.skip(stamp)
             return
+        self._keep(msg, stamp, decode)
+
+    def _dropped(self, exc: FrameError) -> None:
+        self.store.note_dropped(exc.code, str(exc))
+        self.get_logger().warning(f"dropped a frame ({exc.code}): {exc}",
+                                  throttle_duration_sec=5.0)
+
+    def _keep(self, msg: M, stamp: float, decode: Callable[[M], Any]) -> None:
         try:
             rgb = decode(msg)
         except FrameError as exc:
-            self.store.note_dropped(exc.code, str(exc))
-            self.get_logger().warning(
-                f"dropped a frame ({exc.code}): {exc}", throttle_duration_sec=5.0
-            )
+            self._dropped(exc)
             return
         try:
             added = self.store.add(rgb, stamp)
@@ -186,6 +225,11 @@ class FrameBufferNode(Node):
             self.get_logger().error(f"frame at {stamp:.3f} s failed: {exc}",
                                     throttle_duration_sec=5.0)
             return
+        if added.decision.sampled and self._stored_pub.get_subscription_count():
+            self._stored_pub.publish(self._stored_type(
+                image=jpeg_to_compressed(added.jpeg, stamp, msg.header.frame_id),
+                keyframe=added.decision.keyframe,
+            ))
         if added.decision.keyframe and self._key_pub is not None:
             self._key_pub.publish(rgb_to_image(added.image, stamp, msg.header.frame_id))
 

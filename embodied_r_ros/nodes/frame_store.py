@@ -183,6 +183,7 @@ class FrameStore:
         stamp_jump_sec: float = 5.0,
         stamp_confirm: int = 3,
         decoded_keep: int = 40,
+        snap_to_key_frames: bool = False,
     ) -> None:
         self.kf_cfg = kf_cfg
         self.buffer_sec = buffer_sec
@@ -199,10 +200,12 @@ class FrameStore:
         self._decoded: OrderedDict[float, np.ndarray] = OrderedDict()  # newest key frames
         self._decoded_keep = decoded_keep
         self._restart = False
+        self._snap = snap_to_key_frames
         self._lock = threading.Lock()
-        #: called with the stamp of each new key frame, its image and its predecessor's
-        #: (streaming perception); runs on the ingesting thread, so it must only enqueue
-        self.on_keyframe: Callable[[float, np.ndarray, float | None], None] | None = None
+        #: called with the stamp, the decoded image (as every reader will see it) and whether
+        #: it is a key frame, for each stored frame (streaming perception); runs on the
+        #: ingesting thread: only enqueue
+        self.on_frame: Callable[[float, np.ndarray, bool], None] | None = None
 
     # -- ingestion -------------------------------------------------------------------------
 
@@ -250,7 +253,6 @@ class FrameStore:
         """Store a decoded RGB frame that :meth:`wants` accepted."""
         image = resize_max_side(rgb, self.kf_cfg.max_side)
         jpeg = encode_jpeg(image, self.jpeg_quality)
-        previous_key: float | None = None
         with self._lock:
             reset = False
             if self._restart:
@@ -268,8 +270,6 @@ class FrameStore:
             decision = self._extractor.push(image, stamp)
             if decision.sampled:
                 if decision.keyframe:
-                    previous_key = next((f.stamp for f in reversed(self._frames) if f.keyframe),
-                                        None)
                     self._decoded[stamp] = decode_image(jpeg)  # what every reader will see
                     while len(self._decoded) > self._decoded_keep:
                         self._decoded.popitem(last=False)
@@ -281,10 +281,11 @@ class FrameStore:
                 self._evict_locked()
             else:
                 self.stats.skipped += 1
-            hook = self.on_keyframe if decision.keyframe else None
+            hook = self.on_frame if decision.sampled else None
             decoded = self._decoded.get(stamp)
-        if hook is not None and decoded is not None:
-            hook(stamp, decoded, previous_key)
+        if hook is not None:
+            hook(stamp, decoded if decoded is not None else decode_image(jpeg),
+                 decision.keyframe)
         return FrameAdded(decision, image, jpeg, reset)
 
     def add_pose(self, stamp: float, pose: Pose) -> None:
@@ -371,7 +372,9 @@ class FrameStore:
                     f"no frames in the last {window_sec:g} s (newest frame is {age:.1f} s old)",
                 )
             keys = [i for i, f in enumerate(frames) if f.keyframe]
-            chosen = [frames[p] for p in finalize_positions(keys, len(frames), self.kf_cfg)]
+            positions = finalize_positions(keys, len(frames), self.kf_cfg,
+                                           keep_first=not self._snap)
+            chosen = [frames[p] for p in positions]
             poses = [self._poses.nearest(f.stamp, self.odom_tolerance_sec) for f in chosen]
             cached = [self._decoded.get(f.stamp) for f in chosen]
         images = [img if img is not None else decode_image(f.jpeg)

@@ -7,8 +7,11 @@ node as gone), and a cancel drops the calls not yet sent and aborts those in fli
 motions (odometry) arrive with the goal; missing ones are filled with visual ego-motion here,
 where the images are. A managed node: ``configure`` loads the VLM.
 
-In ``streaming`` mode it also describes key frames as the frame buffer publishes them (its
-``key_frames/compressed`` topic), so a query mostly finds its descriptions ready.
+In ``streaming`` mode (``perception.mode``, with a VLM) it also describes frames in the
+background as they arrive: from the frame buffers of ``cameras`` (their
+``frames/<camera>/stored`` topic) in separate mode, handed over in-process in the all-in-one.
+The descriptions are cached, so a query mostly finds its window's ready; key frames' are
+published on ``~/descriptions`` to be recorded and watched.
 
 Run alone: ``ros2 run embodied_r_ros perception_node --ros-args -p profile:=server``.
 """
@@ -18,21 +21,37 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
+from rclpy.lifecycle import LifecycleState, TransitionCallbackReturn
+from rclpy.qos import QoSProfile, ReliabilityPolicy
+
 from embodied_r_ros.core.cancel import CancelToken
 from embodied_r_ros.core.pipeline import BAD_REQUEST, EmbodiedR, QueryError, validate_query
+from embodied_r_ros.core.streaming import BackgroundDescriber, KeyFrameNote
 from embodied_r_ros.nodes.conversions import (
     CORRUPT_FRAME,
     compressed_jpeg_to_rgb,
     msg_to_motion,
+    sec_to_stamp,
     stamp_to_sec,
 )
+from embodied_r_ros.nodes.guard import guard_subscription
 from embodied_r_ros.nodes.model_node import ModelNode, model_status
 from embodied_r_ros.nodes.motion import perceive_window
+from embodied_r_ros.nodes.params import Spec, declare
+from embodied_r_ros.nodes.transport import stored_frames_topic
 
 FEEDBACK_CHARS = 2000  # partial text in feedback is for humans; keep messages small
 MAX_GOAL_FRAMES = 256  # a window's key frames after the clamp; far more is a malformed goal
 MAX_JPEG_BYTES = 16 * 2**20
 MAX_TEXT_CHARS = 20_000  # question bound of an internal goal (the query server's is tighter)
+
+SPECS: tuple[Spec, ...] = (
+    Spec("cameras", ["front"], "streaming mode, separate processes: the cameras whose stored "
+         "frames (frames/<camera>/stored) are described as they arrive"),
+    Spec("subscribe_frames", True, "streaming mode: subscribe to those topics (the "
+         "all-in-one hands frames over in-process instead)"),
+)
 
 
 class PerceptionNode(ModelNode):
@@ -41,9 +60,71 @@ class PerceptionNode(ModelNode):
     def __init__(self, node_name: str = "perception", **kwargs: Any) -> None:
         super().__init__(node_name, **kwargs)
         from embodied_r_interfaces.action import Perceive
+        from embodied_r_interfaces.msg import KeyFrameDescription
 
+        self.stream_params = declare(self, SPECS)
         self._action = Perceive
         self._server = self.create_goal_server(Perceive, "~/perceive", self._execute)
+        self.describer: BackgroundDescriber | None = None
+        self._note_type = KeyFrameDescription
+        self._streaming = (self.config.perception.mode == "streaming"
+                           and self.config.perception.backend == "vlm")
+        self._notes = self.create_publisher(KeyFrameDescription, "~/descriptions", 10)
+        if self._streaming and self.stream_params["subscribe_frames"]:
+            from embodied_r_interfaces.msg import StoredFrame
+
+            reliable = QoSProfile(depth=10, reliability=ReliabilityPolicy.RELIABLE)
+            for camera in self.stream_params["cameras"]:
+                self.create_subscription(
+                    StoredFrame, stored_frames_topic(camera),
+                    guard_subscription(self.get_logger(), "stored frame",
+                                       lambda msg, cam=camera: self._on_stored(cam, msg)),
+                    reliable, callback_group=self.requests,
+                )
+
+    # -- streaming perception ------------------------------------------------------------
+
+    def on_activate(self, state: LifecycleState) -> TransitionCallbackReturn:
+        pipeline = self.pipeline
+        if self._streaming and pipeline is not None and pipeline.perceiver is not None:
+            self.describer = BackgroundDescriber(
+                pipeline.perceiver, queue_size=self.config.perception.streaming_queue,
+                on_described=self._publish_note,
+            )
+        return super().on_activate(state)
+
+    def on_deactivate(self, state: LifecycleState) -> TransitionCallbackReturn:
+        self._stop_describer()
+        return super().on_deactivate(state)
+
+    def _free(self) -> None:
+        self._stop_describer()  # before the VLM it uses goes (cleanup, shutdown)
+        super()._free()
+
+    def _stop_describer(self) -> None:
+        describer, self.describer = self.describer, None
+        if describer is not None:
+            describer.close()
+
+    def submit_frame(self, camera: str, stamp: float, image: np.ndarray, keyframe: bool
+                     ) -> None:
+        """A new stored frame to describe in the background (no-op unless streaming)."""
+        if self.describer is not None:
+            self.describer.submit(camera, stamp, image, keyframe)
+
+    def _on_stored(self, camera: str, msg: Any) -> None:
+        self.submit_frame(camera, stamp_to_sec(msg.image.header.stamp),
+                          compressed_jpeg_to_rgb(msg.image), bool(msg.keyframe))
+
+    def _publish_note(self, note: KeyFrameNote) -> None:
+        msg = self._note_type(
+            stamp=sec_to_stamp(note.stamp), camera=note.camera,
+            model=self.pipeline.perceiver.model_id if self.pipeline else "",
+            action=note.action or "", description=note.description,
+        )
+        if note.previous_stamp is not None:
+            msg.previous_stamp = sec_to_stamp(note.previous_stamp)
+        self._notes.publish(msg)
 
     def _images(self, goal: Any) -> list[Any]:
         if len(goal.key_frames) > MAX_GOAL_FRAMES:
@@ -103,7 +184,21 @@ class PerceptionNode(ModelNode):
             return "geometric", pipeline is not None and pipeline.perceiver is not None, ""
         return model_status(pipeline.vlm)
 
+    def diagnostics(self) -> list[Any]:
+        statuses = super().diagnostics()
+        d = self.describer
+        if d is not None:
+            from diagnostic_msgs.msg import KeyValue
+
+            values = {"descriptions_pending": d.pending, "described_per_sec": f"{d.rate():.3f}",
+                      "vlm_busy_fraction": f"{d.busy_fraction():.3f}",
+                      "descriptions_done": d.described, "descriptions_dropped": d.dropped,
+                      "descriptions_failed": d.failed}
+            statuses[0].values.extend(KeyValue(key=k, value=str(v)) for k, v in values.items())
+        return statuses
+
     def close(self) -> None:
+        self._stop_describer()
         self._server.destroy()
         super().close()
 

@@ -33,8 +33,8 @@ from embodied_r_ros.nodes.conversions import (
     msg_to_motion,
     stamp_to_sec,
 )
-from embodied_r_ros.nodes.frame_buffer import window_service_name
 from embodied_r_ros.nodes.frame_store import Window
+from embodied_r_ros.nodes.transport import window_service_name
 
 _POLL_SEC = 0.05
 #: goal servers beat every 0.5 s; this long without a sign of life and a peer is gone

@@ -22,6 +22,16 @@ from embodied_r_ros.core.config import CONFIG_DIR
 
 QUERY_QOS = QoSProfile(depth=256, reliability=ReliabilityPolicy.RELIABLE)
 
+
+def window_service_name(camera: str) -> str:
+    """The (namespace-relative) GetWindow service of camera ``camera``'s frame buffer."""
+    return f"frames/{camera}/get_window"
+
+
+def stored_frames_topic(camera: str) -> str:
+    """The (namespace-relative) topic of a frame buffer's stored frames (``StoredFrame``)."""
+    return f"frames/{camera}/stored"
+
 LARGE_FRAMES_PROFILE = CONFIG_DIR / "fastdds_large_frames.xml"
 _PROFILE_VARS = ("FASTDDS_DEFAULT_PROFILES_FILE", "FASTRTPS_DEFAULT_PROFILES_FILE")
 
