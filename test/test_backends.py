@@ -717,3 +717,60 @@ def test_serve_binds_the_port_before_loading_the_model() -> None:
                 run_server(ModelConfig(model="Qwen/never-loaded"), "127.0.0.1", bad_port)
             assert "\n" not in str(err.value)
         assert time.monotonic() - start < 2.0
+
+
+class CountingVLM(ChatBackend):
+    """A VLM that is slow, serves concurrently, counts requests in flight, and replies by what
+    it was shown (so the order of replies matters)."""
+
+    model_id = "counting-vlm"
+    supports_images = True
+    concurrent = True
+
+    def __init__(self) -> None:
+        self.in_flight = 0
+        self.peak = 0
+        self._lock = threading.Lock()
+
+    def complete(self, conversations: Any, **_: Any) -> list[Completion]:
+        with self._lock:
+            self.in_flight += 1
+            self.peak = max(self.peak, self.in_flight)
+        time.sleep(0.2)
+        with self._lock:
+            self.in_flight -= 1
+        out = []
+        for conv in conversations:
+            images = [p["image"] for p in conv[-1]["content"] if p["type"] == "image"]
+            tag = "-".join(str(int(im.mean())) for im in images)
+            out.append(Completion(f"1. rotate left\n2. view {tag}\n3. none"))
+        return out
+
+
+@pytest.mark.parametrize(("n_frames", "max_concurrency"), [(12, 5), (3, 8)])
+def test_perception_keeps_min_of_frames_and_concurrency_in_flight(
+    n_frames: int, max_concurrency: int
+) -> None:
+    from embodied_r_ros.core.config import config_from_dict
+    from embodied_r_ros.core.pipeline import EmbodiedR
+
+    vlm = CountingVLM()
+    rng = np.random.default_rng(3)
+    images = [rng.integers(0, 255, (32, 32, 3), dtype=np.uint8) for _ in range(n_frames)]
+    texts = []
+    with serve(vlm) as server:
+        for concurrency in (0, 1):
+            vlm.peak = 0
+            cfg = config_from_dict({
+                "perception": {"backend": "vlm", "concurrency": concurrency, "vlm": {
+                    "backend": "openai", "model": "counting-vlm", "base_url": server.url,
+                    "max_concurrency": max_concurrency}},
+                "reasoning": {"model": {"model": "x"}}, "cache": {"enabled": False}})
+            p = EmbodiedR(cfg, vlm=create_backend(cfg.perception.vlm), load_models=False)
+            result = p.perceive(images, list(range(n_frames)), "Which way?", [],
+                                motions=[None] * (n_frames - 1))
+            texts.append(result.text)
+            expected_peak = min(n_frames, max_concurrency) if concurrency == 0 else 1
+            assert vlm.peak == expected_peak
+    assert texts[0] == texts[1]  # concurrent replies are put back in frame order
+    assert texts[0].count("view ") == n_frames  # one reply per key frame
