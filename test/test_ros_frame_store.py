@@ -149,3 +149,17 @@ def test_pose_buffer_nearest_respects_tolerance() -> None:
     for t in (0.5, 0.6, 0.7):  # the clock went back for good: a new episode
         poses.add(t, Pose(x=-2))
     assert len(poses) == 1 and poses.nearest(0.7, 0.1).x == -2
+
+
+def test_stamp_filter_passes_a_window_after_each_grid_time() -> None:
+    from embodied_r_ros.nodes.frame_store import stamp_filter
+
+    expr, params = stamp_filter(1000.25, 1.0, 1 / 30)
+    assert expr == "(header.stamp.nanosec >= %0 AND header.stamp.nanosec < %1)"
+    assert params == ["250000000", "350000000"]  # three 30 Hz intervals = 100 ms
+    expr, params = stamp_filter(7.98, 1.0, 0.1)  # the window wraps past the second
+    assert params == ["980000000", "1000000000", "0", "280000000"] and expr.count(" OR ") == 1
+    _, params = stamp_filter(3.0, 0.5, 1 / 30)  # two grid times a second
+    assert params == ["0", "100000000", "500000000", "600000000"]
+    assert stamp_filter(0.0, 0.3, 0.01) is None  # a 0.3 s grid does not repeat every second
+    assert stamp_filter(0.0, 2.0, 0.1) is not None  # every other second does

@@ -40,6 +40,8 @@ _HUES: tuple[tuple[int, str], ...] = (
     (170, "magenta"),
     (180, "red"),
 )
+#: every colour name an observation can use
+COLOUR_NAMES: tuple[str, ...] = tuple(dict.fromkeys(name for _, name in _HUES))
 _MIN_SATURATION = 110
 _MIN_VALUE = 60
 _WORK_WIDTH = 160  # regions are found on a copy this wide

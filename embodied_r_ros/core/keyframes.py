@@ -234,6 +234,18 @@ class KeyframeExtractor:
         due = self._t0 + self._next_slot / self.cfg.sample_fps
         return stamp >= due - self._slack()
 
+    def grid(self) -> tuple[float, float] | None:
+        """``(origin, period)`` of the sampling grid once it is set (None: every frame is
+        sampled, or no frame yet): sampled frames are those at or just after ``origin + k *
+        period``."""
+        if self.cfg.sample_fps == 0 or self._t0 is None:
+            return None
+        return self._t0, 1.0 / self.cfg.sample_fps
+
+    def frame_interval(self) -> float | None:
+        """The smallest recent interval between frames (None before two frames)."""
+        return min(self._gaps) if self._gaps else None
+
     def skip(self, stamp: float) -> KeyframeDecision:
         """Account for a frame that :meth:`wants` refused and that was not decoded.
 

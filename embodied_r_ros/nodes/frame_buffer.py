@@ -50,7 +50,7 @@ from embodied_r_ros.nodes.diagnostics import (
     RateMeter,
     make_status,
 )
-from embodied_r_ros.nodes.frame_store import FrameStore, Window
+from embodied_r_ros.nodes.frame_store import FrameStore, Window, stamp_filter
 from embodied_r_ros.nodes.guard import guard_service, guard_subscription, one_line
 from embodied_r_ros.nodes.params import (
     CONFIG_SPECS,
@@ -85,6 +85,8 @@ SPECS: tuple[Spec, ...] = (
          "loop, a clock reset)", 1, 100),
     Spec("raw_ingest", True, "read the stamp from the serialised message and deserialise only "
          "the frames kept (false: rclpy deserialises every message)"),
+    Spec("stamp_filter", True, "once the sampling grid is known, subscribe with a DDS content "
+         "filter on header.stamp, so only frames near the grid times are delivered at all"),
 )
 
 
@@ -121,11 +123,14 @@ class FrameBufferNode(Node):
         image_qos = (qos_profile_sensor_data if p["image_qos"] == "sensor_data"
                      else QoSProfile(depth=5, reliability=ReliabilityPolicy.RELIABLE))
         log = self.get_logger()
-        raw = bool(p["raw_ingest"])
-        for kind, topic, decode in ((Image, "image", image_to_rgb),
-                                    (CompressedImage, "image/compressed", compressed_to_rgb)):
-            self.create_subscription(kind, topic, self._ingest_cb(kind, decode, raw), image_qos,
-                                     callback_group=ingest, raw=raw)
+        self._image_qos, self._ingest_group = image_qos, ingest
+        self._image_subs: list[Any] = []
+        self._filter: tuple[str, list[str]] | None = None
+        self._filter_origin: float | None = None
+        self._last_stored = (0, 0)  # (frames stored, frames received) at the last check
+        self._subscribe_images(None)
+        if p["stamp_filter"]:
+            self._tuner = self.create_timer(0.5, self._tune_ingest, callback_group=ingest)
         self.create_subscription(
             Odometry, "odom", guard_subscription(log, "odometry", self._on_odom),
             qos_profile_sensor_data, callback_group=odom,
@@ -176,6 +181,56 @@ class FrameBufferNode(Node):
             self.get_logger(), "camera frame", callback,
             on_error=lambda exc: self.store.note_dropped(INTERNAL_ERROR, one_line(exc)),
         )
+
+    @property
+    def filtering(self) -> bool:
+        """Whether the camera subscriptions carry the stamp filter."""
+        return self._filter is not None
+
+    def _subscribe_images(self, flt: tuple[str, list[str]] | None) -> None:
+        """(Re)create the camera subscriptions, with the content filter ``flt`` or none."""
+        from rclpy.subscription_content_filter_options import ContentFilterOptions
+
+        for sub in self._image_subs:
+            self.destroy_subscription(sub)
+        raw = bool(self.params["raw_ingest"])
+        options = ContentFilterOptions(*flt) if flt is not None else None
+        self._image_subs = [
+            self.create_subscription(kind, topic, self._ingest_cb(kind, decode, raw),
+                                     self._image_qos, callback_group=self._ingest_group, raw=raw,
+                                     content_filter_options=options)
+            for kind, topic, decode in ((Image, "image", image_to_rgb),
+                                        (CompressedImage, "image/compressed", compressed_to_rgb))
+        ]
+        self._filter = flt if all(s.is_cft_enabled for s in self._image_subs) else None
+
+    def _tune_ingest(self) -> None:
+        """Keep the stamp filter in step with the sampling grid (a timer in the ingest group,
+        so no frame callback runs meanwhile): set it once the grid is known, again when the
+        grid moves, and drop it if frames arrive but none is stored any more."""
+        st = self.store.stats
+        stalled = (self._filter is not None and st.stored == self._last_stored[0]
+                   and st.received > self._last_stored[1] + 3)
+        self._last_stored = (st.stored, st.received)
+        if stalled:
+            self.get_logger().warning("frames arrive but none is sampled: dropping the stamp "
+                                      "filter to learn the grid again")
+            self._subscribe_images(None)
+            self._filter_origin = None
+            return
+        sampling = self.store.sampling()
+        if sampling is None:
+            return
+        origin, period, interval = sampling
+        if self._filter_origin is not None and self._filter_origin == origin:
+            return
+        flt = stamp_filter(origin, period, interval)
+        self._filter_origin = origin
+        if flt is not None:
+            self._subscribe_images(flt)
+            state = "on" if self._filter is not None else "not supported by this RMW"
+            self.get_logger().info(f"stamp filter {state} (grid {origin:.3f} s + k x "
+                                   f"{period:g} s)")
 
     def _on_clock_jump(self, jump: Any) -> None:
         self.store.restart(f"the clock jumped by {jump.delta.nanoseconds * 1e-9:.1f} s")
@@ -276,6 +331,7 @@ class FrameBufferNode(Node):
             "frames_dropped": sum(st.dropped.values()),
             "odometry_poses": st.poses,
             "odometry_dropped_bad_stamp": self.store.poses_dropped,
+            "stamp_filter": "on" if self.filtering else "off",
         }
         values.update({f"dropped_{code.lower()}": n for code, n in sorted(st.dropped.items())})
         if rate == 0.0:

@@ -76,6 +76,39 @@ class StampGate:
         self._held.clear()
 
 
+def stamp_filter(origin: float, period: float, interval: float, *, field: str = "header.stamp"
+                 ) -> tuple[str, list[str]] | None:
+    """A DDS content filter (expression, parameters) passing only the frames the sampler can
+    want: those within a short window after each grid time ``origin + k * period``.
+
+    The grid must repeat every second (``period`` = 1/n s, or n whole seconds), so the window
+    is a range of ``nanosec`` (split where it wraps past the second). The window is three frame
+    intervals (at least 50 ms, at most 40 % of the period): with 30 Hz frames about three of
+    every thirty reach the process, enough to sample from despite jitter and drops. None where
+    no such filter exists (the subscription then receives every frame).
+    """
+    per_second = 1.0 / period
+    if not (abs(per_second - round(per_second)) < 1e-9 or abs(period - round(period)) < 1e-9):
+        return None
+    window = min(max(3.0 * interval, 0.05), 0.4 * period)
+    phases = sorted({(origin + k * period) % 1.0 for k in range(max(1, round(per_second)))})
+    ranges: list[tuple[int, int]] = []
+    for phase in phases:
+        lo, hi = round(phase * 1e9), round((phase + window) * 1e9)
+        if hi <= 1_000_000_000:
+            ranges.append((lo, hi))
+        else:  # wraps past the second
+            ranges += [(lo, 1_000_000_000), (0, hi - 1_000_000_000)]
+    if len(ranges) > 20:
+        return None  # too long an expression to be worth it
+    terms, params = [], []
+    for lo, hi in ranges:
+        terms.append(f"({field}.nanosec >= %{len(params)} AND {field}.nanosec < "
+                     f"%{len(params) + 1})")
+        params += [str(lo), str(hi)]
+    return " OR ".join(terms), params
+
+
 @dataclass
 class StoredFrame:
     stamp: float
@@ -298,6 +331,14 @@ class FrameStore:
     @property
     def poses_dropped(self) -> int:
         return self._poses.dropped
+
+    def sampling(self) -> tuple[float, float, float] | None:
+        """``(grid origin, period, frame interval)`` once the sampler knows them."""
+        with self._lock:
+            grid, interval = self._extractor.grid(), self._extractor.frame_interval()
+        if grid is None or interval is None or self.stats.received < 10:
+            return None
+        return (*grid, interval)
 
     def _clear_locked(self) -> None:
         self._frames.clear()
