@@ -221,7 +221,8 @@ def write_config(path: Any, text: str) -> str:
 
 
 class AllInOne:
-    """The all-in-one nodes under ``namespace`` plus a tester node, spinning in the background.
+    """The all-in-one nodes under ``namespace`` plus a tester node, spinning in the background
+    (camera stamp filter off: tests feed single frames with made-up stamps).
 
     ``image``/``compressed`` publish to the camera topics, ``ask`` calls the service.
     """
@@ -237,8 +238,13 @@ class AllInOne:
         from embodied_r_ros.nodes.allinone import build_nodes
         from embodied_r_ros.nodes.runtime import start_nodes
 
+        from rclpy.parameter import Parameter
+
         self.ns = namespace
-        self.nodes = start_nodes(build_nodes(ctx, namespace, parameters))
+        # frames are fed one at a time with made-up stamps, each awaited: no stamp filter
+        # (tested on its own in test_ros_ingest.py)
+        unfiltered = [Parameter("stamp_filter", value=False), *parameters]
+        self.nodes = start_nodes(build_nodes(ctx, namespace, unfiltered))
         self.by_name = {n.get_name(): n for n in self.nodes}
         self.tester = rclpy.create_node("tester", namespace=namespace, context=ctx)
         self.spinner = Spinner(ctx, [*self.nodes, self.tester], threads=threads)
