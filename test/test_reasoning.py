@@ -9,7 +9,6 @@ from embodied_r_ros.core.reasoning import (
     extract_answer,
     format_question,
     is_well_formed,
-    official_normalize,
     parse_options,
     parse_reasoning,
     question_from_prompt,
@@ -32,7 +31,9 @@ def test_system_prompt_is_r1_plus_the_consistency_sentence() -> None:
     [
         ("<think>a</think><answer>B</answer>", True),
         ("<think>a\nb</think>\n<answer>B. towel</answer>", True),
-        ("  <think>a</think> <answer>B</answer>\n", True),
+        ("<think>a</think> <answer>B</answer>", True),
+        ("  <think>a</think><answer>B</answer>", False),  # the raw completion, not stripped
+        ("<think>a</think><answer>B</answer>\n", False),
         ("<think>a</think><answer>B</answer> trailing", False),
         ("prefix <think>a</think><answer>B</answer>", False),
         ("<think>a</think>", False),
@@ -64,17 +65,16 @@ def test_tag_mode_extraction(completion: str, expected: str) -> None:
 @pytest.mark.parametrize(
     ("completion", "expected"),
     [
-        # official quirks, reproduced on purpose (digest 2.2)
-        ("<think>I answer based on the view</think><answer>C</answer>", "B"),
-        ("<think>e.g. the chair</think><answer>C</answer>", "G"),  # "g." is a dotted letter
-        ("<think>near the chair</think><answer>C</answer>", "C"),
-        ("<think>x</think><answer>$\\boxed{D}$</answer>", "D"),
-        ("<think>a b</think><answer>c</answer>", "C"),
+        # the official evaluation extractor: the first <answer> letter, else the last dotted one
+        ("<think>I answer based on the view</think><answer>C</answer>", "C"),
+        ("<think>e.g. the chair</think><answer> c</answer>", "C"),
+        ("<think>e.g. the chair</think> so C", "E"),
+        ("<think>x</think><answer>$\\boxed{D}$</answer>",
+         "<THINK>X</THINK><ANSWER>$\\BOXED{D}$</ANSWER>"),
         ("nothing here", "NOTHING HERE"),
     ],
 )
-def test_official_mode_reproduces_the_quirks(completion: str, expected: str) -> None:
-    assert official_normalize(completion) == expected
+def test_official_mode_is_the_official_evaluation(completion: str, expected: str) -> None:
     assert extract_answer(completion, OPTS, mode="official") == expected
 
 
@@ -104,4 +104,6 @@ def test_question_block_and_its_recovery() -> None:
     block = format_question("Which is closest?", OPTS[:2])
     assert block == "Question: Which is closest?\nChoices:\nA. counter\nB. towel"
     prompt = "Video content: Question: fake inside frames\n" + block
-    assert question_from_prompt(prompt) == block
+    # the text after the LAST "Question:", stripped, as the official consistency reward takes it
+    assert question_from_prompt(prompt) == "Which is closest?\nChoices:\nA. counter\nB. towel"
+    assert question_from_prompt("no marker here ") == "no marker here"

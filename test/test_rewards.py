@@ -10,10 +10,10 @@ from embodied_r_ros.core.backends.base import BackendError, ChatBackend, Complet
 from embodied_r_ros.core.rewards import (
     ConsistencyReward,
     accuracy_reward,
-    answer_letter,
     completion_text,
     format_reward,
     reference_conversation,
+    reference_letter,
     solution_letter,
 )
 
@@ -31,7 +31,9 @@ FORMAT_TABLE = [
     ("<think>a</think><answer>B</answer>", 1.0),
     ("<think>a</think>\n<answer>B</answer>", 1.0),
     ("<think>\nmulti\nline\n</think>\n\n<answer>\nA\n</answer>", 1.0),
-    ("  <think>a</think> <answer>B</answer>\n", 1.0),  # surrounding whitespace only
+    ("<think>a</think> <answer>B</answer>", 1.0),  # whitespace between the blocks
+    ("  <think>a</think><answer>B</answer>", 0.0),  # the raw completion: no leading space
+    ("<think>a</think><answer>B</answer>\n", 0.0),  # ... and nothing after </answer>
     ("<think></think><answer></answer>", 1.0),  # empty blocks still have the shape
     ("<think>a</think><answer>B</answer> and more", 0.0),  # text after the answer
     ("Sure! <think>a</think><answer>B</answer>", 0.0),  # text before the think
@@ -72,7 +74,7 @@ ACCURACY_TABLE = [
     ("no letter at all", 0.0, 0.0),
     # the official whole-completion extraction misfires on "answer depends" -> D
     ("<think>The answer depends on the turn</think><answer>B</answer>", 1.0, 0.0),
-    # ... and on "e.g." -> G (the last letter followed by a dot)
+    # ... and on "e.g." -> E (a standalone letter followed by a dot)
     ("<think>turns, e.g. this one</think><answer>B</answer>", 1.0, 0.0),
 ]
 
@@ -175,6 +177,93 @@ def test_consistency_reward_disabled_or_failing_scores_zero() -> None:
     assert down.last_batch["failed"] == 1
 
 
+class FlakyReference(RuleReference):
+    """Raises a plain exception (not a BackendError) whenever a batch holds a poisoned think."""
+
+    def complete(self, conversations, **settings):  # noqa: ANN001, ANN003, ANN201
+        if any("POISON" in c[-1]["content"] for c in conversations):
+            self.calls.append(list(conversations))
+            raise RuntimeError("CUDA error: device-side assert triggered")
+        return super().complete(conversations, **settings)
+
+
+def test_a_failing_reference_call_costs_only_its_own_sample(caplog) -> None:  # noqa: ANN001
+    ref = FlakyReference()
+    reward = ConsistencyReward(ref)
+    completions = ["<think>so B</think><answer>B</answer>",
+                   "<think>POISON, B</think><answer>B</answer>",
+                   "<think>B again</think><answer>B</answer>"]
+    with caplog.at_level("WARNING"):
+        got = reward(prompts=[PROMPT] * 3, completions=completions, solution=["B"] * 3,
+                     options=[OPTIONS] * 3)
+    assert got == [1.0, 0.0, 1.0]
+    assert reward.last_batch == {"correct": 3, "consistent": 2, "failed": 1}
+    assert reward.failed_total == 1
+    assert "1 of 3 calls failed" in caplog.text
+    # the batch, then each sample alone
+    assert [len(c) for c in ref.calls] == [3, 1, 1, 1]
+
+
+def test_think_regex_fallback_reads_the_think_text_when_the_reference_fails() -> None:
+    good = "<think>the answer B fits</think><answer>B</answer>"
+    off = ConsistencyReward(RuleReference(fail=True))
+    assert off(prompts=[PROMPT], completions=[good], solution=["B"], options=[OPTIONS]) == [0.0]
+    local = ConsistencyReward(RuleReference(fail=True), fallback="think_regex")
+    assert local(prompts=[PROMPT], completions=[good], solution=["B"], options=[OPTIONS]) == [1.0]
+    wrong = "<think>the answer A fits</think><answer>B</answer>"
+    assert local(prompts=[PROMPT], completions=[wrong], solution=["B"], options=[OPTIONS]) == [0.0]
+
+
+class FixedReference(RuleReference):
+    def __init__(self, reply: str) -> None:
+        super().__init__()
+        self.reply = reply
+
+    def complete(self, conversations, **settings):  # noqa: ANN001, ANN003, ANN201
+        self.calls.append(list(conversations))
+        return [Completion(self.reply) for _ in conversations]
+
+
+@pytest.mark.parametrize(
+    ("reply", "official", "tag"),
+    [
+        ("B", 1.0, 1.0),
+        ("<answer>B</answer>", 1.0, 1.0),
+        ("The answer is B.", 1.0, 1.0),
+        ("b", 1.0, 1.0),
+        ("I", 0.0, 0.0),  # not one of A-H
+        ("", 0.0, 0.0),
+        ("A", 0.0, 0.0),
+    ],
+)
+def test_reference_reply_letters(reply: str, official: float, tag: float) -> None:
+    good = "<think>it turned right</think><answer>B</answer>"
+    for mode, expected in (("official", official), ("tag", tag)):
+        reward = ConsistencyReward(FixedReference(reply), answer_mode=mode)
+        got = reward(prompts=[PROMPT], completions=[good], solution=["B"], options=[OPTIONS])
+        assert got == [expected], (mode, reply)
+
+
+@pytest.mark.parametrize("think", ["", "   ", "\n"])
+def test_an_empty_think_text_scores_zero_without_asking(think: str) -> None:
+    ref = FixedReference("B")
+    reward = ConsistencyReward(ref)
+    got = reward(prompts=[PROMPT], completions=[f"<think>{think}</think><answer>B</answer>"],
+                 solution=["B"], options=[OPTIONS])
+    assert got == [0.0] and ref.calls == []
+
+
+def test_the_reference_sees_the_text_after_the_last_question_marker() -> None:
+    ref = FixedReference("B")
+    prompt = [{"role": "user", "content": "Frame 1: Question: a sign reads 'Question:'\n"
+               "Question:   Which way?\nChoices:\nA. left\nB. right"}]
+    ConsistencyReward(ref)(prompts=[prompt], completions=["<think>B</think><answer>B</answer>"],
+                           solution=["B"], options=[OPTIONS[:2]])
+    shown = ref.calls[0][0][-1]["content"]
+    assert "Question: Which way?\nChoices:\nA. left\nB. right" in shown
+    assert "sign reads" not in shown
+
+
 class Recording(ChatBackend):
     """A real backend, its calls and replies recorded."""
 
@@ -203,7 +292,7 @@ def test_consistency_reward_with_a_real_tiny_reference(tiny_lm: ChatBackend) -> 
                  options=[OPTIONS] * 4)
     assert reward.last_batch["correct"] == 3 and len(ref.replies) == 3
     assert ref.settings[0]["temperature"] == 0.1 and ref.settings[0]["max_new_tokens"] == 10
-    expected = [1.0 if answer_letter(r, OPTIONS) == "B" else 0.0 for r in ref.replies]
+    expected = [1.0 if reference_letter(r, OPTIONS) == "B" else 0.0 for r in ref.replies]
     assert got == [*expected, 0.0]
 
 

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
+from embodied_r_ros.core.answers import official_eval_letter
 from embodied_r_ros.core.backends.base import Conversation
 from embodied_r_ros.core.prompts import PromptSet, default_prompts
 
@@ -56,9 +57,10 @@ def format_question(question: str, options: Sequence[str]) -> str:
 
 
 def question_from_prompt(prompt: str) -> str:
-    """Everything after the LAST ``Question:``: the question and choices without the video text."""
-    idx = prompt.rfind("Question:")
-    return prompt[idx:].strip() if idx >= 0 else prompt.strip()
+    """The text after the LAST ``Question:``, stripped (the question and its choices without the
+    video text, as the official consistency reward takes it); the whole text without one."""
+    _, found, tail = prompt.rpartition("Question:")
+    return tail.strip() if found else prompt.strip()
 
 
 def build_messages(user_text: str, prompts: PromptSet | None = None) -> Conversation:
@@ -81,35 +83,15 @@ class Reasoning:
 
 
 def is_well_formed(completion: str) -> bool:
-    return FORMAT_RE.match(completion.strip()) is not None
+    """The official format rule on the RAW completion: it starts with ``<think>`` and ends right
+    after ``</answer>`` (leading or trailing whitespace fails it, as in ms-swift's ``format``)."""
+    return FORMAT_RE.match(completion) is not None
 
 
 def extract_think(completion: str) -> str | None:
+    """The first think block's text, stripped (``""`` when empty); ``None`` without one."""
     match = _THINK_RE.search(completion)
     return match.group(1).strip() if match else None
-
-
-def official_normalize(text: str) -> str:
-    """The official ``choice_accuracy`` normalisation, bit for bit (digest §2.2).
-
-    It runs on the WHOLE completion (think block included) and tries, case-insensitively:
-    1. ``$\\boxed{X}$``, last match; 2. ``answer`` + whitespace + a letter A-H, FIRST match
-    (so "answer based" gives B); 3. a standalone letter A-H followed by a dot, last match
-    (so "e.g." yields G); 4. a standalone letter A-H, last match; 5. the upper-cased raw text.
-    """
-    boxed = re.findall(r"\$\\boxed\{(.*?)\}\$", text, re.IGNORECASE | re.DOTALL)
-    if boxed:
-        return boxed[-1].strip().upper()
-    first = re.search(r"answer\s+([A-H])", text, re.IGNORECASE)
-    if first:
-        return first.group(1).upper()
-    dotted = re.findall(r"\b([A-H])\.", text, re.IGNORECASE)
-    if dotted:
-        return dotted[-1].upper()
-    bare = re.findall(r"\b([A-H])\b", text, re.IGNORECASE)
-    if bare:
-        return bare[-1].upper()
-    return text.strip().upper()
 
 
 def _letter_in(text: str, options: Sequence[tuple[str, str]]) -> str | None:
@@ -132,13 +114,14 @@ def extract_answer(
 
     ``tag`` (default): the ``<answer>`` contents first (a leading letter, an option's text, or a
     standalone letter), else a letter anywhere in the reply; ``""`` when none is found.
-    ``official``: :func:`official_normalize` on the whole completion, for numbers comparable
-    with the paper's.
+    ``official``: the official evaluation extractor (:func:`official_eval_letter`), for numbers
+    comparable with the paper's. (Training rewards read answers with the official *training*
+    normalisation instead; see :mod:`embodied_r_ros.core.rewards`.)
     """
+    if mode == "official":
+        return official_eval_letter(completion)
     parsed = parse_options(options) if options else []
     tag = _ANSWER_RE.search(completion)
-    if mode == "official":
-        return official_normalize(completion)
     if not parsed:
         return (tag.group(1) if tag else completion).strip()
     if tag:
