@@ -154,7 +154,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     model = config.reasoning.model if args.role == "lm" else config.perception.vlm
     if model is None:
         raise CliError(f"profile '{config.name}' has no VLM to serve (perception is geometric)")
-    run_server(model, args.host, args.port)
+    run_server(model, args.host, args.port, text_only=args.role == "lm")
     return 0
 
 

@@ -43,11 +43,16 @@ def load_tokenizer(path: str) -> Any:
 
 
 def load_policy(cfg: TrainConfig, device: str) -> tuple[Any, Any]:
-    """``(model, tokenizer)`` of ``policy.model``; Qwen2(.5)-VL loads as its text decoder."""
-    from embodied_r_ros.core.backends.text_decoder import load_causal_lm
+    """``(model, tokenizer)`` of ``policy.model``; a Qwen2(.5)-VL checkpoint loads as its text
+    decoder, from a decoder checkpoint written once (so that TRL can rebuild its frozen KL
+    reference from the model's path, as it does for any causal LM)."""
+    from transformers import AutoModelForCausalLM
 
-    path = local_model(cfg.policy.model)
-    return load_causal_lm(path, train_dtype(cfg.policy.dtype, device)), load_tokenizer(path)
+    from embodied_r_ros.core.backends.text_decoder import decoder_checkpoint
+
+    path = decoder_checkpoint(local_model(cfg.policy.model))
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=train_dtype(cfg.policy.dtype, device))
+    return model, load_tokenizer(path)
 
 
 def lora_config(cfg: TrainConfig) -> Any:

@@ -145,6 +145,22 @@ class Answer:
     perception_from_cache: bool = False
 
 
+def create_models(
+    config: Config, *, perception: bool = True, reasoning: bool = True
+) -> tuple[ChatBackend | None, ChatBackend | None]:
+    """``(vlm, lm)`` as ``config`` names them: the VLM only for VLM perception, the reasoning LM
+    text-only (a VL checkpoint loads as its text decoder); ``None`` for a role not asked for."""
+    from embodied_r_ros.core.backends.factory import create_backend
+
+    vlm = lm = None
+    if perception and config.perception.backend == "vlm":
+        assert config.perception.vlm is not None  # the schema guarantees it
+        vlm = create_backend(config.perception.vlm)
+    if reasoning:
+        lm = create_backend(config.reasoning.model, text_only=True)
+    return vlm, lm
+
+
 class EmbodiedR:
     """Holds the loaded models; thread-safe for concurrent questions when its backends are."""
 
@@ -158,13 +174,9 @@ class EmbodiedR:
     ) -> None:
         self.config = config
         if load_models:
-            from embodied_r_ros.core.backends.factory import create_backend
-
-            if vlm is None and config.perception.backend == "vlm":
-                assert config.perception.vlm is not None
-                vlm = create_backend(config.perception.vlm)
-            if lm is None:
-                lm = create_backend(config.reasoning.model)
+            loaded_vlm, loaded_lm = create_models(config, perception=vlm is None,
+                                                  reasoning=lm is None)
+            vlm, lm = vlm or loaded_vlm, lm or loaded_lm
         self.vlm = vlm
         self.lm = lm
         self.prompts = prompts_from(config.prompts)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from embodied_r_ros.core.config import Config
-from embodied_r_ros.core.pipeline import EmbodiedR
+from embodied_r_ros.core.pipeline import EmbodiedR, create_models
 
 
 def build_pipeline(config: Config, *, perception: bool = True, reasoning: bool = True) -> EmbodiedR:
@@ -12,14 +12,7 @@ def build_pipeline(config: Config, *, perception: bool = True, reasoning: bool =
     The perception node loads the VLM alone and the reasoning node the LM alone, so the VLM can
     live on another machine; the all-in-one process loads both into one instance.
     """
-    from embodied_r_ros.core.backends.factory import create_backend
-
-    vlm = lm = None
-    if perception and config.perception.backend == "vlm":
-        assert config.perception.vlm is not None  # the schema guarantees it
-        vlm = create_backend(config.perception.vlm)
-    if reasoning:
-        lm = create_backend(config.reasoning.model)
+    vlm, lm = create_models(config, perception=perception, reasoning=reasoning)
     return EmbodiedR(config, vlm=vlm, lm=lm, load_models=False)
 
 

@@ -12,13 +12,18 @@ from embodied_r_ros.core.backends.base import ChatBackend
 from embodied_r_ros.core.config import ModelConfig
 
 
-def create_backend(cfg: ModelConfig, *, cache_dir: str | Path | None = None) -> ChatBackend:
-    """The backend for ``cfg.backend``; ``cache_dir`` overrides where offline models live."""
+def create_backend(
+    cfg: ModelConfig, *, cache_dir: str | Path | None = None, text_only: bool = False
+) -> ChatBackend:
+    """The backend for ``cfg.backend``; ``cache_dir`` overrides where offline models live.
+
+    ``text_only``: the model only ever reads text (the reasoning LM, the consistency
+    reference), so an in-process VL checkpoint loads without its vision part."""
     cache = None if cache_dir is None else str(cache_dir)
     if cfg.backend == "transformers":
         from embodied_r_ros.core.backends.transformers_backend import TransformersBackend
 
-        return TransformersBackend(cfg, cache_dir=cache)
+        return TransformersBackend(cfg, cache_dir=cache, text_only=text_only)
     if cfg.backend == "openai":
         from embodied_r_ros.core.backends.openai_backend import OpenAIBackend
 
@@ -26,5 +31,5 @@ def create_backend(cfg: ModelConfig, *, cache_dir: str | Path | None = None) -> 
     if cfg.backend == "vllm":
         from embodied_r_ros.core.backends.vllm_backend import VLLMBackend
 
-        return VLLMBackend(cfg, cache_dir=cache)
+        return VLLMBackend(cfg, cache_dir=cache, text_only=text_only)
     raise ValueError(f"unknown backend {cfg.backend!r}")  # unreachable: the schema validates

@@ -156,7 +156,7 @@ def ensure_offline_model(name: str, cache_dir: str | Path | None = None, *, seed
         build_offline_model(name, tmp, seed=seed)
         tmp.chmod(0o755)  # mkdtemp makes it private; the cache is readable like any other
         logger.info("built offline model %s in %.1f s", name, time.perf_counter() - start)
-        _install(tmp, dest, lambda: _is_current(dest, name, seed))
+        install_atomically(tmp, dest, lambda: _is_current(dest, name, seed))
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return dest
@@ -174,7 +174,7 @@ def _marker(name: str, seed: int) -> dict[str, Any]:
     return {"name": name, "seed": seed, "recipe_version": RECIPE_VERSION}
 
 
-def _install(tmp: Path, dest: Path, is_current: Callable[[], bool]) -> None:
+def install_atomically(tmp: Path, dest: Path, is_current: Callable[[], bool]) -> None:
     """Rename a finished build into place; a concurrent builder that won keeps its copy."""
     if dest.exists():
         if is_current():  # another process finished first

@@ -484,10 +484,16 @@ def serve(
 
 
 def run_server(
-    cfg: ModelConfig, host: str = "127.0.0.1", port: int = 8000, *, cache_dir: str | None = None
+    cfg: ModelConfig,
+    host: str = "127.0.0.1",
+    port: int = 8000,
+    *,
+    cache_dir: str | None = None,
+    text_only: bool = False,
 ) -> None:
     """Bind the port, then load the model of ``cfg`` and serve it until interrupted
     (``embodied-r serve``): a busy or invalid port fails before minutes of loading.
+    ``text_only``: a text role (reasoning LM, consistency reference), see ``create_backend``.
 
     If ``cfg.api_key_env`` is set, clients must send that variable's value as a Bearer token.
     """
@@ -503,7 +509,7 @@ def run_server(
             BACKEND_FAILED, f"cannot listen on {host}:{port}: {exc.strerror or exc}"
         ) from None
     try:
-        backend = create_backend(cfg, cache_dir=cache_dir)
+        backend = create_backend(cfg, cache_dir=cache_dir, text_only=text_only)
     except BaseException:
         server.shutdown()
         raise

@@ -6,11 +6,22 @@ the same temporal, height and width position, which is exactly 1-D RoPE; so the 
 ``Qwen2ForCausalLM`` with the same weights, and its logits are bit-identical (tested). Loading it
 that way lets GRPO, SFT, LoRA and evaluation treat it like any causal LM, with no vision tower
 in memory, and the trained result saves as a plain causal LM the reasoning node loads.
+
+Trainers that rebuild the model from its path (TRL's KL reference model) need a checkpoint of
+the decoder itself: :func:`decoder_checkpoint` writes it once next to the offline models.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
+import logging
+import shutil
+import tempfile
+from pathlib import Path
 from typing import Any
+
+logger = logging.getLogger(__name__)
 
 #: Qwen2 config fields carried over from a Qwen2(.5)-VL text config
 _TEXT_FIELDS = (
@@ -41,7 +52,7 @@ def decoder_config(vl_config: Any) -> Any:
                        tie_word_embeddings=bool(vl_config.tie_word_embeddings))
 
 
-def load_causal_lm(path: str, dtype: Any) -> Any:
+def load_causal_lm(path: str, dtype: Any = "auto") -> Any:
     """``AutoModelForCausalLM`` for ordinary checkpoints; for Qwen2(.5)-VL, its text decoder as
     a ``Qwen2ForCausalLM`` (the vision tower is dropped)."""
     from transformers import AutoModelForCausalLM
@@ -51,7 +62,7 @@ def load_causal_lm(path: str, dtype: Any) -> Any:
     from transformers import AutoModelForImageTextToText, GenerationConfig, Qwen2ForCausalLM
 
     vl = AutoModelForImageTextToText.from_pretrained(path, dtype=dtype)
-    decoder = Qwen2ForCausalLM(decoder_config(vl.config)).to(dtype)
+    decoder = Qwen2ForCausalLM(decoder_config(vl.config)).to(vl.dtype)
     weights = {}
     for key, value in vl.state_dict().items():
         if key.startswith(_PREFIX):
@@ -70,3 +81,47 @@ def load_causal_lm(path: str, dtype: Any) -> Any:
         decoder.generation_config = vl.generation_config
     del vl
     return decoder.eval()
+
+
+def _chat_template(path: str, tokenizer: Any) -> str | None:
+    """The tokenizer's chat template, else the processor's (``chat_template.jinja``/``.json``)."""
+    if tokenizer.chat_template:
+        return str(tokenizer.chat_template)
+    jinja, data = Path(path) / "chat_template.jinja", Path(path) / "chat_template.json"
+    if jinja.is_file():
+        return jinja.read_text()
+    if data.is_file():
+        return json.loads(data.read_text()).get("chat_template")
+    return None
+
+
+def decoder_checkpoint(path: str, cache_dir: str | Path | None = None) -> str:
+    """``path`` for ordinary checkpoints; for a Qwen2(.5)-VL one, a directory holding its text
+    decoder as a plain ``Qwen2ForCausalLM`` checkpoint with the tokenizer and chat template
+    (written once, atomically, under the offline model cache; keyed by the source path and its
+    config, so another checkpoint never reuses it)."""
+    if not is_vision_language(path):
+        return path
+    from transformers import AutoConfig, AutoTokenizer
+
+    from embodied_r_ros.core.backends.offline import install_atomically, model_cache_dir
+
+    source = AutoConfig.from_pretrained(path).to_json_string()
+    key = hashlib.sha256(f"{Path(path).expanduser().resolve()}\n{source}".encode()).hexdigest()
+    root = model_cache_dir(cache_dir) / "text-decoders"
+    dest = root / f"{Path(path).name or 'model'}-{key[:12]}"
+    if (dest / "config.json").is_file():
+        return str(dest)
+    root.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.", dir=root))
+    try:
+        logger.info("writing the text decoder of %s to %s (once)", path, dest)
+        load_causal_lm(path).save_pretrained(tmp)
+        tokenizer = AutoTokenizer.from_pretrained(path)
+        tokenizer.chat_template = _chat_template(path, tokenizer)
+        tokenizer.save_pretrained(tmp)
+        tmp.chmod(0o755)
+        install_atomically(tmp, dest, lambda: (dest / "config.json").is_file())
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return str(dest)

@@ -1,5 +1,8 @@
 """In-process transformers backend: any causal LM, and Qwen2-VL / Qwen2.5-VL for images.
 
+A VL checkpoint in a text-only role (the reasoning LM, the consistency reference) is loaded as
+its text decoder alone (``text_only``, see :mod:`.text_decoder`): same logits, no vision tower.
+
 Conversations are batched ``batch_size`` at a time with left padding, so every row's completion
 starts at the same column and the prompt is stripped by slicing. Greedy at temperature 0; with
 sampling, each call reseeds a forked RNG from ``seed`` and a call counter, so a fresh backend
@@ -46,13 +49,12 @@ from embodied_r_ros.core.backends.base import (
 )
 from embodied_r_ros.core.backends.images import content_parts, resize_max_side
 from embodied_r_ros.core.backends.offline import resolve_model
+from embodied_r_ros.core.backends.text_decoder import VL_TYPES, load_causal_lm
 from embodied_r_ros.core.cancel import CancelToken
 from embodied_r_ros.core.config import ModelConfig
 
 logger = logging.getLogger(__name__)
 
-#: model types whose images go through the Qwen2-VL image processor
-QWEN_VL_TYPES = frozenset({"qwen2_vl", "qwen2_5_vl"})
 IMAGE_TOKEN = "<|image_pad|>"
 _LOCK_POLL_S = 0.05
 
@@ -171,7 +173,9 @@ def cut_at_stop(text: str, stop: Sequence[str]) -> str | None:
 class TransformersBackend(ChatBackend):
     """A transformers model in this process (see the module docstring)."""
 
-    def __init__(self, cfg: ModelConfig, *, cache_dir: str | None = None) -> None:
+    def __init__(
+        self, cfg: ModelConfig, *, cache_dir: str | None = None, text_only: bool = False
+    ) -> None:
         self.cfg = cfg
         self.model_id = cfg.model
         self.max_batch = cfg.batch_size
@@ -179,13 +183,19 @@ class TransformersBackend(ChatBackend):
         self.dtype = resolve_dtype(cfg.dtype, self.device)
         path = resolve_model(cfg.model, cache_dir)
         config = _from_pretrained(AutoConfig.from_pretrained, cfg.model, path)
-        self.supports_images = config.model_type in QWEN_VL_TYPES
+        vision_language = config.model_type in VL_TYPES  # images go through Qwen2-VL's processor
+        self.supports_images = vision_language and not text_only
         self.tokenizer = _from_pretrained(AutoTokenizer.from_pretrained, cfg.model, path)
         self.tokenizer.padding_side = "left"
         if self.tokenizer.pad_token is None:
             self.tokenizer.pad_token = self.tokenizer.eos_token
-        model_cls = AutoModelForImageTextToText if self.supports_images else AutoModelForCausalLM
-        self.model = _from_pretrained(model_cls.from_pretrained, cfg.model, path, dtype=self.dtype)
+        if vision_language and text_only:
+            self.model = _from_pretrained(load_causal_lm, cfg.model, path, dtype=self.dtype)
+        else:
+            model_cls = (AutoModelForImageTextToText if self.supports_images
+                         else AutoModelForCausalLM)
+            self.model = _from_pretrained(model_cls.from_pretrained, cfg.model, path,
+                                          dtype=self.dtype)
         self.model.to(self.device).eval()
         self.processor = load_processor(path, self.tokenizer) if self.supports_images else None
         self.chat_template = (

@@ -45,7 +45,9 @@ class VLLMBackend(ChatBackend):
     """A vLLM engine in this process; a batch goes to ``LLM.chat`` in one call (the engine is
     not thread-safe, so the OpenAI-compatible server hands it batches, not parallel calls)."""
 
-    def __init__(self, cfg: ModelConfig, *, cache_dir: str | None = None) -> None:
+    def __init__(
+        self, cfg: ModelConfig, *, cache_dir: str | None = None, text_only: bool = False
+    ) -> None:
         self._vllm = import_vllm()
         from transformers import AutoConfig
 
@@ -53,10 +55,15 @@ class VLLMBackend(ChatBackend):
         self.model_id = cfg.model
         self.max_batch = max(cfg.batch_size, 64)  # continuous batching: large groups pay off
         path = resolve_model(cfg.model, cache_dir)
-        self.supports_images = hasattr(AutoConfig.from_pretrained(path), "vision_config")
+        vision_language = hasattr(AutoConfig.from_pretrained(path), "vision_config")
+        self.supports_images = vision_language and not text_only
         kwargs: dict[str, Any] = {"model": path, "dtype": cfg.dtype, "seed": cfg.seed}
-        if self.supports_images:
-            kwargs["limit_mm_per_prompt"] = {"image": MAX_IMAGES_PER_PROMPT}
+        if vision_language:
+            # text-only: no memory reserved for image inputs the role never sends
+            kwargs["limit_mm_per_prompt"] = (
+                {"image": MAX_IMAGES_PER_PROMPT} if self.supports_images else {"image": 0,
+                                                                               "video": 0}
+            )
         try:
             self._llm = self._vllm.LLM(**kwargs)
         except Exception as exc:  # noqa: BLE001 - engine start-up fails in many ways
