@@ -231,14 +231,13 @@ class AllInOne:
                  parameters: Sequence[Any] = ()) -> None:
         import rclpy
         from rclpy.action import ActionClient
+        from rclpy.parameter import Parameter
         from sensor_msgs.msg import CompressedImage, Image
 
         from embodied_r_interfaces.action import SpatialQuery as QueryAction
         from embodied_r_interfaces.srv import SpatialQuery
         from embodied_r_ros.nodes.allinone import build_nodes
         from embodied_r_ros.nodes.runtime import start_nodes
-
-        from rclpy.parameter import Parameter
 
         self.ns = namespace
         # frames are fed one at a time with made-up stamps, each awaited: no stamp filter

@@ -22,6 +22,7 @@ from embodied_r_training.datasets_build import (
 from embodied_r_training.importers import (
     split_question_text,
     urbanvideo_samples,
+    urbanvideo_scene,
     vsibench_samples,
 )
 from embodied_r_training.splits import SplitError, kfold_groups, make_splits, split_groups
@@ -237,9 +238,18 @@ def test_import_urbanvideo_from_parquet(tmp_path: Path) -> None:
     rows = load_rows(out)
     assert {r["category"] for r in rows} == {"Landmark Position", "Action Generation",
                                              "Counterfactual"}
-    report = json.loads((out / "manifest.json").read_text())["import_report"]
+    manifest = json.loads((out / "manifest.json").read_text())
+    report = manifest["import_report"]
     assert report["skipped"] == {"missing video": 1, "other category": 1}
     assert rows[0]["motion_source"] == "visual"
+    # benchmark videos: the paper's perception text, no measured-motion additions by default
+    assert manifest["report_motion"] is False
+    assert rows[0]["scene"] == "EmbodiedCity_1" and rows[2]["scene"] == "RealWorld_2"
+    out2 = tmp_path / "ds-motion"
+    assert main(["import-urbanvideo", "--root", str(root), "--out", str(out2), "--split-by",
+                 "question", "--folds", "0", "--no-progress", "--report-motion",
+                 "--cache-dir", str(tmp_path / "c")]) == 0
+    assert json.loads((out2 / "manifest.json").read_text())["report_motion"] is True
 
 
 def test_import_vsibench_real_rows_merge_direction_levels(tmp_path: Path) -> None:
@@ -282,6 +292,50 @@ def test_scene_splits_are_seeded_disjoint_and_cover_everything() -> None:
     assert sorted(i for f in a.folds for i in f) == sorted(scene)
 
 
+@pytest.mark.parametrize(
+    ("video_id", "scene"),
+    [  # ids from the real MCQ table (../shared/benchmark-formats)
+        ("EmbodiedCity_0_0.mp4", "EmbodiedCity_0"),
+        ("EmbodiedCity_0.mp4", "EmbodiedCity_0"),  # the same scene as EmbodiedCity_0_0
+        ("EmbodiedCity_13.mp4", "EmbodiedCity_13"),
+        ("AerialVLN_0_35H6S234SJYE7JR0C76QLOU436G65H_0.mp4",
+         "AerialVLN_0_35H6S234SJYE7JR0C76QLOU436G65H"),
+        ("AerialVLN_3_X.mp4", "AerialVLN_3_X"),  # two underscores: the name before the dot
+        ("RealWorld_0.mp4", "RealWorld_0"),
+        ("RealWorld_GN_0_0.mp4", "RealWorld_0"),  # the first number after an underscore
+        ("RealWorld_RN_12_0.mp4", "RealWorld_12"),
+        ("EmbodiedCity.mp4", "EmbodiedCity"),  # no official rule: its own scene
+        ("Other_1_2.mp4", "Other_1_2"),
+    ],
+)
+def test_urbanvideo_scenes_group_as_the_official_preprocessing(video_id: str, scene: str) -> None:
+    assert urbanvideo_scene(video_id) == scene
+
+
+@pytest.mark.skipif(not FORMATS.is_dir(), reason="../shared/benchmark-formats not present")
+def test_real_urbanvideo_rows_share_scenes_across_videos() -> None:
+    rows = [json.loads(line) for line in (FORMATS / "urbanvideo_bench_MCQ_sample.jsonl")
+            .read_text().splitlines() if line.strip()]
+    videos = {r["video_id"] for r in rows}
+    scenes = {urbanvideo_scene(v) for v in videos}
+    assert len(scenes) < len(videos)  # videos of one scene never straddle train and test
+    split = make_splits([{"id": str(i), "scene": urbanvideo_scene(r["video_id"])}
+                         for i, r in enumerate(rows)], seed=0, folds=0)
+    where = {i: s for s in ("train", "val", "test") for i in split.ids(s)}
+    by_scene: dict[str, set[str]] = {}
+    for i, r in enumerate(rows):
+        by_scene.setdefault(urbanvideo_scene(r["video_id"]), set()).add(where[str(i)])
+    assert all(len(parts) == 1 for parts in by_scene.values())
+
+
+@pytest.mark.parametrize(("n", "counts"), [(100, (75, 5, 20)), (40, (30, 2, 8)),
+                                           (21, (15, 1, 5)), (3, (1, 1, 1))])
+def test_split_proportions_are_the_official_arithmetic(n: int, counts: tuple[int, ...]) -> None:
+    assign = split_groups([f"s{i}" for i in range(n)], (0.75, 0.05, 0.20), seed=1)
+    got = tuple(sum(v == s for v in assign.values()) for s in ("train", "val", "test"))
+    assert got == counts
+
+
 def test_split_errors_are_clear() -> None:
     with pytest.raises(SplitError, match="split by question"):
         split_groups(["only"], (0.75, 0.05, 0.2))
@@ -290,7 +344,8 @@ def test_split_errors_are_clear() -> None:
     with pytest.raises(SplitError, match="sum to 1"):
         split_groups(["a", "b"], (0.5, 0.5, 0.5))
     splits = make_splits([{"id": str(i), "scene": "one"} for i in range(10)], by="question")
-    assert len(splits.test) == 2 and len(splits.val) == 1
+    # official floor arithmetic gives 7/0/3; below 20 groups val takes one from train
+    assert (len(splits.train), len(splits.val), len(splits.test)) == (6, 1, 3)
     with pytest.raises(SplitError, match="fold 7 does not exist"):
         splits.ids("test", 7)
 

@@ -19,14 +19,14 @@ from embodied_r_training.evaluate import (
     paper_columns,
     score,
 )
-from embodied_r_training.grpo import NamedReward, run_grpo
+from embodied_r_training.grpo import NamedReward, grpo_args, run_grpo
 from embodied_r_training.policy import local_model
-from embodied_r_training.prompts import fit_prompt, token_counter
+from embodied_r_training.prompts import dataset_layout, fit_prompt, token_counter
 from embodied_r_training.schedule import epoch_index, stage_at, weights_at
 from test_rewards import RuleReference
 from transformers import AutoModelForCausalLM, TrainerCallback
 
-from embodied_r_ros.core.rewards import completion_text
+from embodied_r_ros.core.rewards import ConsistencyReward, completion_text
 
 
 @pytest.fixture(scope="module")
@@ -63,8 +63,23 @@ def test_config_validation_names_the_key() -> None:
     assert (paper.grpo.num_generations, paper.grpo.learning_rate, paper.grpo.beta) == (
         8, 5e-7, 0.001)
     assert paper.grpo.loss_type == "grpo" and paper.grpo.gradient_accumulation(1) == 4
-    quick = load_train_config("quickstart")
-    assert [s.weights() for s in quick.rewards.stages] == [[0.1, 0.7, 0.2]]
+    assert paper.policy.model == "Qwen/Qwen2.5-VL-3B-Instruct"
+    assert paper.rewards.reference is not None
+    assert paper.rewards.reference.model == "Qwen/Qwen2.5-VL-3B-Instruct"
+    assert (paper.grpo.top_k, paper.grpo.top_p, paper.grpo.lr_scheduler) == (50, 0.9, "cosine")
+    assert (paper.grpo.warmup_ratio, paper.grpo.eval_steps, paper.output.save_steps) == (
+        0.05, 100, 100)
+    assert paper.output.save_only_model and paper.data.over_length == "delete"
+    assert paper.rewards.answer_mode == "official"
+    official = load_train_config("official")
+    assert [s.weights() for s in official.rewards.stages] == [[0.1, 0.7, 0.2]]
+    assert official.grpo.num_epochs == 2 and official.grpo.num_generations == 8
+    five = load_train_config("official-5gpu")
+    assert five.grpo.num_generations == 4 and five.rewards.fallback == "think_regex"
+    assert five.grpo.gradient_accumulation(4) == 1  # 16 completions = 4 per GPU x 4 GPUs
+    args = grpo_args(paper, Path("/tmp/unused"), "cpu", validate=True)
+    assert (args.top_k, args.top_p, args.lr_scheduler_type) == (50, 0.9, "cosine")
+    assert args.eval_strategy == "steps" and args.eval_steps == 100 and args.save_only_model
 
 
 def _dense(completions: list[Any], **_: Any) -> list[float]:
@@ -136,9 +151,10 @@ def test_prompts_drop_the_oldest_frames_first(dataset: Path, tiny_models_dir: Pa
     row = load_rows(dataset)[0]
     count = token_counter(AutoTokenizer.from_pretrained(local_model("tiny-qwen2")))
     full = count(row["prompt"])
-    same, dropped = fit_prompt(row, count, full)
+    layout = dataset_layout(dataset)
+    same, dropped = fit_prompt(row, count, full, layout)
     assert dropped == 0 and same == row["prompt"]
-    shorter, dropped = fit_prompt(row, count, full - 1)
+    shorter, dropped = fit_prompt(row, count, full - 1, layout)
     text = shorter[1]["content"]
     assert dropped >= 1 and count(shorter) <= full - 1
     assert text.endswith(row["question_block"])  # the question block is intact
@@ -162,16 +178,25 @@ def test_score_and_tables() -> None:
         "<think>surely B</think><answer>A</answer>",  # right, inconsistent
         "A maybe",  # wrong format but the letter is right
     ]
-    metrics, preds = score(rows, completions, reference=RuleReference())
+    metrics, preds = score(rows, completions, judge=ConsistencyReward(RuleReference()))
     assert metrics["accuracy"] == pytest.approx(1.0) and metrics["n"] == 3
+    # "A maybe": the tag reading finds A; the official extractor has no <answer> or dotted letter
+    assert metrics["accuracy_by_mode"] == {"official": pytest.approx(2 / 3), "tag": 1.0}
+    assert [p["answer_official"] for p in preds] == ["B", "A", "A MAYBE"]
+    official, _ = score(rows, completions, answer_mode="official")
+    assert official["accuracy"] == pytest.approx(2 / 3) and official["answer_mode"] == "official"
     assert metrics["format_rate"] == pytest.approx(2 / 3)
     assert metrics["consistency_rate"] == pytest.approx(1 / 3)  # 1 of 3 correct answers
-    assert metrics["per_category"]["relative_direction"] == {"n": 2, "accuracy": 1.0}
+    assert metrics["per_category"]["relative_direction"] == {
+        "n": 2, "accuracy": 1.0, "accuracy_official": 1.0, "accuracy_tag": 1.0}
+    assert metrics["per_category"]["Landmark Position"]["accuracy_official"] == 0.0
     assert [p["consistent"] for p in preds] == [True, False, False]
     result = EvalResult(model="m", split="test", **metrics)
     assert paper_columns(result.per_category) == {"LP": 100.0, "RDir": 100.0}
     table = markdown_report({"this run": result})
-    assert "| relative_direction | 2 | 100.0 |" in table
+    assert "| relative_direction | 2 | 100.0 | 100.0 |" in table
+    assert "| Landmark Position | 1 | 0.0 | 100.0 |" in table
+    assert "| **overall (micro)** | 3 | **66.7** | **100.0** |" in table
     assert "| Embodied-R (VLM-72B + LLM-3B) [paper] | 51.1 |" in table
     assert "| OpenAI-o1 [paper] | 37.2 |" in table and "Gemini-2.5-Pro" in table
     other = EvalResult(model="m", split="test", n=1, accuracy=0.0, format_rate=0.0,
@@ -179,6 +204,8 @@ def test_score_and_tables() -> None:
                        per_category={"relative_direction": {"n": 1, "accuracy": 0.0}})
     mean = average_folds([result, other])
     assert mean.accuracy == pytest.approx(0.5) and mean.n == 4
+    assert mean.accuracy_by_mode == {}  # the second result has no per-mode figures
+    assert mean.per_category["relative_direction"]["accuracy_official"] == pytest.approx(1.0)
     assert mean.per_category["relative_direction"]["accuracy"] == pytest.approx(0.5)
     assert mean.per_category["Landmark Position"]["accuracy"] == pytest.approx(1.0)
     assert mean.consistency_rate == pytest.approx(1 / 3) and len(mean.folds) == 2

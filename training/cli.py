@@ -49,10 +49,13 @@ def _add_train_args(p: argparse.ArgumentParser) -> None:
                    help="override a config key, e.g. --set grpo.max_steps=10 (repeatable)")
 
 
-def _pipeline_config(args: argparse.Namespace) -> Config:
-    overrides = {"cache": {"dir": args.cache_dir}} if args.cache_dir else None
+def _pipeline_config(args: argparse.Namespace, **sections: dict[str, Any]) -> Config:
+    """The perception config of a build; ``sections`` override parts of it."""
+    overrides: dict[str, Any] = dict(sections)
+    if args.cache_dir:
+        overrides["cache"] = {"dir": args.cache_dir}
     profile = args.profile if args.profile or args.config else args.default_profile
-    return load_config(profile=profile, path=args.config, overrides=overrides)
+    return load_config(profile=profile, path=args.config, overrides=overrides or None)
 
 
 def _train_config(args: argparse.Namespace) -> TrainConfig:
@@ -162,7 +165,9 @@ def _cmd_import(args: argparse.Namespace, benchmark: str) -> int:
     if not samples:
         raise CliError(f"{benchmark}: no rows left to import ({report.summary()})")
     _preflight(args, samples)
-    config = _pipeline_config(args)
+    # benchmark videos have no odometry and no robot: the LM reads the VLM's own actions, as
+    # in the paper, unless --report-motion adds the measured visual motion beside them
+    config = _pipeline_config(args, perception={"report_motion": args.report_motion})
     pipeline = _pipeline(config)
     manifest = _manifest(config, pipeline, benchmark, root=str(Path(args.root).resolve()),
                          motion="visual", import_report=report.to_dict())
@@ -181,6 +186,9 @@ def _print_result(result: Any) -> None:
     print(f"trained {result.global_step} steps in {result.minutes:.1f} min -> {result.final_model}")
     if result.resumed_from:
         print(f"resumed from {result.resumed_from}")
+    if result.deleted_rows:
+        print(f"{result.deleted_rows} of {result.rows + result.deleted_rows} rows deleted: "
+              "prompts over data.max_prompt_tokens")
     for key in sorted(result.metrics):
         if key.endswith("/last"):
             print(f"  {key[:-5]}: first {result.metrics[key[:-5] + '/first']:.3f}, "
@@ -229,7 +237,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
             runs = []
             for fold in range(args.kfold):
                 result, preds = evaluate(model.format(fold=fold), args.data, cfg, split="test",
-                                         fold=fold, reference=reference)
+                                         fold=fold, reference=reference,
+                                         answer_mode=args.answer_mode)
                 runs.append(result)
                 predictions[f"{label}-fold{fold}"] = preds
             results[label] = average_folds(runs)
@@ -237,6 +246,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
             results[label], predictions[label] = evaluate(
                 model.format(fold=args.fold) if args.fold is not None else model, args.data, cfg,
                 split=args.split, fold=args.fold, reference=reference,
+                answer_mode=args.answer_mode,
             )
     out = Path(args.out or Path(args.data) / "eval")
     paths = write_report(results, out, predictions)
@@ -281,6 +291,9 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--out", required=True, help="dataset directory")
         p.add_argument("--all-categories", action="store_true",
                        help="keep every multiple-choice category, not only the paper's")
+        p.add_argument("--report-motion", action="store_true",
+                       help="write the visually measured motion beside the VLM's action "
+                       "(off: the perception text is the paper's)")
         _add_pipeline_args(p, "offline")
         _add_split_args(p)
         p.set_defaults(func=func)
@@ -310,6 +323,9 @@ def build_parser() -> argparse.ArgumentParser:
     folds.add_argument("--kfold", type=int, metavar="K", help="average over the K folds")
     e.add_argument("--out", help="report directory (default: DATA/eval)")
     e.add_argument("--no-consistency", action="store_true", help="skip the reference LM")
+    e.add_argument("--answer-mode", choices=("official", "tag"),
+                   help="the headline accuracy: the official evaluation extractor or the "
+                   "<answer> tag (default: the config's rewards.answer_mode); both are reported")
     e.add_argument("--json", action="store_true", help="print JSON instead of the tables")
     _add_train_args(e)
     e.set_defaults(func=cmd_eval)

@@ -1,10 +1,15 @@
 """The trainer's validated configuration: one YAML file per setting set (``training/configs``).
 
-The defaults here ARE the paper's recipe (digest §3.2 and §2.4): group size 8, learning rate
-5e-7, KL beta 0.001, rollout temperature 1.0, 32 completions per step, completions up to 2048
-tokens, prompts up to 6144, 12 epochs in three reward stages, full fine-tuning in bf16, plain
-GRPO loss. A file may name another in ``base`` and override any key; unknown keys and bad values
-raise :class:`~embodied_r_ros.core.config.ConfigError` naming the key, as the core config does.
+The defaults here ARE the paper's recipe (digest §3.2 and §2.4) as the official scripts run it
+(ms-swift 3.3/3.4 defaults where the scripts say nothing): the text decoder of
+Qwen2.5-VL-3B-Instruct, group size 8, learning rate 5e-7 on a cosine schedule with 5 % warmup,
+KL beta 0.001, rollouts at temperature 1.0 with top-k 50 and top-p 0.9, 32 completions per step,
+completions up to 2048 tokens, prompts up to 6144 (longer rows deleted), validation and
+model-only checkpoints every 100 steps, 12 epochs in three reward stages, full fine-tuning in
+bf16, plain GRPO loss. ``training/README.md`` tabulates each value and where it comes from.
+
+A file may name another in ``base`` and override any key; unknown keys and bad values raise
+:class:`~embodied_r_ros.core.config.ConfigError` naming the key, as the core config does.
 """
 
 from __future__ import annotations
@@ -48,7 +53,9 @@ class LoraSettings(StrictModel):
 class PolicySettings(StrictModel):
     """The reasoning LM being trained: hub id, local directory or offline model name."""
 
-    model: str = Field("Qwen/Qwen2.5-3B-Instruct", min_length=1)
+    # The official recipe starts from the VL model; its text decoder is what trains (see
+    # core/backends/text_decoder.py). "Qwen/Qwen2.5-3B-Instruct" is the text-only alternative.
+    model: str = Field("Qwen/Qwen2.5-VL-3B-Instruct", min_length=1)
     dtype: Dtype = "bfloat16"
     gradient_checkpointing: bool = False
     lora: LoraSettings | None = None
@@ -57,8 +64,14 @@ class PolicySettings(StrictModel):
 class DataSettings(StrictModel):
     split: Literal["train", "val", "test", "all"] = "train"
     fold: int | None = Field(None, ge=0, description="k-fold: train on all folds but this one")
-    max_prompt_tokens: int = Field(6144, ge=64, description="older frames are dropped beyond it")
+    max_prompt_tokens: int = Field(6144, ge=64, description="ms-swift's max_length")
+    # what training does with a longer prompt: "delete" the row (ms-swift's default
+    # truncation_strategy, what the official runs did) or drop its oldest key frames until it fits
+    over_length: Literal["delete", "drop_oldest_frames"] = "delete"
     max_rows: int | None = Field(None, ge=1, description="the split's first N rows (demos)")
+    val_split: Literal["val", "test"] | None = Field(
+        "val", description="the split GRPO validates on every grpo.eval_steps (None: never)"
+    )
 
 
 class Stage(StrictModel):
@@ -82,6 +95,12 @@ PAPER_STAGES = (
 
 class RewardSettings(StrictModel):
     answer_mode: Literal["tag", "official"] = "tag"
+    # the consistency reference's prompt file (config/prompts.yaml format); None: the one the
+    # dataset was built with (its manifest), else the shipped one
+    prompts: str | None = None
+    # a reference call that fails or replies nothing: "none" scores 0 (the official API variant),
+    # "think_regex" reads the letter from the think text (the official local variant)
+    fallback: Literal["none", "think_regex"] = "none"
     # The last stage continues when training runs past the listed epochs.
     stages: list[Stage] = Field(default_factory=lambda: list(PAPER_STAGES), min_length=1)
     # The frozen reference LM of the consistency reward (temperature/max_new_tokens are the
@@ -99,11 +118,14 @@ class GRPOSettings(StrictModel):
     learning_rate: float = Field(5e-7, gt=0.0)
     beta: float = Field(0.001, ge=0.0, description="KL coefficient")
     temperature: float = Field(1.0, gt=0.0)
-    top_p: float = Field(1.0, gt=0.0, le=1.0)
+    top_k: int = Field(50, ge=0, description="0: no top-k filtering")
+    top_p: float = Field(0.9, gt=0.0, le=1.0)
     max_completion_length: int = Field(2048, ge=1)
     num_epochs: float = Field(12.0, gt=0.0)
     max_steps: int = Field(-1, description="> 0 overrides num_epochs")
     warmup_ratio: float = Field(0.05, ge=0.0, lt=1.0)
+    lr_scheduler: Literal["cosine", "linear", "constant", "constant_with_warmup"] = "cosine"
+    eval_steps: int = Field(100, ge=0, description="validate every N steps (0: never)")
     loss_type: Literal["grpo", "dapo", "dr_grpo", "bnpo"] = "grpo"
     scale_rewards: Literal["group", "batch", "none"] = "group"
     num_iterations: int = Field(1, ge=1)
@@ -160,12 +182,17 @@ class EvalSettings(StrictModel):
     device: Device = "auto"
     dtype: Dtype = "auto"
     consistency: bool = Field(True, description="ask the reference LM about correct answers")
+    # None: prompts are evaluated whole; a number: the oldest key frames are dropped to fit it
+    max_prompt_tokens: int | None = Field(None, ge=64)
 
 
 class OutputSettings(StrictModel):
     dir: str = "runs/embodied-r"
     save_steps: int = Field(100, ge=1)
     save_total_limit: int | None = Field(3, ge=1)
+    # the official scripts save weights only; a resumed run then keeps its step, epoch and reward
+    # stage but restarts the optimizer. false: optimizer and RNG state too (exact resumption)
+    save_only_model: bool = True
     logging_steps: int = Field(1, ge=1)
     tensorboard: bool = True
     log_completions: bool = False

@@ -3,7 +3,11 @@
 The perception text is already in the rows (cached at build time), so evaluation runs only the
 LM: overall (micro) accuracy as the paper's "Avg." (digest §2.5), accuracy per category, the
 share of well-formed replies, and the consistency rate (of the correct answers, how many a
-frozen reference LM re-derives from the think text alone). Results go to JSON, a markdown table
+frozen reference LM re-derives from the think text alone). Accuracy is reported read both ways,
+side by side: ``official`` (the official evaluation extractor, what the paper's numbers count)
+and ``tag`` (this project's reading of the ``<answer>`` tag against the options); the answer
+mode picks the headline one. Prompts are evaluated whole unless ``eval.max_prompt_tokens`` is
+set. Results go to JSON, a markdown table
 next to the paper's Embodied-R / o1 / Gemini-2.5-Pro rows, and a bar chart.
 """
 
@@ -20,12 +24,14 @@ from typing import Any
 
 from embodied_r_ros.core.backends.base import ChatBackend
 from embodied_r_ros.core.config import ModelConfig
-from embodied_r_ros.core.reasoning import is_well_formed
-from embodied_r_ros.core.rewards import ConsistencyReward, answer_letter, correct
+from embodied_r_ros.core.reasoning import AnswerMode, extract_answer, is_well_formed
+from embodied_r_ros.core.rewards import solution_letter
 
 from .config import TrainConfig, resolve_device
-from .datasets_build import jsonl, load_manifest, load_rows, write_atomic
-from .prompts import fit_rows
+from .datasets_build import jsonl, load_rows, write_atomic
+from .prompts import PromptLayout, dataset_layout, fit_rows
+
+ANSWER_MODES: tuple[AnswerMode, ...] = ("official", "tag")
 
 log = logging.getLogger(__name__)
 
@@ -62,13 +68,15 @@ class EvalResult:
     model: str
     split: str
     n: int
-    accuracy: float
+    accuracy: float  # in ``answer_mode``
     format_rate: float
     consistency_rate: float | None  # None: not measured (no reference LM)
     per_category: dict[str, dict[str, float]] = field(default_factory=dict)
     fold: int | None = None
     seconds: float = 0.0
     folds: list[dict[str, Any]] = field(default_factory=list)  # k-fold mode: each fold
+    answer_mode: str = "tag"
+    accuracy_by_mode: dict[str, float] = field(default_factory=dict)  # official and tag
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -87,8 +95,19 @@ def generation_backend(model: str, cfg: TrainConfig) -> ChatBackend:
             max_new_tokens=e.max_new_tokens,
             temperature=e.temperature,
             batch_size=e.batch_size,
-        )
+        ),
+        text_only=True,
     )
+
+
+def answer_in(completion: str, options: Sequence[str], mode: AnswerMode) -> str:
+    """The answer evaluation reads (``official``: the official evaluation extractor)."""
+    from embodied_r_ros.core.reasoning import OptionsError
+
+    try:
+        return extract_answer(completion, list(options), mode)
+    except OptionsError:
+        return ""
 
 
 def score(
@@ -96,16 +115,20 @@ def score(
     completions: Sequence[str],
     *,
     answer_mode: str = "tag",
-    reference: ChatBackend | None = None,
+    judge: Any = None,
 ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    """Metrics and per-row predictions for ``completions`` of ``rows``."""
-    mode = "official" if answer_mode == "official" else "tag"
+    """Metrics and per-row predictions for ``completions`` of ``rows``; ``judge`` (a
+    :class:`~embodied_r_ros.core.rewards.ConsistencyReward`) measures the consistency rate."""
+    mode: AnswerMode = "official" if answer_mode == "official" else "tag"
     pairs = list(zip(rows, completions, strict=True))
-    hits = [correct(c, r["solution"], r["options"], mode) for r, c in pairs]
+    answers = {m: [answer_in(c, r["options"], m) for r, c in pairs] for m in ANSWER_MODES}
+    truth = [solution_letter(r["solution"], r["options"], "tag") for r in rows]
+    hits_by = {m: [bool(a) and a == t for a, t in zip(answers[m], truth, strict=True)]
+               for m in ANSWER_MODES}
+    hits = hits_by[mode]
     formed = [is_well_formed(c) for c in completions]
     consistent: list[float] | None = None
-    if reference is not None:
-        judge = ConsistencyReward(reference, answer_mode=mode)
+    if judge is not None:
         consistent = judge(
             prompts=[r["prompt"] for r in rows],
             completions=list(completions),
@@ -113,20 +136,28 @@ def score(
             options=[r["options"] for r in rows],
             question_block=[r.get("question_block") for r in rows],
         )
-    by_cat: dict[str, list[bool]] = defaultdict(list)
-    for row, hit in zip(rows, hits, strict=True):
-        by_cat[str(row.get("category", "unknown"))].append(hit)
+    by_cat: dict[str, list[int]] = defaultdict(list)
+    for i, row in enumerate(rows):
+        by_cat[str(row.get("category", "unknown"))].append(i)
     n = len(rows)
     n_correct = sum(hits)
+
+    def rate(values: Sequence[bool], idx: Sequence[int]) -> float:
+        return sum(values[i] for i in idx) / len(idx) if idx else 0.0
+
     metrics = {
         "n": n,
         "accuracy": n_correct / n if n else 0.0,
+        "answer_mode": mode,
+        "accuracy_by_mode": {m: rate(hits_by[m], range(n)) for m in ANSWER_MODES},
         "format_rate": sum(formed) / n if n else 0.0,
         "consistency_rate": (
             (sum(consistent) / n_correct if n_correct else 0.0) if consistent is not None else None
         ),
         "per_category": {
-            cat: {"n": len(v), "accuracy": sum(v) / len(v)} for cat, v in sorted(by_cat.items())
+            cat: {"n": len(idx), "accuracy": rate(hits, idx),
+                  **{f"accuracy_{m}": rate(hits_by[m], idx) for m in ANSWER_MODES}}
+            for cat, idx in sorted(by_cat.items())
         },
     }
     preds = [
@@ -134,13 +165,14 @@ def score(
             "id": r["id"],
             "category": r.get("category"),
             "solution": r["solution"],
-            "answer": answer_letter(c, r["options"], mode),
-            "correct": hit,
-            "well_formed": ok,
+            "answer": answers[mode][i],
+            **{f"answer_{m}": answers[m][i] for m in ANSWER_MODES},
+            "correct": hits[i],
+            "well_formed": formed[i],
             "consistent": None if consistent is None else bool(consistent[i]),
             "completion": c,
         }
-        for i, (r, c, hit, ok) in enumerate(zip(rows, completions, hits, formed, strict=True))
+        for i, (r, c) in enumerate(pairs)
     ]
     return metrics, preds
 
@@ -166,26 +198,31 @@ def evaluate(
     fold: int | None = None,
     reference: ChatBackend | None = None,
     backend: ChatBackend | None = None,
+    answer_mode: str | None = None,
 ) -> tuple[EvalResult, list[dict[str, Any]]]:
-    """Run ``model`` over a split; ``reference`` (a frozen LM) enables the consistency rate."""
+    """Run ``model`` over a split; ``reference`` (a frozen LM) enables the consistency rate.
+    ``answer_mode`` (default ``rewards.answer_mode``) picks the headline accuracy."""
+    from .grpo import consistency_reward
+
     start = time.perf_counter()
     rows = load_rows(data_dir, split, fold)
     if not rows:
         raise ValueError(f"split {split!r} of {data_dir} has no rows")
+    layout: PromptLayout = dataset_layout(data_dir)
     own = backend is None
     gen = backend or generation_backend(model, cfg)
     try:
         tokenizer = getattr(gen, "tokenizer", None)
-        if tokenizer is not None:
-            report_motion = bool(load_manifest(data_dir).get("report_motion", True))
-            rows, _ = fit_rows(rows, tokenizer, cfg.data.max_prompt_tokens,
-                               report_motion=report_motion)
+        if tokenizer is not None and cfg.eval.max_prompt_tokens is not None:
+            rows, _ = fit_rows(rows, tokenizer, cfg.eval.max_prompt_tokens, layout,
+                               "drop_oldest_frames")
         completions = generate_all(gen, rows, max(cfg.eval.batch_size, 1) * 4)
     finally:
         if own:
             gen.close()
+    judge = consistency_reward(cfg, reference, layout) if reference is not None else None
     metrics, preds = score(
-        rows, completions, answer_mode=cfg.rewards.answer_mode, reference=reference
+        rows, completions, answer_mode=answer_mode or cfg.rewards.answer_mode, judge=judge
     )
     result = EvalResult(
         model=model, split=split, fold=fold, seconds=time.perf_counter() - start, **metrics
@@ -201,11 +238,13 @@ def average_folds(results: Sequence[EvalResult]) -> EvalResult:
     def mean(values: Sequence[float]) -> float:
         return sum(values) / len(values)
 
-    cats: dict[str, list[float]] = defaultdict(list)
+    cats: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
     counts: dict[str, int] = defaultdict(int)
     for r in results:
         for cat, m in r.per_category.items():
-            cats[cat].append(m["accuracy"])
+            for key, value in m.items():
+                if key.startswith("accuracy"):
+                    cats[cat][key].append(value)
             counts[cat] += int(m["n"])
     cons = [r.consistency_rate for r in results if r.consistency_rate is not None]
     return EvalResult(
@@ -215,9 +254,17 @@ def average_folds(results: Sequence[EvalResult]) -> EvalResult:
         accuracy=mean([r.accuracy for r in results]),
         format_rate=mean([r.format_rate for r in results]),
         consistency_rate=mean(cons) if cons else None,
-        per_category={c: {"n": counts[c], "accuracy": mean(v)} for c, v in sorted(cats.items())},
+        per_category={
+            c: {"n": counts[c], **{k: mean(v) for k, v in keys.items()}}
+            for c, keys in sorted(cats.items())
+        },
         seconds=sum(r.seconds for r in results),
         folds=[r.to_dict() for r in results],
+        answer_mode=results[0].answer_mode,
+        accuracy_by_mode={  # the modes every fold measured
+            m: mean([r.accuracy_by_mode[m] for r in results])
+            for m in sorted(set.intersection(*(set(r.accuracy_by_mode) for r in results)))
+        },
     )
 
 
@@ -244,15 +291,21 @@ def markdown_report(results: Mapping[str, EvalResult]) -> str:
             "",
             f"Model `{r.model}`, split `{r.split}`, {r.n} questions, {r.seconds:.0f} s.",
             "",
-            "| Category | n | Accuracy (%) |",
-            "|---|---|---|",
+            "| Category | n | Accuracy, official (%) | Accuracy, tag (%) |",
+            "|---|---|---|---|",
         ]
         lines += [
-            f"| {cat} | {int(m['n'])} | {100.0 * m['accuracy']:.1f} |"
+            f"| {cat} | {int(m['n'])} | {_pct(m.get('accuracy_official'))} | "
+            f"{_pct(m.get('accuracy_tag'))} |"
             for cat, m in r.per_category.items()
         ]
         lines += [
-            f"| **overall (micro)** | {r.n} | **{100.0 * r.accuracy:.1f}** |",
+            f"| **overall (micro)** | {r.n} | **{_pct(r.accuracy_by_mode.get('official'))}** | "
+            f"**{_pct(r.accuracy_by_mode.get('tag'))}** |",
+            "",
+            f"Headline accuracy ({r.answer_mode} mode): {100.0 * r.accuracy:.1f} %. "
+            "official: the official evaluation extractor; tag: the <answer> tag against the "
+            "options.",
             "",
             f"Format rate {_pct(r.format_rate)} %, consistency rate {_pct(r.consistency_rate)} %.",
             "",

@@ -21,6 +21,7 @@ from typing import Any
 
 from embodied_r_ros.core.backends.base import ChatBackend
 from embodied_r_ros.core.config import ModelConfig
+from embodied_r_ros.core.prompts import PromptSet, prompts_from
 from embodied_r_ros.core.rewards import (
     REFERENCE_MAX_NEW_TOKENS,
     REFERENCE_TEMPERATURE,
@@ -31,9 +32,9 @@ from embodied_r_ros.core.rewards import (
 )
 
 from .config import TrainConfig, resolve_device, world_size
-from .datasets_build import load_manifest, load_rows
+from .datasets_build import load_rows
 from .policy import load_policy, lora_config, save_final
-from .prompts import fit_rows
+from .prompts import FitReport, PromptLayout, dataset_layout, fit_rows
 from .schedule import RewardSchedule
 
 log = logging.getLogger(__name__)
@@ -62,6 +63,8 @@ class TrainResult:
     resumed_from: str | None
     metrics: dict[str, float]
     curves_png: Path | None
+    rows: int = 0  # training rows used
+    deleted_rows: int = 0  # left out: prompts over data.max_prompt_tokens
 
 
 def reference_backend(cfg: TrainConfig, device: str) -> ChatBackend:
@@ -78,10 +81,28 @@ def reference_backend(cfg: TrainConfig, device: str) -> ChatBackend:
     ref = ref.model_copy(
         update={"temperature": REFERENCE_TEMPERATURE, "max_new_tokens": REFERENCE_MAX_NEW_TOKENS}
     )
-    return create_backend(ref)
+    return create_backend(ref, text_only=True)
 
 
-def paper_rewards(cfg: TrainConfig, reference: ChatBackend | None) -> list[Callable[..., Any]]:
+def reference_prompts(cfg: TrainConfig, layout: PromptLayout | None = None) -> PromptSet:
+    """The consistency reference's wording: ``rewards.prompts``, else the dataset's."""
+    if cfg.rewards.prompts:
+        return prompts_from(cfg.rewards.prompts)
+    return layout.prompts if layout is not None else prompts_from(None)
+
+
+def consistency_reward(
+    cfg: TrainConfig, reference: ChatBackend, layout: PromptLayout | None = None
+) -> ConsistencyReward:
+    """The consistency reward as ``cfg.rewards`` configures it (training and evaluation)."""
+    r = cfg.rewards
+    return ConsistencyReward(reference, answer_mode=r.answer_mode,
+                             prompts=reference_prompts(cfg, layout), fallback=r.fallback)
+
+
+def paper_rewards(
+    cfg: TrainConfig, reference: ChatBackend | None, layout: PromptLayout | None = None
+) -> list[Callable[..., Any]]:
     """format, accuracy, consistency, in :data:`REWARD_NAMES` order."""
     mode = cfg.rewards.answer_mode
     funcs: list[Callable[..., Any]] = [
@@ -89,14 +110,15 @@ def paper_rewards(cfg: TrainConfig, reference: ChatBackend | None) -> list[Calla
         NamedReward("accuracy", partial(accuracy_reward, answer_mode=mode)),
     ]
     if reference is not None:
-        funcs.append(ConsistencyReward(reference, answer_mode=mode))
+        funcs.append(consistency_reward(cfg, reference, layout))
     else:
         funcs.append(NamedReward("consistency", lambda completions, **_: [0.0] * len(completions)))
     return funcs
 
 
-def grpo_args(cfg: TrainConfig, output_dir: Path, device: str) -> Any:
-    """TRL's GRPOConfig for this config (the paper's values unless overridden)."""
+def grpo_args(cfg: TrainConfig, output_dir: Path, device: str, *, validate: bool = False) -> Any:
+    """TRL's GRPOConfig for this config (the paper's values unless overridden); ``validate``:
+    evaluate the validation rows every ``grpo.eval_steps``."""
     from trl import GRPOConfig
 
     g, o = cfg.grpo, cfg.output
@@ -119,6 +141,7 @@ def grpo_args(cfg: TrainConfig, output_dir: Path, device: str) -> Any:
         learning_rate=g.learning_rate,
         beta=g.beta,
         temperature=g.temperature,
+        top_k=g.top_k,
         top_p=g.top_p,
         num_generations=g.num_generations,
         per_device_train_batch_size=g.per_device_batch,
@@ -127,6 +150,10 @@ def grpo_args(cfg: TrainConfig, output_dir: Path, device: str) -> Any:
         num_train_epochs=g.num_epochs,
         max_steps=g.max_steps,
         warmup_steps=g.warmup_ratio,  # a float in [0, 1) is a ratio of the total steps
+        lr_scheduler_type=g.lr_scheduler,
+        eval_strategy="steps" if validate else "no",
+        eval_steps=g.eval_steps if validate else None,
+        per_device_eval_batch_size=g.per_device_batch,
         loss_type=g.loss_type,
         scale_rewards=g.scale_rewards,
         num_iterations=g.num_iterations,
@@ -139,7 +166,7 @@ def grpo_args(cfg: TrainConfig, output_dir: Path, device: str) -> Any:
         save_strategy="steps",
         save_steps=o.save_steps,
         save_total_limit=o.save_total_limit,
-        save_only_model=False,  # optimizer state too: resuming must continue, not restart
+        save_only_model=o.save_only_model,
         report_to="none",  # TensorBoard is added as a callback with an explicit directory
         log_completions=o.log_completions,
         remove_unused_columns=False,
@@ -148,15 +175,43 @@ def grpo_args(cfg: TrainConfig, output_dir: Path, device: str) -> Any:
 
 
 def training_rows(
-    cfg: TrainConfig, data_dir: str | Path, tokenizer: Any, split: str | None = None
-) -> list[dict[str, Any]]:
-    """The rows of the configured split with prompts fitted to ``data.max_prompt_tokens``."""
-    rows = load_rows(data_dir, split or cfg.data.split, cfg.data.fold)[: cfg.data.max_rows]
+    cfg: TrainConfig,
+    data_dir: str | Path,
+    tokenizer: Any,
+    split: str | None = None,
+    layout: PromptLayout | None = None,
+) -> tuple[list[dict[str, Any]], FitReport]:
+    """The rows of a split (default: the configured one) whose prompts fit
+    ``data.max_prompt_tokens`` (``data.over_length``: longer rows deleted or shortened)."""
+    name = split or cfg.data.split
+    rows = load_rows(data_dir, name, cfg.data.fold)[: cfg.data.max_rows]
     if not rows:
-        raise ValueError(f"split {cfg.data.split!r} of {data_dir} has no rows")
-    report_motion = bool(load_manifest(data_dir).get("report_motion", True))
-    fitted, _ = fit_rows(rows, tokenizer, cfg.data.max_prompt_tokens, report_motion=report_motion)
-    return fitted
+        raise ValueError(f"split {name!r} of {data_dir} has no rows")
+    fitted, report = fit_rows(rows, tokenizer, cfg.data.max_prompt_tokens,
+                              layout or dataset_layout(data_dir), cfg.data.over_length)
+    if report.deleted:
+        log.warning("split %s: %s", name, report.summary(cfg.data.max_prompt_tokens))
+    if not fitted:
+        raise ValueError(
+            f"split {name!r} of {data_dir}: every prompt is over data.max_prompt_tokens="
+            f"{cfg.data.max_prompt_tokens}; raise it or set data.over_length=drop_oldest_frames"
+        )
+    return fitted, report
+
+
+def validation_rows(
+    cfg: TrainConfig, data_dir: str | Path, tokenizer: Any, layout: PromptLayout
+) -> list[dict[str, Any]]:
+    """The validation rows GRPO evaluates every ``grpo.eval_steps`` (none when off or empty)."""
+    if not cfg.grpo.eval_steps or cfg.data.val_split is None or cfg.data.fold is not None:
+        return []
+    try:
+        rows, _ = training_rows(cfg, data_dir, tokenizer, cfg.data.val_split, layout)
+    except ValueError as exc:
+        log.warning("no validation during training: %s", exc)
+        return []
+    usable = len(rows) - len(rows) % cfg.grpo.num_generations  # whole groups per eval batch
+    return rows if usable > 0 else []
 
 
 def _trainer_class() -> type:
@@ -180,6 +235,10 @@ def _trainer_class() -> type:
             super().log(logs, start_time)
 
     return EmbodiedGRPOTrainer
+
+
+def _dataset(dataset_cls: Any, rows: Sequence[dict[str, Any]]) -> Any:
+    return dataset_cls.from_list([{k: r[k] for k in COLUMNS if k in r} for r in rows])
 
 
 def _mean(values: Sequence[float] | None) -> float | None:
@@ -213,24 +272,27 @@ def run_grpo(
     device = resolve_device(cfg.grpo.device)
     torch.manual_seed(cfg.grpo.seed)
     model, tokenizer = load_policy(cfg, device)
-    rows = training_rows(cfg, data_dir, tokenizer)
-    dataset = Dataset.from_list([{k: r[k] for k in COLUMNS if k in r} for r in rows])
+    layout = dataset_layout(data_dir)
+    rows, fit = training_rows(cfg, data_dir, tokenizer, layout=layout)
+    val_rows = validation_rows(cfg, data_dir, tokenizer, layout)
+    dataset = _dataset(Dataset, rows)
 
     if reward_funcs is None:
         needs_reference = any(s.consistency > 0 for s in cfg.rewards.stages)
         reference = reference_backend(cfg, device) if needs_reference else None
-        funcs = paper_rewards(cfg, reference)
+        funcs = paper_rewards(cfg, reference, layout)
     else:
         funcs = list(reward_funcs)
     if len(funcs) != len(REWARD_NAMES):
         raise ValueError(f"expected {len(REWARD_NAMES)} reward functions, got {len(funcs)}")
 
-    args = grpo_args(cfg, out, device)
+    args = grpo_args(cfg, out, device, validate=bool(val_rows))
     trainer = _trainer_class()(
         model=model,
         reward_funcs=funcs,
         args=args,
         train_dataset=dataset,
+        eval_dataset=_dataset(Dataset, val_rows) if val_rows else None,
         processing_class=tokenizer,
         peft_config=lora_config(cfg),
         callbacks=list(callbacks),
@@ -274,6 +336,8 @@ def run_grpo(
         resumed_from=checkpoint,
         metrics=summarize_history(history),
         curves_png=curves,
+        rows=len(rows),
+        deleted_rows=fit.deleted,
     )
     (out / "train_summary.json").write_text(
         json.dumps({**result.__dict__, "output_dir": str(out), "final_model": str(final),

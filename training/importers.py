@@ -179,6 +179,40 @@ def _plain(value: Any) -> Any:
     return value
 
 
+_FIRST_NUMBER_RE = re.compile(r"_(\d+)")
+
+
+def _before_nth_underscore(text: str, n: int) -> str:
+    return "_".join(text.split("_")[:n])
+
+
+def urbanvideo_scene(video_id: str) -> str:
+    """The scene of an UrbanVideo-Bench video as the official preprocessing groups them.
+
+    ``EmbodiedCity...``: up to the second underscore (with one underscore: the name before the
+    dot); ``AerialVLN...``: up to the third (with two: before the dot); ``RealWorld...`` with one
+    underscore: before the dot, else ``RealWorld_<first number after an underscore>``. Where
+    the official rules give no scene (another prefix, too few underscores) the video is its own
+    scene, rather than the official code's one shared ``None`` scene for all of them.
+    """
+    underscores = video_id.count("_")
+    stem = video_id.split(".")[0]
+    scene: str | None = None
+    if video_id.startswith("EmbodiedCity"):
+        scene = _before_nth_underscore(video_id, 2) if underscores >= 2 else (
+            stem if underscores == 1 else None)
+    elif video_id.startswith("AerialVLN"):
+        scene = _before_nth_underscore(video_id, 3) if underscores >= 3 else (
+            stem if underscores == 2 else None)
+    elif video_id.startswith("RealWorld"):
+        if underscores == 1:
+            scene = stem
+        else:
+            number = _FIRST_NUMBER_RE.search(video_id)
+            scene = f"RealWorld_{number.group(1)}" if number else None
+    return scene if scene is not None else Path(video_id).stem
+
+
 def urbanvideo_samples(
     root: str | Path, *, all_categories: bool = False, report: ImportReport | None = None
 ) -> list[Sample]:
@@ -200,7 +234,7 @@ def urbanvideo_samples(
             video_id = str(row["video_id"])
             sample = Sample(
                 id=f"uv-{row.get('Question_id', _stable_id(video_id, row['question']))}",
-                scene=Path(video_id).stem,
+                scene=urbanvideo_scene(video_id),
                 category=category,
                 question=question,
                 options=options,

@@ -1,24 +1,66 @@
-"""Fitting a row's LM prompt into the token budget (the paper's 6144) by dropping old frames.
+"""Fitting a row's LM prompt into the token budget (the paper's 6144 tokens).
 
-The question block (question and options) is never cut: without it the reward has nothing to
-check. Instead the oldest key frames' descriptions go first, and the prompt is re-assembled by
-the core from the row's stored frames, so a shortened prompt has exactly the shape of a full one
-(the first kept frame becomes "Frame 0", the agent's starting point).
+Training does what the official runs did with a longer prompt (ms-swift's default
+``truncation_strategy: delete``): the row is left out, and how many is reported. The other
+policy, ``drop_oldest_frames``, never cuts the question block (without it the reward has nothing
+to check): the oldest key frames' descriptions go first, and the prompt is re-assembled by the
+core from the row's stored frames with the wording the dataset was built with, so a shortened
+prompt has exactly the shape of a full one (the first kept frame becomes "Frame 0", the agent's
+starting point). Evaluation keeps prompts whole unless ``eval.max_prompt_tokens`` asks otherwise.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
-from typing import Any
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
 
 from embodied_r_ros.core.backends.base import Conversation
 from embodied_r_ros.core.perception import FrameDescription, assemble
+from embodied_r_ros.core.prompts import PromptSet, prompts_from
 from embodied_r_ros.core.reasoning import build_messages
+
+from .datasets_build import load_manifest
 
 log = logging.getLogger(__name__)
 
 CountFn = Callable[[Conversation], int]
+OverLength = Literal["delete", "drop_oldest_frames"]
+
+
+@dataclass(frozen=True)
+class PromptLayout:
+    """How a dataset's prompts were written: their wording and whether measured motion shows."""
+
+    prompts: PromptSet
+    report_motion: bool = True
+
+
+def dataset_layout(data_dir: str | Path) -> PromptLayout:
+    """The layout a built dataset's manifest records (the shipped wording when it has none)."""
+    manifest = load_manifest(data_dir)
+    layout = PromptLayout(prompts_from(manifest.get("prompts")),
+                          bool(manifest.get("report_motion", True)))
+    built = manifest.get("prompt_version")
+    if built and built != layout.prompts.version:
+        log.warning("%s was built with prompts %s, its prompt file is now %s: shortened prompts "
+                    "will use the new wording", data_dir, built, layout.prompts.version)
+    return layout
+
+
+@dataclass(frozen=True)
+class FitReport:
+    """What fitting did to a split: rows in, rows deleted, rows that lost frames."""
+
+    rows: int
+    deleted: int = 0
+    shortened: int = 0
+
+    def summary(self, max_tokens: int) -> str:
+        return (f"{self.deleted} of {self.rows} rows deleted and {self.shortened} shortened "
+                f"(prompts over {max_tokens} tokens)")
 
 
 def token_counter(tokenizer: Any) -> CountFn:
@@ -31,13 +73,14 @@ def token_counter(tokenizer: Any) -> CountFn:
     return count
 
 
-def _prompt_without(row: dict[str, Any], drop: int, report_motion: bool) -> Conversation:
+def _prompt_without(row: dict[str, Any], drop: int, layout: PromptLayout) -> Conversation:
     frames = [FrameDescription(**f) for f in row["frames"][drop:]]
-    return build_messages(assemble(frames, row["question_block"], report_motion))
+    text = assemble(frames, row["question_block"], layout.report_motion, layout.prompts)
+    return build_messages(text, layout.prompts)
 
 
 def fit_prompt(
-    row: dict[str, Any], count: CountFn, max_tokens: int, *, report_motion: bool = True
+    row: dict[str, Any], count: CountFn, max_tokens: int, layout: PromptLayout
 ) -> tuple[Conversation, int]:
     """``(prompt, frames_dropped)``: the row's prompt, or the longest suffix of its frames that
     fits in ``max_tokens`` (at least the last frame is kept)."""
@@ -52,11 +95,11 @@ def fit_prompt(
     best = hi
     while lo <= hi:
         mid = (lo + hi) // 2
-        if count(_prompt_without(row, mid, report_motion)) <= max_tokens:
+        if count(_prompt_without(row, mid, layout)) <= max_tokens:
             best, hi = mid, mid - 1
         else:
             lo = mid + 1
-    fitted = _prompt_without(row, best, report_motion)
+    fitted = _prompt_without(row, best, layout)
     if count(fitted) > max_tokens:
         log.warning("row %s does not fit %d tokens even with one frame", row.get("id"), max_tokens)
     return fitted, best
@@ -66,16 +109,25 @@ def fit_rows(
     rows: Sequence[dict[str, Any]],
     tokenizer: Any,
     max_tokens: int,
-    *,
-    report_motion: bool = True,
-) -> tuple[list[dict[str, Any]], int]:
-    """Rows with fitted prompts and how many rows lost frames."""
+    layout: PromptLayout,
+    over_length: OverLength = "delete",
+) -> tuple[list[dict[str, Any]], FitReport]:
+    """The rows whose prompts fit ``max_tokens``: longer ones deleted, or shortened by dropping
+    their oldest frames (``over_length``)."""
     count = token_counter(tokenizer)
-    out, shortened = [], 0
+    out: list[dict[str, Any]] = []
+    deleted = shortened = 0
     for row in rows:
-        prompt, dropped = fit_prompt(row, count, max_tokens, report_motion=report_motion)
+        if over_length == "delete":
+            if count(row["prompt"]) > max_tokens:
+                deleted += 1
+            else:
+                out.append(row)
+            continue
+        prompt, dropped = fit_prompt(row, count, max_tokens, layout)
         shortened += dropped > 0
         out.append({**row, "prompt": prompt})
-    if shortened:
-        log.info("%d of %d prompts shortened to %d tokens", shortened, len(rows), max_tokens)
-    return out, shortened
+    report = FitReport(len(rows), deleted, shortened)
+    if deleted or shortened:
+        log.info("%s", report.summary(max_tokens))
+    return out, report

@@ -57,7 +57,7 @@ def run_sft(
     out = Path(output_dir or cfg.output.dir)
     device = resolve_device(s.device)
     model, tokenizer = load_policy(cfg, device)
-    rows = training_rows(cfg, data_dir, tokenizer)
+    rows, fit = training_rows(cfg, data_dir, tokenizer)
     dataset = Dataset.from_list(sft_rows(rows, s.think_template))
     precision = cfg.policy.dtype if device == "cuda" else "float32"
     args = SFTConfig(
@@ -72,13 +72,15 @@ def run_sft(
         gradient_accumulation_steps=s.gradient_accumulation_steps,
         warmup_steps=s.warmup_ratio,  # a ratio of the total steps
         seed=s.seed,
-        max_length=cfg.data.max_prompt_tokens + 512,
+        max_length=cfg.data.max_prompt_tokens + 512,  # prompts fit already; 512 for the target
         completion_only_loss=True,
         activation_checkpointing=cfg.policy.gradient_checkpointing,
         logging_steps=cfg.output.logging_steps,
         save_strategy="steps",
         save_steps=cfg.output.save_steps,
         save_total_limit=cfg.output.save_total_limit,
+        save_only_model=cfg.output.save_only_model,
+        lr_scheduler_type=cfg.grpo.lr_scheduler,
         report_to="none",
     )
     trainer = SFTTrainer(
@@ -108,4 +110,6 @@ def run_sft(
         resumed_from=checkpoint,
         metrics=metrics,
         curves_png=None,
+        rows=len(rows),
+        deleted_rows=fit.deleted,
     )

@@ -1,13 +1,16 @@
 """Seeded, scene-level data splits: train/val/test and k-fold cross-validation.
 
 Questions about the same scene (video, bag, simulated world) share frames, so splitting by
-question would leak test scenes into training. The official code splits scenes 75/5/20 without a
-seed; the paper reports 5-fold cross-validation. Both are here, reproducible from ``seed``:
-scenes are sorted, then shuffled with their own ``random.Random(seed)``.
+question would leak test scenes into training. The official code splits scenes 75/5/20 (the
+same floor arithmetic as here) without a seed; the paper reports 5-fold cross-validation. Both
+are here, reproducible from ``seed``: scenes are sorted, then shuffled with their own
+``random.Random(seed)``. What a "scene" is for each benchmark is the importers' business
+(:func:`embodied_r_training.importers.urbanvideo_scene`).
 """
 
 from __future__ import annotations
 
+import math
 import random
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
@@ -75,23 +78,23 @@ def split_groups(
     seed: int = 0,
     by: SplitBy = "scene",
 ) -> dict[str, str]:
-    """Each distinct group -> ``train``/``val``/``test``; test and val get at least one group
-    each when their fraction is positive and there are enough groups."""
+    """Each distinct group -> ``train``/``val``/``test`` in the official proportions: train
+    gets ``floor(n * 0.75)`` groups, val ``floor(n * 0.05)``, test the rest (so 100 scenes give
+    75/5/20 exactly). Below 20 groups val would get none; it then takes one from train."""
     if any(f < 0 for f in fractions) or abs(sum(fractions) - 1.0) > 1e-6:
         raise SplitError(f"split fractions must be >= 0 and sum to 1, got {fractions}")
     order = _shuffled(groups, seed)
     n = len(order)
-    n_test = round(n * fractions[2])
-    n_val = round(n * fractions[1])
-    if fractions[2] > 0 and n_test == 0 and n >= 2:
-        n_test = 1
-    if fractions[1] > 0 and n_val == 0 and n >= 3:
-        n_val = 1
-    if n - n_test - n_val < 1 or (fractions[2] > 0 and n_test == 0):
+    n_train = math.floor(n * fractions[0] + 1e-9)
+    n_val = math.floor(n * fractions[1] + 1e-9)
+    if fractions[1] > 0 and n_val == 0 and n_train > 1:
+        n_train, n_val = n_train - 1, 1
+    n_test = n - n_train - n_val
+    if n_train < 1 or (fractions[2] > 0 and n_test == 0):
         raise SplitError(f"{n} {_advice(by)} cannot make train/val/test {fractions}")
-    out = {g: "test" for g in order[:n_test]}
-    out.update({g: "val" for g in order[n_test : n_test + n_val]})
-    out.update({g: "train" for g in order[n_test + n_val :]})
+    out = {g: "train" for g in order[:n_train]}
+    out.update({g: "val" for g in order[n_train : n_train + n_val]})
+    out.update({g: "test" for g in order[n_train + n_val :]})
     return out
 
 
