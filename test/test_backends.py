@@ -507,6 +507,41 @@ def test_server_errors_are_retried_then_failed(caplog: pytest.LogCaptureFixture)
     assert recorder.posts() == 3
 
 
+class EchoBackend(ChatBackend):
+    """A one-at-a-time in-process model: the server queues its requests in the batcher."""
+
+    model_id = "echo"
+    concurrent = False
+
+    def complete(self, conversations: Any, **_: Any) -> list[Completion]:
+        return [Completion("ok")] * len(conversations)
+
+
+def test_a_request_caught_by_shutdown_fails_at_once_as_down() -> None:
+    """A request that reaches the model queue while the server shuts down is answered 503
+    (BACKEND_DOWN at the client) at once: it used to wait on a stopped queue until the
+    client's timeout."""
+    posts = {"n": 0}
+    holder: dict[str, OpenAIServer] = {}
+
+    def shuts_down_on_the_second(method: str, _path: str, _headers: Mapping[str, str]) -> None:
+        if method == "POST":
+            posts["n"] += 1
+            if posts["n"] == 2:
+                holder["server"].shutdown()
+
+    with serve(EchoBackend(), request_hook=shuts_down_on_the_second) as server:
+        holder["server"] = server
+        client = OpenAIBackend(openai_cfg(server.url, timeout_s=20, retries=0))
+        assert client.generate(text_convs(1)) == ["ok"]
+        start = time.monotonic()
+        with pytest.raises(BackendError) as err:
+            client.generate(text_convs(1))
+        elapsed = time.monotonic() - start
+    assert err.value.code == BACKEND_DOWN and "shutting down" in str(err.value)
+    assert elapsed < 5.0  # not the 20 s client timeout
+
+
 def test_run_server_serves_a_profile_model_until_interrupted(tiny_models_dir: Path) -> None:
     port = free_port()
     code = (

@@ -120,7 +120,9 @@ class OpenAIBackend(ChatBackend):
             detail = self._scrub(" ".join(str(exc.message).split()))[:_ERROR_BODY_CHARS]
             if status == 404:
                 detail += " (base_url must be the API root, e.g. http://host:8000/v1)"
-            error = BackendError(BACKEND_FAILED, f"HTTP {status} from {url}: {detail}")
+            # 503 Service Unavailable: the server is up but its model is not (loading, dying)
+            code = BACKEND_DOWN if status == 503 else BACKEND_FAILED
+            error = BackendError(code, f"HTTP {status} from {url}: {detail}")
             return _Attempt(error, retry=status in RETRY_STATUSES)
         if isinstance(exc, openai.APIConnectionError):
             cause = exc.__cause__ or exc

@@ -181,6 +181,11 @@ def parse_settings(body: dict[str, Any]) -> Settings:
     )
 
 
+def _shutting_down() -> BackendError:
+    """What a request still waiting for the model gets once the server shuts down."""
+    return BackendError(BACKEND_DOWN, "the server is shutting down")
+
+
 class _Batcher:
     """One worker that serves queued requests in batches of up to ``max_batch`` with equal
     settings: concurrent clients of an in-process model share its batched ``complete``."""
@@ -192,13 +197,18 @@ class _Batcher:
             queue.Queue()
         )
         self._held: list[tuple[Conversation, Settings, Future[Completion]]] = []
+        self._lock = threading.Lock()
+        self._closed = False
         self._thread = threading.Thread(target=self._serve, name="openai-server-batch",
                                         daemon=True)
         self._thread.start()
 
     def submit(self, conversation: Conversation, settings: Settings) -> Completion:
         future: Future[Completion] = Future()
-        self._queue.put((conversation, settings, future))
+        with self._lock:
+            if self._closed:
+                raise _shutting_down()
+            self._queue.put((conversation, settings, future))
         return future.result()
 
     def _next_batch(self) -> list[tuple[Conversation, Settings, Future[Completion]]] | None:
@@ -241,8 +251,20 @@ class _Batcher:
                 future.set_result(reply)
 
     def close(self) -> None:
-        self._queue.put(None)
+        """Stop the worker; requests it never took fail at once rather than hang."""
+        with self._lock:
+            self._closed = True
+            self._queue.put(None)
         self._thread.join(timeout=5.0)
+        if self._thread.is_alive():
+            return  # a stuck generation: the worker still owns the queue
+        pending = list(self._held)
+        while not self._queue.empty():
+            item = self._queue.get_nowait()
+            if item is not None:
+                pending.append(item)
+        for _, _, future in pending:
+            future.set_exception(_shutting_down())
 
 
 def _error_body(status: int, message: str) -> dict[str, Any]:
