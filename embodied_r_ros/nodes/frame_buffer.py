@@ -30,7 +30,6 @@ from rclpy.qos import QoSProfile, ReliabilityPolicy, qos_profile_sensor_data
 from sensor_msgs.msg import CompressedImage, Image
 
 from embodied_r_ros.core.config import Config
-from embodied_r_ros.core.pipeline import QueryError
 from embodied_r_ros.nodes.conversions import (
     FrameError,
     compressed_to_rgb,
@@ -50,7 +49,7 @@ from embodied_r_ros.nodes.diagnostics import (
     RateMeter,
     make_status,
 )
-from embodied_r_ros.nodes.frame_store import FrameStore, Window, stamp_filter
+from embodied_r_ros.nodes.frame_store import FrameStore, Window, check_window_sec, stamp_filter
 from embodied_r_ros.nodes.guard import guard_service, guard_subscription, one_line
 from embodied_r_ros.nodes.params import (
     CONFIG_SPECS,
@@ -63,7 +62,6 @@ from embodied_r_ros.nodes.transport import stored_frames_topic, window_service_n
 
 M = TypeVar("M", Image, CompressedImage)
 INTERNAL_ERROR = "INTERNAL"  # a frame that broke something unexpected (counted, dropped)
-BAD_WINDOW = "BAD_WINDOW"
 
 SPECS: tuple[Spec, ...] = (
     DIAGNOSTICS_SPEC,
@@ -302,8 +300,7 @@ class FrameBufferNode(Node):
 
     def window(self, window_sec: float) -> Window:
         """Key frames of the last ``window_sec`` seconds (0 = all); raises QueryError."""
-        if not math.isfinite(window_sec) or window_sec < 0:
-            raise QueryError(BAD_WINDOW, f"window_sec must be >= 0, got {window_sec}")
+        check_window_sec(window_sec)
         anchor = None
         if self.params["window_anchor"] == "clock":
             anchor = self.get_clock().now().nanoseconds * 1e-9

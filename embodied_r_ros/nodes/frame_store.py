@@ -16,6 +16,7 @@ new timeline, clearing the buffer when the jump went back.
 from __future__ import annotations
 
 import logging
+import math
 import threading
 from collections import Counter, OrderedDict, deque
 from collections.abc import Callable
@@ -34,6 +35,14 @@ from embodied_r_ros.core.poses import Pose, nearest_index, relative_motion
 log = logging.getLogger(__name__)
 
 BAD_STAMP = "BAD_STAMP"
+BAD_WINDOW = "BAD_WINDOW"
+
+
+def check_window_sec(window_sec: float) -> float:
+    """A request's ``window_sec`` (0 = the whole buffer); raises QueryError(BAD_WINDOW)."""
+    if not math.isfinite(window_sec) or window_sec < 0:
+        raise QueryError(BAD_WINDOW, f"window_sec must be >= 0, got {window_sec}")
+    return window_sec
 Verdict = Literal["ok", "held", "restart"]
 
 

@@ -14,7 +14,6 @@ imported here.
 from __future__ import annotations
 
 import logging
-import math
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -26,14 +25,13 @@ from embodied_r_ros.core.cancel import CancelToken
 from embodied_r_ros.core.perception import ProgressFn
 from embodied_r_ros.core.pipeline import QueryError, validate_query
 from embodied_r_ros.core.reasoning import Reasoning
-from embodied_r_ros.nodes.frame_store import Window
+from embodied_r_ros.nodes.frame_store import Window, check_window_sec
 from embodied_r_ros.nodes.guard import INTERNAL, error_of, one_line
 
 log = logging.getLogger(__name__)
 
 BUSY = "BUSY"
 UNKNOWN_CAMERA = "UNKNOWN_CAMERA"
-BAD_WINDOW = "BAD_WINDOW"
 _POLL_S = 0.02
 
 
@@ -175,8 +173,7 @@ class QueryRunner:
                 UNKNOWN_CAMERA,
                 f"unknown camera {one_line(camera, 80)!r}; known: {', '.join(self.cameras)}",
             )
-        if not math.isfinite(request.window_sec) or request.window_sec < 0:
-            raise QueryError(BAD_WINDOW, f"window_sec must be >= 0, got {request.window_sec}")
+        check_window_sec(request.window_sec)
         return question, options, camera
 
     def run(
