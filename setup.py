@@ -34,7 +34,9 @@ setup(
     package_data={
         # config/ is reached from inside the package (embodied_r_ros/config is a link to it), so
         # profiles, prompts and the Fast DDS profile travel with every install: wheel, colcon, -e
-        PACKAGE: ["config/*.yaml", "config/*.xml", "config/profiles/*.yaml"],
+        PACKAGE: ["config/*.yaml", "config/*.xml", "config/profiles/*.yaml",
+                  # the shipped LoRA adapter of the offline model smollm2-135m-embodied-r
+                  "models/*/*.json", "models/*/*.safetensors", "models/*/*.md"],
         "embodied_r_training": ["configs/*.yaml", "accelerate/*.yaml", "README.md"],
     },
     python_requires=">=3.10,<3.14",
@@ -61,6 +63,7 @@ setup(
             "accelerate>=1.0",
             "tokenizers>=0.20",
             "gguf>=0.10",  # the smollm2-135m offline model is converted from a GGUF file
+            "peft>=0.21",  # merges the shipped adapter of smollm2-135m-embodied-r
         ],
         "bags": ["rosbags>=0.10", "rosbags-image>=0.9"],
         "train": [

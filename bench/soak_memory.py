@@ -5,10 +5,17 @@ real SmolLM2-135M reasoning LM). A camera streams 640x480 frames at 10 Hz with o
 client asks a question every moment it can, through the shipped client, and every tenth request
 is a hostile one (a 200,000-character option, a NaN window, nine options, an unknown camera).
 The process's RSS is sampled every few seconds. Printed side by side: RSS after start, after the
-warm-up minute, at the end and at peak, and the growth rate over the time after warm-up (a
+warm-up, at the end and at peak, and the growth rate over the time after warm-up (a
 least-squares slope), with a bound.
 
-Run: ``.venv/bin/python bench/soak_memory.py [--minutes 10] [--profile offline]``
+The frame buffer fills by design until it holds ``buffer_sec`` of frames (300 s by default, up to
+``buffer_max_mb``) and the decoded key-frame cache until it holds its 40 frames: growth while
+they fill is not a leak. The soak therefore runs the buffer at ``--buffer-sec 60`` and counts
+the first two minutes as warm-up, so that the slope measures the steady state. ``--fast-lm``
+swaps the reasoning LM for the tiny random one (8 tokens): hundreds of queries instead of dozens
+on a CPU, so that a per-query leak shows.
+
+Run: ``.venv/bin/python bench/soak_memory.py [--minutes 10] [--profile offline] [--fast-lm]``
 """
 
 from __future__ import annotations
@@ -67,11 +74,22 @@ def main() -> int:
     parser.add_argument("--profile", default="offline")
     parser.add_argument("--sample-sec", type=float, default=5.0)
     parser.add_argument("--log-level", default="warn", help="of the all-in-one (its log file)")
+    parser.add_argument("--buffer-sec", type=float, default=60.0, help="the frame buffer's span")
+    parser.add_argument("--warmup-min", type=float, default=2.0)
+    parser.add_argument("--fast-lm", action="store_true",
+                        help="reason with the tiny random LM (many more queries per minute)")
     args = parser.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="embodied_r_soak_"))
+    profile = args.profile
+    if args.fast_lm:
+        profile = str(tmp / "fast-lm.yaml")
+        Path(profile).write_text(
+            f"base: {args.profile}\nreasoning:\n  model: {{backend: transformers, "
+            "model: tiny-qwen2, dtype: float32, device: cpu, max_new_tokens: 8}\n")
     node_proc = NodeProcess(
         "embodied_r_ros",
-        ["-p", f"profile:={args.profile}", "-p", "query_timeout_sec:=120.0",
+        ["-p", f"profile:={profile}", "-p", "query_timeout_sec:=120.0",
+         "-p", f"buffer_sec:={args.buffer_sec}",
          "-r", "image:=/soak/image_raw", "-r", "odom:=/soak/odom", "--log-level", args.log_level],
         tmp / "allinone.log",
     )
@@ -123,10 +141,12 @@ def main() -> int:
         code = node_proc.stop()
     times = np.array([t for t, _ in samples]) / 60.0
     rss = np.array([m for _, m in samples])
-    warm = times >= min(1.0, args.minutes / 2)
+    warm = times >= min(args.warmup_min, args.minutes / 2)
     slope = float(np.polyfit(times[warm], rss[warm], 1)[0]) if warm.sum() >= 3 else float("nan")
     after_warmup = float(rss[warm][0]) if warm.any() else float("nan")
-    print(f"Soak: {args.minutes:g} min, profile {args.profile}, {counts['ok']} answered, "
+    lm = " (tiny LM)" if args.fast_lm else ""
+    print(f"Soak: {args.minutes:g} min, profile {args.profile}{lm}, buffer "
+          f"{args.buffer_sec:g} s, {counts['ok']} answered, "
           f"{counts['failed']} failed, {counts['hostile']} hostile requests refused with a code, "
           f"all-in-one exit {code}")
     print(f"  RSS after start {started:7.1f} MiB | after warm-up {after_warmup:7.1f} MiB | "

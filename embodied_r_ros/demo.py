@@ -30,6 +30,10 @@ from typing import Any
 
 CAMERA, COMPRESSED, ODOM = "/camera/image_raw", "/camera/image_raw/compressed", "/odom"
 SERVICE = "/embodied_r/query"
+#: the untrained SmolLM2-135M-Instruct on the sample world's 30 questions, measured once with
+#: ``make demo`` and a config setting ``reasoning.model.model: smollm2-135m`` (README, "Demo"):
+#: the figure the shipped reasoner is compared with
+UNTRAINED = {"model": "smollm2-135m", "correct": 0, "questions": 30}
 
 
 @dataclass
@@ -83,13 +87,22 @@ def _options_line(options: Sequence[str]) -> str:
     return " | ".join(options)
 
 
-def _summary(rows: list[Row], questions: list[dict[str, Any]], models: str) -> str:
+def _summary(rows: list[Row], questions: list[dict[str, Any]], models: str,
+             reasoner: str = "") -> str:
+    from embodied_r_ros.core.intervals import bootstrap_ci
+
     answered = [r for r in rows if not r.error_code]
     correct = sum(r.correct for r in rows)
     chance = statistics.mean(1 / max(1, len(q["options"])) for q in questions) if questions else 0
+    low, high = bootstrap_ci([float(r.correct) for r in rows])
     lines = ["", "=" * 78,
              f"Accuracy: {correct}/{len(rows)} = {100 * correct / max(1, len(rows)):.1f}% "
+             f"[95% bootstrap interval {100 * low:.0f}-{100 * high:.0f}%] "
              f"(chance {100 * chance:.1f}%; {len(rows) - len(answered)} errors)"]
+    if reasoner != UNTRAINED["model"] and len(rows) == UNTRAINED["questions"]:
+        n, of = UNTRAINED["correct"], UNTRAINED["questions"]
+        lines.append(f"Untrained {UNTRAINED['model']} on the same {of} questions: {n}/{of} = "
+                     f"{100 * n / of:.1f}% (measured once, README)")
     by_cat: dict[str, list[Row]] = defaultdict(list)
     for r in rows:
         by_cat[r.category].append(r)
@@ -144,13 +157,15 @@ def run(args: argparse.Namespace) -> int:
     print(f"Starting the all-in-one process (log: {log_path}) ...", flush=True)
     proc = _start_allinone(args.profile, str(args.config or ""), log_path, env)
     try:
-        return _play_and_ask(args, proc, bag, questions, models, log_path)
+        return _play_and_ask(args, proc, bag, questions, models, log_path,
+                             config.reasoning.model.model)
     finally:
         _stop(proc)
 
 
 def _play_and_ask(args: argparse.Namespace, proc: subprocess.Popen, bag: Path,
-                  questions: list[dict[str, Any]], models: str, log_path: Path) -> int:
+                  questions: list[dict[str, Any]], models: str, log_path: Path,
+                  reasoner: str) -> int:
     import rclpy
 
     from embodied_r_ros.client import SpatialQueryClient
@@ -188,7 +203,7 @@ def _play_and_ask(args: argparse.Namespace, proc: subprocess.Popen, bag: Path,
                       file=sys.stderr)
                 return 1
             rows.append(_report(q, window, answer))
-        print(_summary(rows, questions, models))
+        print(_summary(rows, questions, models, reasoner))
         if args.json:
             Path(args.json).write_text(json.dumps([asdict(r) for r in rows], indent=1))
             print(f"Per-question results: {args.json}")

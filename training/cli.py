@@ -222,38 +222,62 @@ def _labelled(models: list[str]) -> list[tuple[str, str]]:
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
-    from .evaluate import average_folds, evaluate, markdown_report, write_report
+    from .evaluate import (
+        BASELINES,
+        average_folds,
+        evaluate,
+        generation_backend,
+        summary_table,
+        write_reports,
+    )
     from .grpo import reference_backend
 
     cfg = _train_config(args)
+    datasets = _labelled(args.data)
+    if len({label for label, _ in datasets}) != len(datasets):
+        raise CliError("--data: each dataset needs its own label (LABEL=DIR)")
+    models = _labelled(args.model)
     reference = None
-    if cfg.eval.consistency and not args.no_consistency:
+    if cfg.eval.consistency and not args.no_consistency and any(
+        m not in BASELINES for _, m in models
+    ):
         from .config import resolve_device
 
         reference = reference_backend(cfg, resolve_device(cfg.eval.device))
-    results, predictions = {}, {}
-    for label, model in _labelled(args.model):
-        if args.kfold:
-            runs = []
-            for fold in range(args.kfold):
-                result, preds = evaluate(model.format(fold=fold), args.data, cfg, split="test",
-                                         fold=fold, reference=reference,
-                                         answer_mode=args.answer_mode)
-                runs.append(result)
-                predictions[f"{label}-fold{fold}"] = preds
-            results[label] = average_folds(runs)
-        else:
-            results[label], predictions[label] = evaluate(
-                model.format(fold=args.fold) if args.fold is not None else model, args.data, cfg,
-                split=args.split, fold=args.fold, reference=reference,
-                answer_mode=args.answer_mode,
-            )
-    out = Path(args.out or Path(args.data) / "eval")
-    paths = write_report(results, out, predictions)
+    results: dict[str, dict[str, Any]] = {d: {} for d, _ in datasets}
+    predictions: dict[str, dict[str, Any]] = {d: {} for d, _ in datasets}
+    for label, model in models:
+        # one load per model for every dataset (a k-fold model differs per fold)
+        shared = None
+        if model not in BASELINES and not args.kfold and "{fold}" not in model:
+            shared = generation_backend(model, cfg)
+        try:
+            for data_label, data in datasets:
+                if args.kfold:
+                    runs = []
+                    for fold in range(args.kfold):
+                        result, preds = evaluate(
+                            model.format(fold=fold), data, cfg, split="test", fold=fold,
+                            reference=reference, answer_mode=args.answer_mode)
+                        runs.append(result)
+                        predictions[data_label][f"{label}-fold{fold}"] = preds
+                    results[data_label][label] = average_folds(runs)
+                else:
+                    name = model.format(fold=args.fold) if args.fold is not None else model
+                    judge = None if model in BASELINES else reference
+                    results[data_label][label], predictions[data_label][label] = evaluate(
+                        name, data, cfg, split=args.split, fold=args.fold, reference=judge,
+                        answer_mode=args.answer_mode, backend=shared)
+        finally:
+            if shared is not None:
+                shared.close()
+    out = Path(args.out or Path(datasets[0][1]) / "eval")
+    paths = write_reports(results, out, predictions)
     if args.json:
-        print(json.dumps({k: r.to_dict() for k, r in results.items()}))
+        as_json = {d: {k: r.to_dict() for k, r in rs.items()} for d, rs in results.items()}
+        print(json.dumps(next(iter(as_json.values())) if len(as_json) == 1 else as_json))
     else:
-        print(markdown_report(results))
+        print("\n".join(summary_table(d, rs) for d, rs in results.items()))
         print("written: " + ", ".join(str(p) for p in paths.values()))
     return 0
 
@@ -315,8 +339,11 @@ def build_parser() -> argparse.ArgumentParser:
                        "report JSON, a markdown table beside the paper's and a bar chart.")
     e.add_argument("--model", required=True, action="append",
                    help="model dir, hub id or offline name; LABEL=MODEL to name it; repeatable; "
-                   "'{fold}' in it is the fold number in k-fold mode")
-    e.add_argument("--data", required=True, help="a built dataset directory")
+                   "'{fold}' in it is the fold number in k-fold mode; the rules chance, "
+                   "first-option and oracle need no model")
+    e.add_argument("--data", required=True, action="append",
+                   help="a built dataset directory; LABEL=DIR to name it; repeatable (e.g. "
+                   "--data ID=runs/syn/id --data OOD=runs/syn/ood: one table each)")
     e.add_argument("--split", default="test", choices=("train", "val", "test", "all"))
     folds = e.add_mutually_exclusive_group()
     folds.add_argument("--fold", type=int, help="the test part of this k-fold split")

@@ -59,6 +59,9 @@ class PolicySettings(StrictModel):
     dtype: Dtype = "bfloat16"
     gradient_checkpointing: bool = False
     lora: LoraSettings | None = None
+    # a PEFT LoRA adapter of ``model`` to start from and keep training (GRPO after LoRA SFT):
+    # its own rank and targets apply, ``lora`` is ignored
+    adapter: str | None = None
 
 
 class DataSettings(StrictModel):
@@ -129,6 +132,9 @@ class GRPOSettings(StrictModel):
     loss_type: Literal["grpo", "dapo", "dr_grpo", "bnpo"] = "grpo"
     scale_rewards: Literal["group", "batch", "none"] = "group"
     num_iterations: int = Field(1, ge=1)
+    # a seeded sample of this many training rows (every category, not one world's first rows):
+    # the epoch of a CPU recipe; None: every row
+    max_rows: int | None = Field(None, ge=1)
     max_grad_norm: float = Field(1.0, gt=0.0)
     seed: int = 0
     device: Device = "auto"
@@ -157,7 +163,13 @@ class GRPOSettings(StrictModel):
 
 
 class SFTSettings(StrictModel):
-    """The SFT baseline on the same rows: target = a fixed think text + the right option."""
+    """SFT on the same rows: the baseline (a fixed think text + the right option) or the cold
+    start (a reasoning text written from the row, :mod:`embodied_r_training.rationales`)."""
+
+    targets: Literal["template", "rationale"] = "template"
+    # rationale targets only: keep rows whose text supports the answer by the oracle's rules
+    supported_only: bool = False
+    answer_letter: bool = Field(True, description="'B. text' in the answer tag, else 'text'")
 
     learning_rate: float = Field(1e-5, gt=0.0)
     num_epochs: float = Field(3.0, gt=0.0)

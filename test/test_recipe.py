@@ -1,0 +1,118 @@
+"""The shipped recipe end to end on the tiny models: rationale SFT with LoRA -> GRPO training
+that same adapter -> the exported float16 adapter; the table with the rule-based rows."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from bagdata import write_bag, write_questions
+from embodied_r_training.cli import main
+from embodied_r_training.config import load_train_config
+from embodied_r_training.demo import export_adapter
+from embodied_r_training.grpo import NamedReward, run_grpo
+from embodied_r_training.sft import run_sft
+
+from embodied_r_ros.core.reasoning import extract_think
+from embodied_r_ros.core.rewards import completion_text
+
+
+@pytest.fixture(scope="module")
+def dataset(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("recipe")
+    bag = write_bag(root / "bag", n_frames=28)
+    questions = write_questions(root / "q.jsonl", n=8)
+    out = root / "ds"
+    assert main(["build", "--bag", str(bag), "--questions", str(questions), "--image-topic",
+                 "/camera/image_raw", "--odom-topic", "/odom", "--out", str(out), "--split-by",
+                 "question", "--folds", "0", "--no-progress", "--cache-dir",
+                 str(root / "cache")]) == 0
+    return out
+
+
+#: the shipped recipe's shape at test size (the consistency reward inside a GRPO step, with a
+#: policy that writes the format, is tested from the shipped reasoner: test_shipped_reasoner.py)
+TINY_RECIPE: dict[str, Any] = {
+    "data": {"split": "all", "max_prompt_tokens": 128},  # the question and the last frames
+    "sft": {"targets": "rationale", "answer_letter": True, "learning_rate": 3.0e-3,
+            "max_steps": 2, "per_device_batch": 4},
+    "grpo": {"max_steps": 1, "num_generations": 4, "completions_per_step": 4,
+             "per_device_batch": 4, "max_completion_length": 16, "learning_rate": 1.0e-3},
+    "rewards": {"stages": [{"epochs": 1, "format": 0.1, "accuracy": 0.7, "consistency": 0.2}]},
+}
+LORA = {"r": 8, "alpha": 16, "dropout": 0.0}
+
+
+def test_grpo_continues_a_lora_sft_adapter_and_exports_it(dataset: Path, tmp_path: Path,
+                                                          tiny_models_dir: Path) -> None:
+    """The shipped recipe's path: LoRA SFT, GRPO training that same adapter (policy.adapter),
+    the result exported in float16."""
+    from safetensors.torch import load_file
+
+    recipe = {**TINY_RECIPE, "policy": {"lora": LORA}}
+    run_sft(load_train_config("cpu-tiny", recipe), dataset, output_dir=tmp_path / "sft")
+    adapter = tmp_path / "sft" / "final-adapter"
+    assert (adapter / "adapter_model.safetensors").is_file()
+    grpo_cfg = load_train_config("cpu-tiny", {**recipe, "policy": {"adapter": str(adapter),
+                                                                   "lora": LORA}})
+    dense = [NamedReward("format", _length), NamedReward("accuracy", _length),
+             NamedReward("consistency", _length)]
+    result = run_grpo(grpo_cfg, dataset, output_dir=tmp_path / "grpo", reward_funcs=dense)
+    assert result.global_step == 1
+    trained = tmp_path / "grpo" / "final-adapter"
+    before = load_file(str(adapter / "adapter_model.safetensors"))
+    after = load_file(str(trained / "adapter_model.safetensors"))
+    assert before.keys() == after.keys()  # the same adapter, not a new one on top
+    assert any(not torch.equal(before[k], after[k]) for k in before)
+    exported = export_adapter(trained, tmp_path / "export")
+    size = (exported / "adapter_model.safetensors").stat().st_size
+    assert size < (trained / "adapter_model.safetensors").stat().st_size * 0.6  # float16
+    assert json.loads((exported / "adapter_config.json").read_text())[
+        "base_model_name_or_path"] == "smollm2-135m"
+
+
+def _length(completions: list[Any], **_: Any) -> list[float]:
+    """A reward random models can earn: the reply's length (so the group's rewards differ)."""
+    return [len(completion_text(c)) / 10.0 for c in completions]
+
+
+def test_the_table_has_the_rule_rows_with_intervals(dataset: Path, tmp_path: Path) -> None:
+    out = tmp_path / "eval"
+    assert main(["eval", "--config", "cpu-tiny", "--split", "all", "--data", f"A={dataset}",
+                 "--data", f"B={dataset}", "--model", "chance", "--model", "first-option",
+                 "--model", "oracle", "--out", str(out), "--json"]) == 0
+    report = json.loads((out / "eval.json").read_text())
+    assert set(report) == {"A", "B"} and set(report["A"]) == {"chance", "first-option",
+                                                             "oracle"}
+    rows = [json.loads(x) for x in (out / "predictions-A-first-option.jsonl").read_text()
+            .splitlines()]
+    first = report["A"]["first-option"]
+    assert first["accuracy"] == pytest.approx(
+        sum(r["solution"].startswith("A") for r in rows) / len(rows))
+    low, high = first["accuracy_ci"]
+    assert low <= first["accuracy"] <= high and high - low > 0
+    chance = report["A"]["chance"]
+    assert chance["accuracy"] == pytest.approx(0.25) and chance["format_rate"] is None
+    table = (out / "eval.md").read_text()
+    assert "### A: accuracy % [95 % bootstrap interval]" in table and "| oracle |" in table
+    assert (out / "eval.png").stat().st_size > 1000
+
+
+def test_rationale_think_texts_are_what_sft_trains_on(dataset: Path) -> None:
+    from embodied_r_training.datasets_build import load_rows
+    from embodied_r_training.sft import sft_rows
+
+    cfg = load_train_config("cpu-tiny", {"sft": {"targets": "rationale"}})
+    rows = load_rows(dataset, "all", None)
+    targets = sft_rows(rows, cfg.sft)
+    assert len(targets) == len(rows)
+    for row, target in zip(rows, targets, strict=True):
+        text = target["completion"][0]["content"]
+        assert extract_think(text) and text.endswith("</answer>")
+        assert f"<answer>{row['solution'][:1]}." in text
+    supported = load_train_config("cpu-tiny", {"sft": {"targets": "rationale",
+                                                       "supported_only": True}})
+    assert len(sft_rows(rows, supported.sft)) <= len(rows)

@@ -1,0 +1,502 @@
+"""A rule-based solver that answers a row from its perception text alone: the LM's ceiling.
+
+The reasoning LM sees only the perception text (key-frame actions with odometry amounts and the
+colour-region observations of :mod:`embodied_r_ros.core.colors`) and the question. This solver
+reads exactly that text, never the world's ground truth, and answers each question category by
+explicit rules: dead reckoning of the camera from the reported motions, the bearing (and, when
+the text gives one, the distance) of every coloured region, a rough map of the objects from
+those sightings, and the geometry each question asks about. Its accuracy per category measures
+what the text allows at best, and whether the text carries each category's information at all.
+
+Objects are named ``"<colour> <shape>"`` with one object per colour, so a sighting of a colour is
+a sighting of that object.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from embodied_r_ros.core.actions import ACTIONS, action_of
+from embodied_r_ros.core.colors import DEFAULT_HFOV_DEG
+from embodied_r_ros.core.reasoning import parse_options, question_from_prompt
+from embodied_r_ros.core.rewards import prompt_text
+
+_FRAME_RE = re.compile(r"^Frame (\d+): (?:After (.*?), )?Observe: (.*)$", re.MULTILINE)
+_AMOUNT_RE = re.compile(r"about (-?\d+(?:\.\d+)?) (m|degrees)")
+_SIGHTING_RE = re.compile(
+    r"an? (small|medium|large) (\w+) object (.*?)(?: \((\d+) degrees? (left|right)"
+    r"(?:, about (\d+(?:\.\d+)?) m away)?\))?$"
+)
+#: bearing of a region's centre that each coarse direction stands for (degrees, left > 0): the
+#: middle of its third of a 70-degree image
+_THIRD_DEG = math.degrees(math.atan(math.tan(math.radians(DEFAULT_HFOV_DEG / 2)) * 2 / 3))
+_COARSE_BEARING = {"left": _THIRD_DEG, "right": -_THIRD_DEG, "ahead": 0.0}
+#: where the text gives no range and one viewpoint only, objects are put this far away
+ASSUMED_RANGE_M: float | None = 3.5
+MAX_RANGE_M = 15.0  # a triangulated position farther than this is not believed
+
+
+@dataclass(frozen=True)
+class Sighting:
+    """One coloured region of one frame, as the text describes it."""
+
+    colour: str
+    size: str
+    direction: str  # the coarse words, e.g. "to the left, below"
+    bearing_deg: float  # left > 0; exact when the text gives degrees, else the third's centre
+    distance_m: float | None = None
+    exact_bearing: bool = False
+
+
+@dataclass(frozen=True)
+class FrameText:
+    """One ``Frame i: After <action>, Observe: <view>`` line."""
+
+    index: int
+    action: str | None  # a vocabulary action, "stay still" or None (frame 0, unknown)
+    amount: float | None  # metres or degrees as written
+    sightings: Mapping[str, Sighting] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Perception:
+    frames: tuple[FrameText, ...]
+    question: str
+    options: tuple[tuple[str, str], ...]
+
+
+def _sighting(part: str) -> Sighting | None:
+    m = _SIGHTING_RE.match(part.strip())
+    if not m:
+        return None
+    size, colour, direction, deg, side, dist = m.groups()
+    direction = direction.strip()
+    if deg is not None:
+        bearing = float(deg) * (1.0 if side == "left" else -1.0)
+    else:
+        horiz = "left" if "left" in direction else "right" if "right" in direction else "ahead"
+        bearing = _COARSE_BEARING[horiz]
+    return Sighting(colour, size, direction, bearing, float(dist) if dist else None,
+                    deg is not None)
+
+
+def parse_observation(view: str) -> dict[str, Sighting]:
+    """``"I see a small red object to the left; ..."`` -> sightings by colour."""
+    view = view.strip().rstrip(".")
+    if not view.startswith("I see "):
+        return {}
+    out: dict[str, Sighting] = {}
+    for part in view[len("I see "):].split("; "):
+        s = _sighting(part)
+        if s is not None and s.colour not in out:
+            out[s.colour] = s
+    return out
+
+
+def parse_action(text: str | None) -> tuple[str | None, float | None]:
+    """``"rotate right, about 38 degrees"`` -> ``("rotate right", 38.0)``."""
+    if not text:
+        return None, None
+    low = text.strip().lower()
+    if low.startswith("stay still"):
+        return "stay still", 0.0
+    action = action_of(low)
+    m = _AMOUNT_RE.search(low)
+    return action, float(m.group(1)) if m else None
+
+
+def parse_perception(user_text: str) -> Perception:
+    """The frames, question and options of an LM user message (see ``perception.assemble``)."""
+    video, _, _ = user_text.partition("\n>\n")
+    frames = []
+    for m in _FRAME_RE.finditer(video):
+        action, amount = parse_action(m.group(2))
+        frames.append(FrameText(int(m.group(1)), action, amount, parse_observation(m.group(3))))
+    block = question_from_prompt(user_text)
+    question, _, choices = block.partition("\nChoices:\n")
+    options = parse_options([c for c in choices.splitlines() if c.strip()])
+    return Perception(tuple(frames), question.removeprefix("Question:").strip(), tuple(options))
+
+
+def perception_of(row: Mapping[str, Any]) -> Perception:
+    """The parsed perception text of a built dataset row (its user message only)."""
+    return parse_perception(prompt_text(row["prompt"]))
+
+
+# ---------------------------------------------------------------- dead reckoning
+
+
+@dataclass(frozen=True)
+class Pose2D:
+    x: float
+    y: float
+    yaw: float  # degrees, left > 0
+
+
+_MOVES = {"move forward": 0.0, "move backward": 180.0, "move left": 90.0, "move right": -90.0}
+
+
+def step(pose: Pose2D, action: str | None, amount: float | None) -> Pose2D:
+    """The pose after one reported motion; vertical moves and tilts leave the floor pose."""
+    if action is None or amount is None:
+        return pose
+    if action in _MOVES:
+        heading = math.radians(pose.yaw + _MOVES[action])
+        return Pose2D(pose.x + amount * math.cos(heading), pose.y + amount * math.sin(heading),
+                      pose.yaw)
+    if action == "rotate left":
+        return Pose2D(pose.x, pose.y, pose.yaw + amount)
+    if action == "rotate right":
+        return Pose2D(pose.x, pose.y, pose.yaw - amount)
+    return pose
+
+
+def poses(frames: Sequence[FrameText]) -> list[Pose2D]:
+    """Camera pose of every key frame in frame 0's floor frame (x ahead, y left)."""
+    out = [Pose2D(0.0, 0.0, 0.0)]
+    for f in frames[1:]:
+        out.append(step(out[-1], f.action, f.amount))
+    return out
+
+
+def wrap(angle: float) -> float:
+    return (angle + 180.0) % 360.0 - 180.0
+
+
+def _colour(name: str) -> str:
+    return name.split()[0]
+
+
+@dataclass
+class Map:
+    """Object positions in frame 0's floor frame, from the sightings of the text."""
+
+    poses: list[Pose2D]
+    frames: Sequence[FrameText]
+
+    def sightings(self, colour: str) -> list[tuple[int, Sighting]]:
+        return [(f.index, f.sightings[colour]) for f in self.frames if colour in f.sightings]
+
+    def position(self, colour: str) -> tuple[float, float] | None:
+        """Mean of ranged sightings, else the least-squares crossing of the bearing rays."""
+        seen = self.sightings(colour)
+        ranged = [(i, s) for i, s in seen if s.distance_m is not None]
+        if ranged:
+            pts = []
+            for i, s in ranged:
+                p = self.poses[i]
+                a = math.radians(p.yaw + s.bearing_deg)
+                d = float(s.distance_m or 0.0)
+                pts.append((p.x + d * math.cos(a), p.y + d * math.sin(a)))
+            return (sum(x for x, _ in pts) / len(pts), sum(y for _, y in pts) / len(pts))
+        rays = [(self.poses[i], math.radians(self.poses[i].yaw + s.bearing_deg)) for i, s in seen]
+        if not rays:
+            return None
+        origins = {(round(p.x, 2), round(p.y, 2)) for p, _ in rays}
+        if len(origins) < 2:
+            if ASSUMED_RANGE_M is None:
+                return None
+            # one viewpoint and no range: put the object at a typical distance on its ray
+            p, ang = rays[-1]
+            return (p.x + ASSUMED_RANGE_M * math.cos(ang), p.y + ASSUMED_RANGE_M * math.sin(ang))
+        # least squares: sum over rays of (n . (q - o))^2, n the ray's normal
+        a11 = a12 = a22 = b1 = b2 = 0.0
+        for p, ang in rays:
+            nx, ny = -math.sin(ang), math.cos(ang)
+            c = nx * p.x + ny * p.y
+            a11, a12, a22 = a11 + nx * nx, a12 + nx * ny, a22 + ny * ny
+            b1, b2 = b1 + nx * c, b2 + ny * c
+        det = a11 * a22 - a12 * a12
+        if abs(det) > 1e-6:
+            q = ((b1 * a22 - b2 * a12) / det, (a11 * b2 - a12 * b1) / det)
+            ahead = [(q[0] - p.x) * math.cos(ang) + (q[1] - p.y) * math.sin(ang)
+                     for p, ang in rays]
+            if min(ahead) > 0.3 and max(ahead) < MAX_RANGE_M:  # in front of every view
+                return q
+        if ASSUMED_RANGE_M is None:
+            return None
+        p, ang = rays[-1]  # nearly parallel rays: a typical distance on the last one
+        return (p.x + ASSUMED_RANGE_M * math.cos(ang), p.y + ASSUMED_RANGE_M * math.sin(ang))
+
+    def bearing_now(self, colour: str) -> float | None:
+        """The object's bearing from the last frame's pose (left > 0)."""
+        last = self.poses[-1]
+        f_last = self.frames[-1]
+        if colour in f_last.sightings:
+            return f_last.sightings[colour].bearing_deg
+        pos = self.position(colour)
+        if pos is not None:
+            return wrap(math.degrees(math.atan2(pos[1] - last.y, pos[0] - last.x)) - last.yaw)
+        seen = self.sightings(colour)
+        if not seen:
+            return None
+        i, s = seen[-1]
+        return wrap(self.poses[i].yaw + s.bearing_deg - last.yaw)
+
+
+def build_map(p: Perception) -> Map:
+    return Map(poses(p.frames), p.frames)
+
+
+# ---------------------------------------------------------------- solvers
+
+
+@dataclass(frozen=True)
+class OracleAnswer:
+    letter: str | None  # None: the text decides nothing (the caller may guess)
+    evidence: str  # one line: what in the text decided it
+
+
+def _letter_where(options: Sequence[tuple[str, str]], pred: Any) -> str | None:
+    for letter, text in options:
+        if pred(text):
+            return letter
+    return None
+
+
+def _motions(p: Perception) -> list[tuple[int, str, float]]:
+    return [(f.index, f.action, f.amount or 0.0) for f in p.frames[1:]
+            if f.action in ACTIONS]
+
+
+def _runs(p: Perception) -> list[tuple[str, float, list[int]]]:
+    """Consecutive frames with the same action merged: ``(action, total, frame indices)``."""
+    runs: list[tuple[str, float, list[int]]] = []
+    for i, action, amount in _motions(p):
+        if runs and runs[-1][0] == action:
+            runs[-1] = (action, runs[-1][1] + amount, [*runs[-1][2], i])
+        else:
+            runs.append((action, amount, [i]))
+    return runs
+
+
+def _option_actions(text: str) -> list[str]:
+    low = text.lower()
+    found = sorted((low.find(a), a) for a in ACTIONS if a in low)
+    return [a for _, a in found]
+
+
+def solve_action_generation(p: Perception) -> OracleAnswer:
+    q = p.question
+    if q.startswith("You are asked to navigate to the"):
+        target = re.search(r"navigate to the (\w+ \w+)\.", q)
+        colour = _colour(target.group(1)) if target else ""
+        bearing = build_map(p).bearing_now(colour)
+        if bearing is None:
+            return OracleAnswer(None, f"the {colour} object is never seen")
+        move = ("move forward" if abs(bearing) <= 12.0 else
+                "rotate left" if bearing > 0 else "rotate right")
+        return OracleAnswer(
+            _letter_where(p.options, lambda t: t.lower().startswith(f"i {move}")),
+            f"the {colour} object is about {abs(bearing):.0f} degrees "
+            f"{'left' if bearing > 0 else 'right'} now: {move}")
+    runs = _runs(p)
+    if not runs:
+        return OracleAnswer(None, "no motion reported")
+    if q.startswith("Which sequence"):
+        # the two longest runs in time order (short runs straddle a boundary)
+        by_size = sorted(runs, key=lambda r: -len(r[2]))
+        chosen = sorted(by_size[:2], key=lambda r: r[2][0]) if len(runs) > 1 else runs * 2
+        pair = [r[0] for r in chosen]
+        letter = _letter_where(p.options, lambda t: _option_actions(t) == pair)
+        if letter is None:  # the order within the text first
+            firsts = [r[0] for r in runs[:2]]
+            letter = _letter_where(p.options, lambda t: _option_actions(t) == firsts)
+        return OracleAnswer(letter, f"{pair[0]}, then {pair[1]}")
+    totals: dict[str, int] = {}
+    for action, _, idx in runs:
+        totals[action] = totals.get(action, 0) + len(idx)
+    best = max(totals, key=lambda a: totals[a])
+    return OracleAnswer(_letter_where(p.options, lambda t: _option_actions(t) == [best]), best)
+
+
+def quadrant(bearing: float) -> str:
+    front = abs(bearing) < 90.0
+    return f"{'front' if front else 'back'}-{'left' if bearing > 0 else 'right'}"
+
+
+def solve_relative_direction(p: Perception) -> OracleAnswer:
+    q = p.question
+    m = re.match(r"Where is the (\w+ \w+) relative to you now", q)
+    world = build_map(p)
+    if m:
+        colour = _colour(m.group(1))
+        bearing = world.bearing_now(colour)
+        if bearing is None:
+            return OracleAnswer(None, f"the {colour} object is never seen")
+        where = quadrant(bearing)
+        return OracleAnswer(_letter_where(p.options, lambda t: t == where),
+                            f"{colour} at about {bearing:.0f} degrees: {where}")
+    m = re.match(r"If I am standing by the (\w+ \w+) and facing the (\w+ \w+), is the (\w+ \w+)",
+                 q)
+    if not m:
+        return OracleAnswer(None, "unknown question")
+    pa, pb, pc = (world.position(_colour(n)) for n in m.groups())
+    if pa is None or pb is None or pc is None:
+        return OracleAnswer(None, "an object's position is unknown")
+    angle = wrap(_heading(pa, pc) - _heading(pa, pb))
+    side = "back" if abs(angle) >= 135.0 else "left" if angle > 0 else "right"
+    return OracleAnswer(_letter_where(p.options, lambda t: t == side),
+                        f"turn {angle:.0f} degrees: {side}")
+
+
+def _heading(a: tuple[float, float], b: tuple[float, float]) -> float:
+    return math.degrees(math.atan2(b[1] - a[1], b[0] - a[0]))
+
+
+def solve_relative_distance(p: Perception) -> OracleAnswer:
+    m = re.search(r"objects \((.*)\) is the closest to the (\w+ \w+)\?", p.question)
+    if not m:
+        return OracleAnswer(None, "unknown question")
+    world = build_map(p)
+    target = world.position(_colour(m.group(2)))
+    if target is None:
+        return OracleAnswer(None, "the target's position is unknown")
+    best: tuple[float, str] | None = None
+    for letter, text in p.options:
+        pos = world.position(_colour(text))
+        if pos is None:
+            continue
+        d = math.dist(pos, target)
+        if best is None or d < best[0]:
+            best = (d, letter)
+    if best is None:
+        return OracleAnswer(None, "no candidate's position is known")
+    return OracleAnswer(best[1], f"about {best[0]:.1f} m")
+
+
+def _appearances(p: Perception) -> dict[str, tuple[int, float]]:
+    """First frame of each colour and a tie-break key (earlier entering regions first)."""
+    first: dict[str, tuple[int, float]] = {}
+    for f in p.frames:
+        turn = 0.0
+        if f.action == "rotate right":
+            turn = 1.0  # the view sweeps right: regions further left entered earlier
+        elif f.action == "rotate left":
+            turn = -1.0
+        for colour, s in f.sightings.items():
+            if colour not in first:
+                first[colour] = (f.index, -turn * s.bearing_deg)
+    return first
+
+
+def solve_appearance_order(p: Perception) -> OracleAnswer:
+    first = _appearances(p)
+    late = (10**6, 0.0)
+
+    def key(name: str) -> tuple[int, float]:
+        return first.get(_colour(name), late)
+
+    best: tuple[tuple[int, ...], str] | None = None
+    for letter, text in p.options:
+        names = [n.strip() for n in text.split(",")]
+        if [key(n) for n in names] == sorted(key(n) for n in names):
+            return OracleAnswer(letter, ", ".join(f"{n} in frame {key(n)[0]}" for n in names))
+        # else keep the option with the fewest inversions
+        inv = sum(1 for i in range(len(names)) for j in range(i + 1, len(names))
+                  if key(names[i]) > key(names[j]))
+        if best is None or (inv,) < best[0]:
+            best = ((inv,), letter)
+    return OracleAnswer(best[1] if best else None, "closest order")
+
+
+def _turn(angle: float) -> str:
+    a = abs(angle)
+    if a >= 135.0:
+        return "Turn Back"
+    return "Turn Left" if angle > 0 else "Turn Right"
+
+
+def solve_route_planning(p: Perception) -> OracleAnswer:
+    m = re.match(r"You are a robot beginning at the (\w+ \w+) and facing the (\w+ \w+)\..*"
+                 r"Go forward until the (\w+ \w+) 4\..*Go forward until the (\w+ \w+)\.",
+                 p.question, re.DOTALL)
+    if not m:
+        return OracleAnswer(None, "unknown question")
+    world = build_map(p)
+    pts = [world.position(_colour(n)) for n in m.groups()]
+    if any(pt is None for pt in pts):
+        return OracleAnswer(None, "an object's position is unknown")
+    a, b, c, d = pts  # type: ignore[misc]
+    t1 = _turn(wrap(_heading(b, c) - _heading(a, b)))
+    t2 = _turn(wrap(_heading(c, d) - _heading(b, c)))
+    want = f"{t1}, {t2}"
+    exact = _letter_where(p.options, lambda t: t == want)
+    if exact is not None:
+        return OracleAnswer(exact, want)
+    # rough positions often make a side turn look like a turn back: the option sharing a turn
+    best = max(p.options, key=lambda o: (o[1].split(", ")[0] == t1) + (o[1].split(", ")[-1] == t2))
+    return OracleAnswer(best[0], f"{want} (nearest option)")
+
+
+_STEP_RE = re.compile(r"(\d+)\. ([a-z ]+?) about (\d+(?:\.\d+)?) (m|degrees)")
+
+
+def plan_steps(question: str) -> list[tuple[int, str, float]]:
+    """``[1. move backward about 1.1 m; ...]`` -> ``[(1, "move backward", 1.1), ...]``."""
+    inside = question[question.find("[") + 1 : question.find("]")]
+    return [(int(n), a.strip(), float(v)) for n, a, v, _ in _STEP_RE.findall(inside)]
+
+
+def progress_step(p: Perception) -> int | None:
+    """The plan step the last frame is in: the reported motions consume the plan in order.
+
+    A motion counts towards the nearest step ahead with its action; a step whose amount has
+    been reached is finished, so the next one is under way. Key frames are sparse, so a step
+    may get no motion of its own (it is skipped over) and a mixed motion counts as its main
+    action only.
+    """
+    steps = plan_steps(p.question)
+    if not steps:
+        return None
+    current, done = 0, 0.0
+    for _, action, amount in _motions(p):
+        ahead = [k for k in range(current, len(steps))
+                 if steps[k][1] == action]
+        if not ahead:
+            continue
+        if ahead[0] > current:
+            current, done = ahead[0], 0.0
+        done += amount
+        planned = steps[current][2]
+        tolerance = 0.15 if action.startswith("move") else 6.0
+        if done >= planned - tolerance and current + 1 < len(steps):
+            current, done = current + 1, 0.0
+    return steps[current][0]
+
+
+def solve_progress_evaluation(p: Perception) -> OracleAnswer:
+    number = progress_step(p)
+    if number is None:
+        return OracleAnswer(None, "the motions do not follow the plan")
+    return OracleAnswer(
+        _letter_where(p.options, lambda t: t.startswith(f"I am on step {number}:")),
+        f"step {number}")
+
+
+SOLVERS = {
+    "action_generation": solve_action_generation,
+    "relative_direction": solve_relative_direction,
+    "relative_distance": solve_relative_distance,
+    "appearance_order": solve_appearance_order,
+    "route_planning": solve_route_planning,
+    "progress_evaluation": solve_progress_evaluation,
+}
+
+
+def solve(row: Mapping[str, Any]) -> OracleAnswer:
+    """The oracle's answer to a built dataset row, from its perception text only."""
+    p = perception_of(row)
+    solver = SOLVERS.get(str(row.get("category")))
+    if solver is None:
+        return OracleAnswer(None, "unknown category")
+    return solver(p)
+
+
+def answer_letter(row: Mapping[str, Any]) -> str:
+    """A letter always: the oracle's, else the first option (the text decides nothing)."""
+    return solve(row).letter or "A"
