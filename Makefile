@@ -37,9 +37,9 @@ test: setup
 demo: setup
 	$(PY) -m embodied_r_ros.demo
 
-# sample world -> dataset -> eval -> a few GRPO steps of SmolLM2-135M on CPU -> eval
+# the shipped reasoner from scratch on CPU: synthetic worlds -> rationale SFT -> GRPO -> the table
 train-demo: setup
-	$(PY) -m embodied_r_training.demo --out runs/demo
+	$(PY) -m embodied_r_training.demo --out runs/train-demo
 
 lint: setup
 	$(PY) -m ruff check .

@@ -167,7 +167,8 @@ def wrap(angle: float) -> float:
     return (angle + 180.0) % 360.0 - 180.0
 
 
-def _colour(name: str) -> str:
+def colour_of(name: str) -> str:
+    """The colour of an object name ("red box" -> "red"): one object per colour."""
     return name.split()[0]
 
 
@@ -284,7 +285,7 @@ def solve_action_generation(p: Perception) -> OracleAnswer:
     q = p.question
     if q.startswith("You are asked to navigate to the"):
         target = re.search(r"navigate to the (\w+ \w+)\.", q)
-        colour = _colour(target.group(1)) if target else ""
+        colour = colour_of(target.group(1)) if target else ""
         bearing = build_map(p).bearing_now(colour)
         if bearing is None:
             return OracleAnswer(None, f"the {colour} object is never seen")
@@ -324,7 +325,7 @@ def solve_relative_direction(p: Perception) -> OracleAnswer:
     m = re.match(r"Where is the (\w+ \w+) relative to you now", q)
     world = build_map(p)
     if m:
-        colour = _colour(m.group(1))
+        colour = colour_of(m.group(1))
         bearing = world.bearing_now(colour)
         if bearing is None:
             return OracleAnswer(None, f"the {colour} object is never seen")
@@ -335,7 +336,7 @@ def solve_relative_direction(p: Perception) -> OracleAnswer:
                  q)
     if not m:
         return OracleAnswer(None, "unknown question")
-    pa, pb, pc = (world.position(_colour(n)) for n in m.groups())
+    pa, pb, pc = (world.position(colour_of(n)) for n in m.groups())
     if pa is None or pb is None or pc is None:
         return OracleAnswer(None, "an object's position is unknown")
     angle = wrap(_heading(pa, pc) - _heading(pa, pb))
@@ -353,12 +354,12 @@ def solve_relative_distance(p: Perception) -> OracleAnswer:
     if not m:
         return OracleAnswer(None, "unknown question")
     world = build_map(p)
-    target = world.position(_colour(m.group(2)))
+    target = world.position(colour_of(m.group(2)))
     if target is None:
         return OracleAnswer(None, "the target's position is unknown")
     best: tuple[float, str] | None = None
     for letter, text in p.options:
-        pos = world.position(_colour(text))
+        pos = world.position(colour_of(text))
         if pos is None:
             continue
         d = math.dist(pos, target)
@@ -369,7 +370,7 @@ def solve_relative_distance(p: Perception) -> OracleAnswer:
     return OracleAnswer(best[1], f"about {best[0]:.1f} m")
 
 
-def _appearances(p: Perception) -> dict[str, tuple[int, float]]:
+def first_sightings(p: Perception) -> dict[str, tuple[int, float]]:
     """First frame of each colour and a tie-break key (earlier entering regions first)."""
     first: dict[str, tuple[int, float]] = {}
     for f in p.frames:
@@ -385,11 +386,11 @@ def _appearances(p: Perception) -> dict[str, tuple[int, float]]:
 
 
 def solve_appearance_order(p: Perception) -> OracleAnswer:
-    first = _appearances(p)
+    first = first_sightings(p)
     late = (10**6, 0.0)
 
     def key(name: str) -> tuple[int, float]:
-        return first.get(_colour(name), late)
+        return first.get(colour_of(name), late)
 
     best: tuple[tuple[int, ...], str] | None = None
     for letter, text in p.options:
@@ -418,7 +419,7 @@ def solve_route_planning(p: Perception) -> OracleAnswer:
     if not m:
         return OracleAnswer(None, "unknown question")
     world = build_map(p)
-    pts = [world.position(_colour(n)) for n in m.groups()]
+    pts = [world.position(colour_of(n)) for n in m.groups()]
     if any(pt is None for pt in pts):
         return OracleAnswer(None, "an object's position is unknown")
     a, b, c, d = pts  # type: ignore[misc]

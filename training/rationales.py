@@ -34,9 +34,9 @@ from .oracle import (
     FrameText,
     Map,
     Perception,
-    _appearances,
-    _colour,
     build_map,
+    colour_of,
+    first_sightings,
     perception_of,
     plan_steps,
     solve,
@@ -136,12 +136,12 @@ def _action_generation(p: Perception, answer: str) -> str:
     q = p.question
     if q.startswith("You are asked to navigate to the"):
         names = _names(q)
-        return f"{_track(p, _colour(names[0]) if names else '')} So: {answer}"
+        return f"{_track(p, colour_of(names[0]) if names else '')} So: {answer}"
     return f"{_walk(p)} So: {answer}"
 
 
 def _relative_direction(p: Perception, answer: str) -> str:
-    colours = [_colour(n) for n in _names(p.question)]
+    colours = [colour_of(n) for n in _names(p.question)]
     if p.question.startswith("Where is the"):
         return f"{_track(p, colours[0])} So: {answer}"
     return f"{_walk(p, colours, motions='none')} So: {answer}"
@@ -150,8 +150,8 @@ def _relative_direction(p: Perception, answer: str) -> str:
 def _relative_distance(p: Perception, answer: str) -> str:
     names = _names(p.question)
     target = names[-1] if names else ""
-    walk = _walk(p, [_colour(n) for n in names], motions="none")
-    close = _together(build_map(p), _colour(target), _colour(answer))
+    walk = _walk(p, [colour_of(n) for n in names], motions="none")
+    close = _together(build_map(p), colour_of(target), colour_of(answer))
     return f"{walk} {close + ' ' if close else ''}So: {answer}"
 
 
@@ -165,8 +165,8 @@ def _together(world: Map, a: str, b: str) -> str | None:
 
 
 def _appearance_order(p: Perception, answer: str) -> str:
-    colours = [_colour(n) for n in _names(p.question)]
-    first = _appearances(p)
+    colours = [colour_of(n) for n in _names(p.question)]
+    first = first_sightings(p)
     order = sorted((c for c in colours if c in first), key=lambda c: first[c])
     missing = [c for c in colours if c not in first]
     seen = f"First: {', '.join(order)}." if order else "None of them is seen."
@@ -177,7 +177,7 @@ def _appearance_order(p: Perception, answer: str) -> str:
 
 
 def _route_planning(p: Perception, answer: str) -> str:
-    colours = [_colour(n) for n in _names(p.question)]
+    colours = [colour_of(n) for n in _names(p.question)]
     return f"{_walk(p, colours, motions='none')} So: {answer}"
 
 
