@@ -60,6 +60,7 @@ def export_adapter(adapter: Path, dest: Path) -> Path:
 
 def run_demo(out: Path, *, config: str = RECIPE, worlds: dict[str, int] | None = None,
              eval_split: str = "test") -> dict[str, Any]:
+    from .datasets_build import load_manifest
     from .grpo import run_grpo
     from .plots import loss_curve
     from .sft import run_sft
@@ -71,6 +72,7 @@ def run_demo(out: Path, *, config: str = RECIPE, worlds: dict[str, int] | None =
     summary_data = build_synthetic(out / "synthetic", plan)
     minutes["synthetic data"] = _minutes(t)
     data_id, data_ood = out / "synthetic" / "id", out / "synthetic" / "ood"
+    summary_data["plan"] = load_manifest(data_id)["plan"]
 
     cfg = load_train_config(config)
     t = time.perf_counter()
@@ -110,7 +112,68 @@ def run_demo(out: Path, *, config: str = RECIPE, worlds: dict[str, int] | None =
         "eval": json.loads((out / "eval" / "eval.json").read_text()),
     }
     (out / "demo.json").write_text(json.dumps(summary, indent=1, default=str))
+    (exported / "README.md").write_text(model_card(summary, _summary_tables(out / "eval")))
     return summary
+
+
+def _summary_tables(eval_dir: Path) -> str:
+    """The per-dataset summary tables at the top of ``eval.md``."""
+    text = (eval_dir / "eval.md").read_text()
+    return text.split("### Beside the paper")[0].split("\n## ")[0].strip() + "\n"
+
+
+def model_card(summary: dict[str, Any], tables: str) -> str:
+    """The adapter's model card, from a run's summary and its ``eval`` summary tables."""
+    cfg = load_train_config(summary["config"])
+    sft, grpo = summary["sft"], summary["grpo"]
+    lora = cfg.policy.lora
+    plan = summary["data"].get("plan") or {}
+    seeds = "; ".join(
+        f"{name} {v['seeds'][0]}-{v['seeds'][-1]} ({len(v['seeds'])} worlds"
+        + (f", {v['spec']}" if v.get("spec") else "") + ")"
+        for name, v in plan.items() if v.get("seeds"))
+    rows = summary["data"].get("rows", {})
+    stages = ", ".join(f"{s.format:g}/{s.accuracy:g}/{s.consistency:g}"
+                       for s in cfg.rewards.stages)
+    return f"""# smollm2-135m-embodied-r
+
+A LoRA adapter (r {lora.r if lora else '-'}, alpha {lora.alpha if lora else '-'}, every linear
+layer; float16 safetensors, {summary['adapter_mb']} MB) for SmolLM2-135M-Instruct, trained by
+this project's own pipeline (`make train-demo`, config `{summary['config']}`) to answer the
+synthetic world's spatial questions from the `offline` profile's perception text. The offline
+model `smollm2-135m-embodied-r` is the base with this adapter merged in; the `offline` profile
+reasons with it.
+
+**What it shows**: that the project's training (rationale SFT as a cold start, then GRPO with
+the paper's format, accuracy and consistency rewards) moves a small LM well above the untrained
+one, on rooms it has never seen. **What it does not show**: anything about Embodied-R on real
+video. The training and test questions come from the same procedural generator (the OOD rows:
+more objects, longer trajectories), the perception text is geometric (odometry motions, colour
+regions), not a VLM's, and the LM has 135M parameters, not 3B.
+
+## Training data (synthetic, by seed; seed 7, the demo's world, is never used)
+Seeds: {seeds}. Rows: {json.dumps(rows)}. Perception: the `offline` profile (odometry
+motions, colour regions), built by `embodied-r-train build` from each world's rosbag.
+
+## Recipe (2 CPU cores)
+- SFT: {sft['rows']} rationale rows (`sft.supported_only`: the text supports the answer),
+  {sft['steps']} steps of {cfg.sft.gradient_accumulation_steps} rows, learning rate
+  {cfg.sft.learning_rate:g}, cosine; completion-only loss. {summary['minutes']['SFT']} minutes.
+- GRPO from that adapter: {grpo['steps']} steps, group size {cfg.grpo.num_generations}
+  ({cfg.grpo.completions_per_step} completions a step), {grpo['rows']} prompts,
+  temperature {cfg.grpo.temperature:g}, top-k {cfg.grpo.top_k}, top-p {cfg.grpo.top_p:g},
+  beta {cfg.grpo.beta:g}, learning rate {cfg.grpo.learning_rate:g}; reward stages
+  (format/accuracy/consistency) {stages}, one epoch each; consistency reference
+  `{cfg.rewards.reference.model if cfg.rewards.reference else cfg.policy.model}`.
+  {summary['minutes']['GRPO']} minutes.
+- Training time: {summary['training_minutes']} minutes in all.
+
+## Evaluation (greedy, {cfg.eval.max_new_tokens} new tokens; 95 % bootstrap intervals)
+"untrained" is SmolLM2-135M-Instruct itself; "oracle" answers from the same perception text by
+rules (the ceiling the text allows); "chance" is the expected accuracy of a uniform guess.
+
+{tables}
+"""
 
 
 def install_adapter(exported: Path) -> Path:
@@ -119,7 +182,7 @@ def install_adapter(exported: Path) -> Path:
 
     dest = ADAPTER_ROOT / ADAPTERS["smollm2-135m-embodied-r"][1]
     dest.mkdir(parents=True, exist_ok=True)
-    for name in ("adapter_config.json", "adapter_model.safetensors"):
+    for name in ("adapter_config.json", "adapter_model.safetensors", "README.md"):
         shutil.copy(exported / name, dest / name)
     return dest
 
