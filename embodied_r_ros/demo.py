@@ -6,8 +6,10 @@
    question's time window to ask it over the real ``/embodied_r/query`` service;
 4. prints each answer beside the true one, the accuracy, and the latency of every stage.
 
-The offline profile's models are stand-ins (geometric perception, SmolLM2-135M reasoning), not
-the paper's 72B VLM and 3B LM; the demo says so, and its accuracy says nothing about Embodied-R.
+The offline profile's models are stand-ins, not the paper's 72B VLM and 3B LM: geometric
+perception, and SmolLM2-135M with the adapter this project trained on synthetic rooms
+(``smollm2-135m-embodied-r``). The summary gives the accuracy with its bootstrap interval and
+the untrained model's figure on the same questions.
 """
 
 from __future__ import annotations
@@ -31,9 +33,9 @@ from typing import Any
 CAMERA, COMPRESSED, ODOM = "/camera/image_raw", "/camera/image_raw/compressed", "/odom"
 SERVICE = "/embodied_r/query"
 #: the untrained SmolLM2-135M-Instruct on the sample world's 30 questions, measured once with
-#: ``make demo`` and a config setting ``reasoning.model.model: smollm2-135m`` (README, "Demo"):
-#: the figure the shipped reasoner is compared with
-UNTRAINED = {"model": "smollm2-135m", "correct": 0, "questions": 30}
+#: ``make demo`` when it was the offline profile's reasoner (160 new tokens; README, "The demo
+#: on a plain machine"): the figure the shipped reasoner is compared with
+UNTRAINED = {"model": "smollm2-135m", "correct": 3, "questions": 30}
 
 
 @dataclass
@@ -121,7 +123,9 @@ def _summary(rows: list[Row], questions: list[dict[str, Any]], models: str,
                   f"  overhead    median {statistics.median(overhead):6.3f} s (total minus models)"]
     lines += [f"Models: {models}.",
               "These are STAND-INS (no model hub here), not the paper's Qwen2.5-VL-72B + "
-              "Qwen2.5-3B: the accuracy above says nothing about Embodied-R itself."]
+              "Qwen2.5-3B: geometric perception, and a 135M LM that this project trained on "
+              "synthetic rooms like this one (README, 'The shipped reasoner'). The accuracy "
+              "shows what the training does for a small LM, not what Embodied-R does on video."]
     return "\n".join(lines)
 
 

