@@ -146,10 +146,11 @@ reasons with it.
 
 **What it is for**: showing whether the project's training (rationale SFT as a cold start,
 then GRPO with the paper's format, accuracy and consistency rewards) moves a small LM above the
-untrained one on rooms it has never seen; the table below says how far. **What it does not show**: anything about Embodied-R on real
-video. The training and test questions come from the same procedural generator (the OOD rows:
-more objects, longer trajectories), the perception text is geometric (odometry motions, colour
-regions), not a VLM's, and the LM has 135M parameters, not 3B.
+untrained one on rooms it has never seen; the table below says how far. **What it does not
+show**: anything about Embodied-R on real video. The training and test questions come from the
+same procedural generator (the OOD rows: more objects, longer trajectories), the perception text
+is geometric (odometry motions, colour regions), not a VLM's, and the LM has 135M parameters,
+not 3B.
 
 ## Training data (synthetic, by seed; seed 7, the demo's world, is never used)
 Seeds: {seeds}. Rows: {json.dumps(rows)}. Perception: the `offline` profile (odometry
