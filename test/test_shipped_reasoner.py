@@ -25,7 +25,7 @@ def test_the_adapter_ships_small_with_its_card() -> None:
     config = json.loads((adapter / "adapter_config.json").read_text())
     assert config["peft_type"] == "LORA" and config["base_model_name_or_path"] == "smollm2-135m"
     card = (adapter / "README.md").read_text()
-    for fact in ("seeds", "SFT", "GRPO", "minutes", "untrained", "bootstrap", "synthetic"):
+    for fact in ("Seeds", "SFT", "GRPO", "minutes", "untrained", "bootstrap", "synthetic"):
         assert fact in card, fact
     # the offline profile reasons with it
     assert load_config("offline").reasoning.model.model == NAME
