@@ -16,6 +16,8 @@ from embodied_r_ros.core.config import ModelConfig, load_config
 from embodied_r_ros.core.reasoning import is_well_formed, parse_reasoning
 
 NAME = "smollm2-135m-embodied-r"
+#: the base model's conversion, the merge and 12 generations of up to 192 tokens on 2 cores
+SLOW = pytest.mark.timeout(900)
 
 
 def test_the_adapter_ships_small_with_its_card() -> None:
@@ -58,6 +60,7 @@ def replies(world: tuple[Path, tuple[dict, ...]]) -> list[str]:
 
 
 @pytest.mark.slow
+@SLOW
 def test_it_answers_in_the_format(world: tuple[Path, tuple[dict, ...]],
                                   replies: list[str]) -> None:
     rows = world[1]
@@ -70,6 +73,7 @@ def test_it_answers_in_the_format(world: tuple[Path, tuple[dict, ...]],
 
 
 @pytest.mark.slow
+@SLOW
 def test_a_grpo_step_from_it_asks_a_real_tiny_reference(
     world: tuple[Path, tuple[dict, ...]], replies: list[str], tiny_lm: ChatBackend,
     tmp_path: Path,

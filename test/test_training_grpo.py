@@ -188,7 +188,9 @@ def test_score_and_tables() -> None:
     assert metrics["format_rate"] == pytest.approx(2 / 3)
     assert metrics["consistency_rate"] == pytest.approx(1 / 3)  # 1 of 3 correct answers
     assert metrics["per_category"]["relative_direction"] == {
-        "n": 2, "accuracy": 1.0, "accuracy_official": 1.0, "accuracy_tag": 1.0}
+        "n": 2, "accuracy": 1.0, "accuracy_official": 1.0, "accuracy_tag": 1.0,
+        "ci_low": 1.0, "ci_high": 1.0}  # every resample of two hits is all hits
+    assert metrics["accuracy_ci"] == (1.0, 1.0)
     assert metrics["per_category"]["Landmark Position"]["accuracy_official"] == 0.0
     assert [p["consistent"] for p in preds] == [True, False, False]
     result = EvalResult(model="m", split="test", **metrics)
