@@ -129,3 +129,17 @@ def write_questions(path: Path, n: int = 4, *, scenes: int = 1) -> Path:
         )
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     return path
+
+
+def built_dataset(root: Path) -> Path:
+    """``write_bag`` (28 frames) + 8 questions built into ``root/ds`` by the real ``build``."""
+    from embodied_r_training.cli import main
+
+    bag = write_bag(root / "bag", n_frames=28)
+    questions = write_questions(root / "q.jsonl", n=8)
+    out = root / "ds"
+    assert main(["build", "--bag", str(bag), "--questions", str(questions), "--image-topic",
+                 "/camera/image_raw", "--odom-topic", "/odom", "--out", str(out), "--split-by",
+                 "question", "--folds", "0", "--no-progress", "--cache-dir",
+                 str(root / "cache")]) == 0
+    return out

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 import torch
-from bagdata import write_bag, write_questions
+from bagdata import built_dataset
 from embodied_r_training.cli import main
 from embodied_r_training.config import load_train_config
 from embodied_r_training.demo import export_adapter
@@ -23,14 +23,7 @@ from embodied_r_ros.core.rewards import completion_text
 @pytest.fixture(scope="module")
 def dataset(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("recipe")
-    bag = write_bag(root / "bag", n_frames=28)
-    questions = write_questions(root / "q.jsonl", n=8)
-    out = root / "ds"
-    assert main(["build", "--bag", str(bag), "--questions", str(questions), "--image-topic",
-                 "/camera/image_raw", "--odom-topic", "/odom", "--out", str(out), "--split-by",
-                 "question", "--folds", "0", "--no-progress", "--cache-dir",
-                 str(root / "cache")]) == 0
-    return out
+    return built_dataset(root)
 
 
 #: the shipped recipe's shape at test size (the consistency reward inside a GRPO step, with a

@@ -16,8 +16,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from bagdata import write_bag, write_questions
-from embodied_r_training.cli import main
+from bagdata import built_dataset
 from embodied_r_training.policy import local_model
 from safetensors.torch import load_file
 
@@ -25,14 +24,7 @@ from safetensors.torch import load_file
 @pytest.fixture(scope="module")
 def dataset(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("save")
-    bag = write_bag(root / "bag", n_frames=28)
-    questions = write_questions(root / "q.jsonl", n=8)
-    out = root / "ds"
-    assert main(["build", "--bag", str(bag), "--questions", str(questions), "--image-topic",
-                 "/camera/image_raw", "--odom-topic", "/odom", "--out", str(out), "--split-by",
-                 "question", "--folds", "0", "--no-progress", "--cache-dir",
-                 str(root / "cache")]) == 0
-    return out
+    return built_dataset(root)
 
 
 def torchrun(*args: str, cwd: Path) -> str:

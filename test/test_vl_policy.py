@@ -9,8 +9,7 @@ from typing import Any
 
 import pytest
 import torch
-from bagdata import write_bag, write_questions
-from embodied_r_training.cli import main
+from bagdata import built_dataset
 from embodied_r_training.config import load_train_config
 from embodied_r_training.evaluate import evaluate
 from embodied_r_training.grpo import NamedReward, run_grpo
@@ -29,14 +28,7 @@ VL = "tiny-qwen2.5-vl"
 @pytest.fixture(scope="module")
 def dataset(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("vl")
-    bag = write_bag(root / "bag", n_frames=28)
-    questions = write_questions(root / "q.jsonl", n=8)
-    out = root / "ds"
-    assert main(["build", "--bag", str(bag), "--questions", str(questions), "--image-topic",
-                 "/camera/image_raw", "--odom-topic", "/odom", "--out", str(out), "--split-by",
-                 "question", "--folds", "0", "--no-progress", "--cache-dir",
-                 str(root / "cache")]) == 0
-    return out
+    return built_dataset(root)
 
 
 def _vl_config(**sections: Any) -> Any:
