@@ -282,6 +282,24 @@ def cmd_eval(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_export(args: argparse.Namespace) -> int:
+    from .export import export_run, profile_lines
+
+    load_config(profile=args.profile)  # a bad --profile fails before anything is written
+    done = export_run(args.run, args.name, base=args.base, cache_dir=args.model_cache,
+                      force=args.force)
+    how = (f"LoRA adapter {done.source.path} merged into {done.source.base}"
+           if done.source.kind == "lora" else f"full weights from {done.source.path}")
+    print(f"exported {done.name}: {done.path} ({how}, {done.megabytes:.1f} MB)")
+    lines = profile_lines(done.name, args.profile)
+    if args.config_out:
+        Path(args.config_out).write_text(lines)
+        print(f"config written: {args.config_out}")
+    print("profile lines (a --config / config_file:= file):")
+    print("\n".join("  " + line for line in lines.splitlines()))
+    return 0
+
+
 # -- parser ----------------------------------------------------------------------------------------
 
 
@@ -356,6 +374,22 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--json", action="store_true", help="print JSON instead of the tables")
     _add_train_args(e)
     e.set_defaults(func=cmd_eval)
+
+    x = sub.add_parser("export", help="install a trained run as a named model for the robot",
+                       description="Merge a run's LoRA adapter into its base (or copy its full "
+                       "weights) into the offline model cache as NAME, so that a profile's "
+                       "reasoning.model.model can name it.")
+    x.add_argument("run", help="a grpo/sft run directory (or a checkpoint, adapter or model dir)")
+    x.add_argument("--name", required=True, help="the model's name in the cache")
+    x.add_argument("--base", help="the model a LoRA adapter is merged into (default: the one "
+                   "its adapter_config.json names)")
+    x.add_argument("--profile", default="offline",
+                   help="the profile the printed config extends (default offline)")
+    x.add_argument("--config-out", help="also write the printed config to this file")
+    x.add_argument("--model-cache", help="the model cache (default $EMBODIED_R_MODEL_CACHE or "
+                   "~/.cache/embodied_r/models)")
+    x.add_argument("--force", action="store_true", help="replace an exported model of that name")
+    x.set_defaults(func=cmd_export)
     return parser
 
 
@@ -366,10 +400,11 @@ def _user_errors() -> tuple[type[BaseException], ...]:
     from embodied_r_ros.core.video import VideoError
 
     from .datasets_build import BuildError
+    from .export import ExportError
     from .splits import SplitError
 
     return (CliError, ConfigError, BagError, BuildError, SplitError, VideoError, QueryError,
-            BackendError)
+            BackendError, ExportError)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
