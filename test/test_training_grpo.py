@@ -138,7 +138,7 @@ def test_sft_baseline_runs(dataset: Path, tmp_path: Path, tiny_models_dir: Path)
 
 
 def test_prompts_drop_the_oldest_frames_first(dataset: Path, tiny_models_dir: Path) -> None:
-    from embodied_r_training.datasets_build import load_rows
+    from embodied_r_training.dataset_files import load_rows
     from transformers import AutoTokenizer
 
     row = load_rows(dataset)[0]

@@ -34,7 +34,7 @@ from embodied_r_ros.core.reasoning import AnswerMode, extract_answer, is_well_fo
 from embodied_r_ros.core.rewards import solution_letter
 
 from .config import TrainConfig, resolve_device
-from .datasets_build import jsonl, load_rows, write_atomic
+from .dataset_files import jsonl, load_rows, write_atomic
 from .prompts import PromptLayout, dataset_layout, fit_rows
 
 ANSWER_MODES: tuple[AnswerMode, ...] = ("official", "tag")
