@@ -223,15 +223,10 @@ def _labelled(models: list[str]) -> list[tuple[str, str]]:
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
-    from .evaluate import (
-        BASELINES,
-        average_folds,
-        evaluate,
-        generation_backend,
-        summary_table,
-        write_reports,
-    )
+    from .eval_report import summary_table, write_reports
+    from .evaluate import evaluate, generation_backend
     from .grpo import reference_backend
+    from .scoring import BASELINES, average_folds
 
     cfg = _train_config(args)
     datasets = _labelled(args.data)
