@@ -14,7 +14,7 @@ from embodied_r_ros.core.bags import CAMERA_INFO_TYPE, POSE_TYPES
 from embodied_r_ros.core.pipeline import EmbodiedR
 
 from .dataset_files import BuildError, read_jsonl
-from .samples import KeyFrames, Sample, SkipSample, check_sample, keyframes_of
+from .samples import KeyFrames, Sample, SkipSample, bag_keyframes, check_sample
 
 
 def read_questions(path: str | Path) -> list[dict[str, Any]]:
@@ -131,12 +131,9 @@ class BagFrames:
         start, end = sample.extra["window_ns"]
         if self.odom_topic and self._poses is None:
             self._poses = self.bag.read_poses(self.odom_topic)
-        poses = None
-        if self._poses:
-            margin = 0.5  # seconds of odometry either side, for the nearest pose
-            poses = [p for p in self._poses if start / 1e9 - margin <= p[0] <= end / 1e9 + margin]
         try:
-            return keyframes_of(self.window(start, end), self.pipeline, self.camera, poses)
+            return bag_keyframes(self.window(start, end), self.pipeline, self._poses or [],
+                                 self.camera)
         except SkipSample:
             raise SkipSample("no frames in the window") from None
 

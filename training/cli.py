@@ -142,7 +142,8 @@ def cmd_build(args: argparse.Namespace) -> int:
         _preflight(args, samples)
         info_topic = args.camera_info_topic or camera_info_topic(bag)
         camera = config.perception.camera
-        if info_topic:
+        # intrinsics the config names are the robot's too (the nodes read no CameraInfo)
+        if info_topic and camera.fx is None:
             info = bag.camera_info(info_topic)
             if info is not None:
                 camera = info.to_config(camera)
