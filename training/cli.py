@@ -279,6 +279,40 @@ def cmd_eval(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_questions(args: argparse.Namespace) -> int:
+    from embodied_r_ros.core.bags import BagReader
+
+    from .questions import fields_help, odometry_questions, template_rows, write_rows
+
+    if args.template:
+        if args.bag:
+            with BagReader(args.bag) as bag:
+                rows = template_rows(bag)
+        else:
+            rows = template_rows()
+        write_rows(args.out, rows)
+        print(f"example questions written: {args.out}; the fields:\n{fields_help()}")
+        return 0
+    missing = [f"--{n.replace('_', '-')}" for n in ("bag", "image_topic", "odom_topic")
+               if not getattr(args, n)]
+    if missing:
+        raise CliError(f"questions from odometry need {', '.join(missing)} (or --template)")
+    spec = args.counts if args.counts is not None else args.count
+    config = _pipeline_config(args)
+    with BagReader(args.bag) as bag:
+        try:
+            rows, report = odometry_questions(
+                bag, args.image_topic, args.odom_topic, spec, seed=args.seed,
+                tolerance_sec=config.perception.odom_tolerance_sec)
+        except ValueError as exc:
+            raise CliError(str(exc)) from None
+    if not rows:
+        raise CliError(f"no questions: {report.summary()}")
+    write_rows(args.out, rows)
+    print(f"{args.out}: {report.summary()}")
+    return 0
+
+
 def cmd_export(args: argparse.Namespace) -> int:
     from .export import export_run, profile_lines
 
@@ -318,6 +352,25 @@ def build_parser() -> argparse.ArgumentParser:
     _add_pipeline_args(b, "offline")
     _add_split_args(b)
     b.set_defaults(func=cmd_build)
+
+    q = sub.add_parser("questions", help="questions about a bag from its odometry, or a "
+                       "question-file template", description="Write multiple-choice questions "
+                       "whose answers follow from the recorded odometry (for build), or, with "
+                       "--template, an example question file to fill in by hand.")
+    q.add_argument("--bag", help="rosbag2 directory, or a .mcap / .db3 file")
+    q.add_argument("--image-topic", help="the camera (questions are about its frames)")
+    q.add_argument("--odom-topic", help="nav_msgs/Odometry or a PoseStamped topic")
+    q.add_argument("--out", required=True, help="the question file (JSONL) to write")
+    how_many = q.add_mutually_exclusive_group()
+    how_many.add_argument("--count", type=int, default=30,
+                          help="questions in all, split evenly over the categories (30)")
+    how_many.add_argument("--counts", help="per category, e.g. action_generation=10,"
+                          "route_planning=5")
+    q.add_argument("--seed", type=int, default=0, help="same seed, same questions")
+    q.add_argument("--template", action="store_true",
+                   help="write an example file to edit instead (times inside --bag if given)")
+    _add_pipeline_args(q, "offline")
+    q.set_defaults(func=cmd_questions)
 
     for name, func, text in (
         ("import-urbanvideo", cmd_import_urbanvideo, "UrbanVideo-Bench (MCQ.parquet + videos/)"),

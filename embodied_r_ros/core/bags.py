@@ -253,6 +253,13 @@ class BagReader:
                 ) from None
             yield np.ascontiguousarray(image, dtype=np.uint8), stamp
 
+    def image_stamps_ns(self, topic: str, *, time_base: TimeBase = "header") -> list[int]:
+        """Sorted stamps of ``topic``'s frames, without decoding an image."""
+        conns = self._connections(topic, IMAGE_TYPES)
+        stamps = [(_stamp_ns(msg) or log_ns) if time_base == "header" else log_ns
+                  for log_ns, msg in self._messages(conns)]
+        return sorted(stamps)
+
     def _header_offset(self, topic: str, conns: list[Any]) -> int:
         """Header stamp minus recording time of the topic's first message (0 without headers)."""
         if topic not in self._offsets:
