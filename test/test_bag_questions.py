@@ -13,9 +13,10 @@ from embodied_r_training.cli import main
 
 from embodied_r_ros.core.poses import Pose, heading_deg, quadrant, wrap_deg
 from embodied_r_ros.sim.generate import generate_world
-from embodied_r_ros.sim.world import World, WorldSpec, build_world
+from embodied_r_ros.sim.world import EPOCH_NS, World, WorldSpec, build_world
 
 SPEC = WorldSpec(seed=31, frames=300, width=160, height=120)  # 30 s at 10 Hz
+SPEC_START_NS = EPOCH_NS
 TOPICS = ["--image-topic", "/camera/image_raw", "--odom-topic", "/odom"]
 
 
@@ -156,3 +157,48 @@ def test_the_template_is_a_question_file_build_reads(world: tuple[World, Path], 
     built = [json.loads(line) for line in (data / "data.jsonl").open()]
     assert [r["id"] for r in built] == ["my-robot-001", "my-robot-002"]
     assert all(len(r["key_frame_stamps"]) >= 4 for r in built)
+
+
+def test_build_leaves_out_bad_rows_naming_row_and_field_and_keeps_the_rest(
+    world: tuple[World, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _, bag = world
+    good = {"question": "Which way did I turn?", "options": ["A. left", "B. right"],
+            "answer": "A", "t_start": 0.0, "t_end": 6.0}
+    lines = [
+        json.dumps({"id": "ok1", **good}),
+        "{not json",
+        json.dumps({"id": "no-answer", **{k: v for k, v in good.items() if k != "answer"}}),
+        json.dumps({"id": "bad-options", **good, "options": "A. left, B. right"}),
+        json.dumps({"id": "bad-letter", **good, "answer": "C"}),
+        json.dumps({"id": "outside", **good, "t_start": 100.0, "t_end": 110.0}),
+        json.dumps({"id": "backwards", **good, "t_start": 5.0, "t_end": 1.0}),
+        json.dumps({"id": "ok1", **good}),
+        json.dumps(["a", "list"]),
+        json.dumps({"id": "ok2", **good, "stamp_start_ns": SPEC_START_NS,
+                    "stamp_end_ns": SPEC_START_NS + 8 * 10**9}),
+    ]
+    questions = tmp_path / "q.jsonl"
+    questions.write_text("\n".join(lines) + "\n")
+    data = tmp_path / "ds"
+    assert main(["build", "--bag", str(bag), "--questions", str(questions), *TOPICS, "--out",
+                 str(data), "--split-by", "question", "--folds", "0", "--val-frac", "0",
+                 "--test-frac", "0", "--no-progress"]) == 0
+    err = [line for line in capsys.readouterr().err.splitlines() if "skipping" in line]
+    expected = [
+        "question row 2: not valid JSON",
+        "question row 3 (no-answer): field 'answer': missing",
+        "question row 4 (bad-options): field 'options'",
+        "question row 5 (bad-letter): field 'answer': answer 'C' is not one of AB",
+        "question row 6 (outside): field 't_start': the window 100.000..110.000 s is outside",
+        "question row 7 (backwards): field 't_end': the window ends before it starts",
+        "question row 8 (ok1): field 'id': duplicate of row 1",
+        "question row 9: expected a JSON object, got list",
+    ]
+    assert len(err) == len(expected), err
+    for line, words in zip(err, expected, strict=True):
+        assert words in line, (line, words)
+    built = [json.loads(line) for line in (data / "data.jsonl").open()]
+    assert [r["id"] for r in built] == ["ok1", "ok2"]
+    manifest = json.loads((data / "manifest.json").read_text())
+    assert len(manifest["rejected_rows"]) == len(expected)

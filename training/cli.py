@@ -129,12 +129,17 @@ def _build(args: argparse.Namespace, samples: list[Any], frames_for: Any, pipeli
 def cmd_build(args: argparse.Namespace) -> int:
     from embodied_r_ros.core.bags import POSE_TYPES, BagReader
 
-    from .bag_source import BagFrames, bag_samples, camera_info_topic, read_questions
+    from .bag_source import BagFrames, camera_info_topic, question_samples, read_questions
 
     config = _pipeline_config(args)
     rows = read_questions(args.questions)
     with BagReader(args.bag) as bag:
-        samples = bag_samples(rows, Path(args.bag), bag.start_ns)
+        samples, rejected = question_samples(rows, Path(args.bag), bag.start_ns, bag.end_ns)
+        if not samples:
+            more = f" (and {len(rejected) - 1} more bad rows)" if len(rejected) > 1 else ""
+            raise CliError(f"{rejected[0]}{more}; no usable question rows in {args.questions}")
+        for line in rejected:  # each bad row is left out, the rest builds
+            print(f"embodied-r-train: skipping {line}", file=sys.stderr)
         # before any model loads or anything is written
         bag.require_topic(args.image_topic)
         if args.odom_topic:
@@ -152,7 +157,7 @@ def cmd_build(args: argparse.Namespace) -> int:
         manifest = _manifest(
             config, pipeline, "bag", bag=str(Path(args.bag).resolve()),
             image_topic=args.image_topic, odom_topic=args.odom_topic,
-            motion="odometry" if args.odom_topic else "visual",
+            motion="odometry" if args.odom_topic else "visual", rejected_rows=rejected,
         )
         return _build(args, samples, frames_for, pipeline, config, manifest)
 
