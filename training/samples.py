@@ -68,13 +68,6 @@ def check_sample(sample: Sample) -> None:
         raise ValueError(f"answer {sample.solution!r} is not one of {''.join(letters)}")
 
 
-def visual_motions(selection: Any, pipeline: EmbodiedR, camera: Any) -> list[Motion | None]:
-    """Ego-motion between consecutive key frames from the images (no odometry)."""
-    from embodied_r_ros.core.egomotion import keyframe_motions
-
-    return list(keyframe_motions(selection, pipeline.config.keyframes, camera))
-
-
 def keyframes_of(
     frames: Iterable[tuple[np.ndarray, float]], pipeline: EmbodiedR, camera: Any
 ) -> KeyFrames:
@@ -86,7 +79,7 @@ def keyframes_of(
     return KeyFrames(
         images=list(selection.images),
         stamps=list(selection.stamps),
-        motions=visual_motions(selection, pipeline, camera),
+        motions=pipeline.keyframe_motions(selection, camera),
         indices=list(selection.indices),
         motion_source="visual",
     )

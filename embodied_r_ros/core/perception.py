@@ -116,7 +116,7 @@ class PerceptionResult:
     vlm_calls: int = 0  # calls made for this result (the rest came from the cache)
 
 
-def primary_action(
+def lm_action(
     vlm_action: str | None, measured: str | None, source: MotionSource | None
 ) -> str | None:
     """The action the LM reads: odometry beats the VLM, the VLM beats visual ego-motion.
@@ -325,7 +325,7 @@ class Perceiver:
                 FrameDescription(
                     stamp=float(stamps[i]),
                     # without report_motion the LM reads the VLM's own action, as the paper
-                    action=(primary_action(p.action, measured[i], sources[i]) if report
+                    action=(lm_action(p.action, measured[i], sources[i]) if report
                             else p.action) if i else None,
                     observation=p.observation,
                     vlm_action=p.action if i else None,
