@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from ros_helpers import AllInOne, require_ros, ros_context, wait_until
+from ros_helpers import AllInOne, require_ros, result_of, ros_context, wait_until
 
 require_ros()
 
@@ -76,6 +76,7 @@ class Robot(AllInOne):
 
     def __init__(self, ctx: Any) -> None:
         super().__init__(ctx, parameters=[Parameter("image_qos", value="reliable")])
+        self.ctx = ctx
         self.prompts: list[str] = []
         self.tester.create_subscription(String, f"{self.ns}/reasoning/prompts",
                                         lambda m: self.prompts.append(m.data), 10)
@@ -83,20 +84,25 @@ class Robot(AllInOne):
                    what="the prompt subscription")
 
     def play(self, bag: Path) -> None:
-        """Play ``bag`` frame by frame, each frame awaited (nothing is lost, no sleeping)."""
-        player = BagPlayer(self.tester, bag, topics=["/camera/image_raw", "/odom"],
-                           remap={"/camera/image_raw": f"{self.ns}/image",
-                                  "/odom": f"{self.ns}/odom"}, rate=1000.0)
-        try:
-            assert player.wait_for_subscribers(f"{self.ns}/image", 10)
-            assert player.wait_for_subscribers(f"{self.ns}/odom", 10)
-            odom = player.info.counts["/odom"]
-            for i in range(FRAMES):
-                player.play(until_sec=i / 10 + 0.05)
-                wait_until(lambda i=i: self.store.stats.received >= i + 1, what=f"frame {i}")
-            wait_until(lambda: self.store.stats.poses >= odom, what="the odometry")
-        finally:
-            player.close()
+        play(self, bag, FRAMES)
+
+
+def play(into: AllInOne, bag: Path, frames: int) -> None:
+    """Play the first ``frames`` frames of ``bag`` (and its odometry) into an all-in-one, each
+    frame awaited (nothing is lost, no sleeping)."""
+    player = BagPlayer(into.tester, bag, topics=["/camera/image_raw", "/odom"],
+                       remap={"/camera/image_raw": f"{into.ns}/image",
+                              "/odom": f"{into.ns}/odom"}, rate=1000.0)
+    try:
+        assert player.wait_for_subscribers(f"{into.ns}/image", 10)
+        assert player.wait_for_subscribers(f"{into.ns}/odom", 10)
+        poses = 0
+        for i in range(frames):
+            poses += player.play(until_sec=i / 10 + 0.05) - 1
+            wait_until(lambda i=i: into.store.stats.received >= i + 1, what=f"frame {i}")
+        wait_until(lambda: into.store.stats.poses >= poses, what="the odometry")
+    finally:
+        player.close()
 
 
 @pytest.fixture(scope="module")
@@ -143,3 +149,70 @@ def test_the_robot_and_build_prompt_the_lm_byte_for_byte_across_an_odometry_gap(
     gap_pairs = [i for i in range(len(stamps) - 1) if inside[i] or inside[i + 1]]
     assert gap_pairs and all(sources[i] == "visual" for i in gap_pairs), (sources, gap_pairs)
     assert "visual" in sources and "odometry" in sources, sources
+
+
+def test_from_a_recording_to_a_trained_reasoner_answering_on_the_robot(
+    recording: Path, config_file: Path, robot: Robot, tmp_path: Path, tiny_models_dir: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """The README's five commands: questions -> build -> sft -> grpo -> export, then the
+    all-in-one (a second instance in this process, under /mine) answers with the export."""
+    import torch
+    from embodied_r_training.policy import local_model
+    from rclpy.action import ActionClient
+    from safetensors.torch import load_file
+
+    from embodied_r_interfaces.action import Reason
+    from embodied_r_ros.core.reasoning import parse_reasoning
+
+    questions, data, runs = tmp_path / "q.jsonl", tmp_path / "ds", tmp_path / "runs"
+    assert main(["questions", "--bag", str(recording), "--image-topic", "/camera/image_raw",
+                 "--odom-topic", "/odom", "--out", str(questions), "--count", "10"]) == 0
+    assert main(["build", "--bag", str(recording), "--questions", str(questions),
+                 "--image-topic", "/camera/image_raw", "--odom-topic", "/odom", "--config",
+                 str(config_file), "--out", str(data), "--split-by", "question", "--folds",
+                 "0", "--no-progress"]) == 0
+    lora = ["--set", "policy.lora={r: 4, alpha: 8}", "--set", "data.max_rows=4"]
+    assert main(["sft", "--config", "cpu-tiny", "--data", str(data), "--out",
+                 str(runs / "sft"), *lora]) == 0
+    assert main(["grpo", "--config", "cpu-tiny", "--data", str(data), "--out",
+                 str(runs / "grpo"), *lora, "--set",
+                 f"policy.adapter={runs / 'sft' / 'final-adapter'}"]) == 0
+    exported = tmp_path / "robot-r.yaml"
+    assert main(["export", str(runs / "grpo"), "--name", "robot-r", "--config-out",
+                 str(exported)]) == 0
+    assert "reasoning:\n    model: {model: robot-r}" in capsys.readouterr().out
+
+    # the robot's config extends the printed one (no cache under ~/.cache, short replies)
+    mine = tmp_path / "mine.yaml"
+    mine.write_text(f"base: {exported}\ncache: {{enabled: false}}\n"
+                    "reasoning: {model: {max_new_tokens: 8}}\n")
+    other = AllInOne(robot.ctx, namespace="/mine",
+                     parameters=[Parameter("config_file", value=str(mine)),
+                                 Parameter("image_qos", value="reliable")])
+    try:
+        lm = other.by_name["reasoning"].pipeline.lm
+        assert lm.model_id == "robot-r"
+        assert Path(lm.model.name_or_path) == tiny_models_dir / "robot-r"
+        play(other, recording, 40)  # 4 s of camera are enough for a window
+        res = other.ask("Which way did I turn?", ["A. left", "B. right"])
+        assert res.success, res.error
+        # the answer is the exported model's own, greedy, on the prompt the robot built
+        pipeline = other.by_name["reasoning"].pipeline
+        raw = lm.complete([pipeline.reasoning_messages(res.perception)])[0].text
+        mine_says = parse_reasoning(raw, ["A. left", "B. right"], "tag")
+        assert (res.answer, res.reasoning) == (mine_says.answer, mine_says.think)
+        # and over ROS the reasoning node's raw reply is that model's, not the base model's
+        client = ActionClient(other.tester, Reason, "/mine/reasoning/reason")
+        other.spinner.owned.append(client)
+        assert client.wait_for_server(timeout_sec=10)
+        goal = Reason.Goal(perception=res.perception, options=["A. left", "B. right"])
+        handle = result_of(client.send_goal_async(goal))
+        result = result_of(handle.get_result_async()).result
+        assert result.success and result.raw == raw
+        # what it serves is the trained weights, not the base model's
+        served = lm.model.state_dict()
+        base = load_file(Path(local_model("tiny-qwen2")) / "model.safetensors")
+        assert any(not torch.equal(served[k], base[k]) for k in base)
+    finally:
+        other.stop()
