@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from embodied_r_ros.core.cancel import CancelToken
-from embodied_r_ros.core.pipeline import EmbodiedR
+from embodied_r_ros.core.pipeline import EmbodiedR, validate_perception
 from embodied_r_ros.core.reasoning import Reasoning
 from embodied_r_ros.nodes.model_node import ModelNode, model_status
 
@@ -45,6 +45,7 @@ class ReasoningNode(ModelNode):
         path), its prompt published on ``~/prompts`` while subscribed."""
         pipeline = pipeline or self.serving()
         if self._prompts.get_subscription_count() > 0:
+            validate_perception(perception)  # a hostile request is refused, not published
             messages = pipeline.reasoning_messages(perception)
             self._prompts.publish(self._string(data=json.dumps(messages)))
         return pipeline.reason(perception, options, cancel)
