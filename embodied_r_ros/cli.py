@@ -14,7 +14,13 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from embodied_r_ros.core.config import ConfigError, KeyframeConfig, load_config
+from embodied_r_ros.core.config import (
+    ConfigError,
+    KeyframeConfig,
+    ModelConfig,
+    api_key_from_env,
+    load_config,
+)
 
 log = logging.getLogger("embodied_r")
 
@@ -148,14 +154,47 @@ def cmd_ask(args: argparse.Namespace) -> int:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    from embodied_r_ros.core.backends.server import run_server
-
     config = _load_pipeline_config(args)
     model = config.reasoning.model if args.role == "lm" else config.perception.vlm
     if model is None:
         raise CliError(f"profile '{config.name}' has no VLM to serve (perception is geometric)")
-    run_server(model, args.host, args.port, text_only=args.role == "lm")
+    serve_model(model, args.host, args.port, text_only=args.role == "lm")
     return 0
+
+
+def serve_model(
+    cfg: ModelConfig,
+    host: str = "127.0.0.1",
+    port: int = 8000,
+    *,
+    cache_dir: str | None = None,
+    text_only: bool = False,
+) -> None:
+    """Bind the port, then load the model of ``cfg`` and serve it until interrupted
+    (``embodied-r serve``): a busy or invalid port fails before minutes of loading.
+    ``text_only``: a text role (reasoning LM, consistency reference), see ``create_backend``.
+
+    If ``cfg.api_key_env`` is set, clients must send that variable's value as a Bearer token.
+    """
+    from embodied_r_ros.core.backends.factory import create_backend
+    from embodied_r_ros.serving import OpenAIServer
+
+    api_key = api_key_from_env(cfg.api_key_env) if cfg.api_key_env else None
+    server = OpenAIServer(None, host, port, api_key=api_key)
+    try:
+        backend = create_backend(cfg, cache_dir=cache_dir, text_only=text_only)
+    except BaseException:
+        server.shutdown()
+        raise
+    server.backend = backend
+    log.info("serving %s at %s", backend.model_id, server.url)
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        log.info("interrupted")
+    finally:
+        server.shutdown()
+        backend.close()
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -33,9 +33,9 @@ from embodied_r_ros.core.backends import (
 from embodied_r_ros.core.backends.base import Completion
 from embodied_r_ros.core.backends.images import from_data_url, resize_max_side, to_data_url
 from embodied_r_ros.core.backends.openai_backend import OpenAIBackend
-from embodied_r_ros.core.backends.server import OpenAIServer, serve
 from embodied_r_ros.core.cancel import CANCELLED, CancelToken
 from embodied_r_ros.core.config import ConfigError, ModelConfig
+from embodied_r_ros.serving import OpenAIServer, serve
 
 QUESTIONS = [
     "Which object is closest to the agent?",
@@ -330,7 +330,7 @@ def test_vllm_missing_is_a_clear_error() -> None:
 
 def test_importing_backends_does_not_import_torch() -> None:
     code = (
-        "import sys, embodied_r_ros.core.backends, embodied_r_ros.core.backends.server, "
+        "import sys, embodied_r_ros.core.backends, embodied_r_ros.serving, "
         "embodied_r_ros.core.backends.openai_backend; "
         "assert not {'torch', 'transformers', 'vllm'} & set(sys.modules), 'heavy import'"
     )
@@ -497,7 +497,7 @@ def test_slow_server_times_out_after_retries() -> None:
 
 def test_server_errors_are_retried_then_failed(caplog: pytest.LogCaptureFixture) -> None:
     recorder = Recorder()
-    caplog.set_level(logging.CRITICAL, logger="embodied_r_ros.core.backends.server")
+    caplog.set_level(logging.CRITICAL, logger="embodied_r_ros.serving")
     with serve(BrokenBackend(), request_hook=recorder) as server:
         client = OpenAIBackend(openai_cfg(server.url, retries=2))
         with pytest.raises(BackendError) as err:
@@ -547,8 +547,8 @@ def test_run_server_serves_a_profile_model_until_interrupted(tiny_models_dir: Pa
     code = (
         "import logging; logging.basicConfig(level=logging.INFO)\n"
         "from embodied_r_ros.core.config import ModelConfig\n"
-        "from embodied_r_ros.core.backends.server import run_server\n"
-        f"run_server(ModelConfig(model='tiny-qwen2', max_new_tokens=4), '127.0.0.1', {port})\n"
+        "from embodied_r_ros.cli import serve_model\n"
+        f"serve_model(ModelConfig(model='tiny-qwen2', max_new_tokens=4), '127.0.0.1', {port})\n"
     )
     env = {**os.environ, "EMBODIED_R_MODEL_CACHE": str(tiny_models_dir)}
     proc = subprocess.Popen([sys.executable, "-c", code], env=env, stderr=subprocess.PIPE)
@@ -696,7 +696,7 @@ def test_server_batches_concurrent_requests_for_in_process_models() -> None:
 
 def test_health_reflects_the_last_call(tiny_lm: ChatBackend, monkeypatch: pytest.MonkeyPatch,
                                        caplog: pytest.LogCaptureFixture) -> None:
-    caplog.set_level(logging.CRITICAL, logger="embodied_r_ros.core.backends.server")
+    caplog.set_level(logging.CRITICAL, logger="embodied_r_ros.serving")
     flaky = FlakyBackend(broken=True)
     with serve(flaky) as server:
         root = server.url.removesuffix("/v1")
@@ -743,13 +743,13 @@ def test_serve_binds_the_port_before_loading_the_model() -> None:
         busy.bind(("127.0.0.1", 0))
         busy.listen(1)
         port = busy.getsockname()[1]
-        from embodied_r_ros.core.backends.server import run_server
+        from embodied_r_ros.cli import serve_model
 
         start = time.monotonic()
         for bad_port in (port, 70000):
             with pytest.raises(BackendError, match=f"{bad_port}") as err:
                 # a model that would take long (or fail) to load is never reached
-                run_server(ModelConfig(model="Qwen/never-loaded"), "127.0.0.1", bad_port)
+                serve_model(ModelConfig(model="Qwen/never-loaded"), "127.0.0.1", bad_port)
             assert "\n" not in str(err.value)
         assert time.monotonic() - start < 2.0
 
