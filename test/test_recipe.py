@@ -95,7 +95,7 @@ def test_the_table_has_the_rule_rows_with_intervals(dataset: Path, tmp_path: Pat
 
 
 def test_rationale_think_texts_are_what_sft_trains_on(dataset: Path) -> None:
-    from embodied_r_training.datasets_build import load_rows
+    from embodied_r_training.dataset_files import load_rows
     from embodied_r_training.sft import sft_rows
 
     cfg = load_train_config("cpu-tiny", {"sft": {"targets": "rationale"}})

@@ -10,21 +10,17 @@ from typing import Any
 import pandas as pd
 import pytest
 from bagdata import T0_NS, write_bag, write_questions
+from embodied_r_training.bag_source import BagFrames, bag_samples
+from embodied_r_training.build import build_dataset
 from embodied_r_training.cli import main
-from embodied_r_training.datasets_build import (
-    BagFrames,
-    bag_samples,
-    build_dataset,
-    load_rows,
-    read_journal,
-    settings_fingerprint,
-)
+from embodied_r_training.dataset_files import load_rows
 from embodied_r_training.importers import (
     split_question_text,
     urbanvideo_samples,
     urbanvideo_scene,
     vsibench_samples,
 )
+from embodied_r_training.journal import read_journal, settings_fingerprint
 from embodied_r_training.splits import SplitError, kfold_groups, make_splits, split_groups
 from media import pan_frames, write_video
 

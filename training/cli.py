@@ -98,7 +98,7 @@ def _manifest(config: Config, pipeline: Any, kind: str, **extra: Any) -> dict[st
 
 def _preflight(args: argparse.Namespace, samples: list[Any]) -> None:
     """Everything a build can check before a model loads (ids, splits, folds)."""
-    from .datasets_build import check_build
+    from .build import check_build
 
     args.folds = check_build(samples, split_by=args.split_by, seed=args.seed,
                              fractions=_fractions(args), folds=args.folds)
@@ -106,7 +106,8 @@ def _preflight(args: argparse.Namespace, samples: list[Any]) -> None:
 
 def _build(args: argparse.Namespace, samples: list[Any], frames_for: Any, pipeline: Any,
            config: Config, manifest: dict[str, Any]) -> int:
-    from .datasets_build import build_dataset, settings_fingerprint
+    from .build import build_dataset
+    from .journal import settings_fingerprint
 
     fingerprint = settings_fingerprint(
         config, manifest["perception_model"],
@@ -128,7 +129,7 @@ def _build(args: argparse.Namespace, samples: list[Any], frames_for: Any, pipeli
 def cmd_build(args: argparse.Namespace) -> int:
     from embodied_r_ros.core.bags import POSE_TYPES, BagReader
 
-    from .datasets_build import BagFrames, bag_samples, camera_info_topic, read_questions
+    from .bag_source import BagFrames, bag_samples, camera_info_topic, read_questions
 
     config = _pipeline_config(args)
     rows = read_questions(args.questions)
@@ -222,15 +223,10 @@ def _labelled(models: list[str]) -> list[tuple[str, str]]:
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
-    from .evaluate import (
-        BASELINES,
-        average_folds,
-        evaluate,
-        generation_backend,
-        summary_table,
-        write_reports,
-    )
+    from .eval_report import summary_table, write_reports
+    from .evaluate import evaluate, generation_backend
     from .grpo import reference_backend
+    from .scoring import BASELINES, average_folds
 
     cfg = _train_config(args)
     datasets = _labelled(args.data)
@@ -365,7 +361,7 @@ def _user_errors() -> tuple[type[BaseException], ...]:
     from embodied_r_ros.core.pipeline import QueryError
     from embodied_r_ros.core.video import VideoError
 
-    from .datasets_build import BuildError
+    from .dataset_files import BuildError
     from .splits import SplitError
 
     return (CliError, ConfigError, BagError, BuildError, SplitError, VideoError, QueryError,

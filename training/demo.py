@@ -60,7 +60,7 @@ def export_adapter(adapter: Path, dest: Path) -> Path:
 
 def run_demo(out: Path, *, config: str = RECIPE, worlds: dict[str, int] | None = None,
              eval_split: str = "test") -> dict[str, Any]:
-    from .datasets_build import load_manifest
+    from .dataset_files import load_manifest
     from .grpo import run_grpo
     from .plots import loss_curve
     from .sft import run_sft

@@ -32,7 +32,7 @@ from embodied_r_ros.core.rewards import (
 )
 
 from .config import TrainConfig, resolve_device, world_size
-from .datasets_build import load_rows
+from .dataset_files import load_rows
 from .policy import load_policy, lora_config, save_final
 from .prompts import FitReport, PromptLayout, dataset_layout, fit_rows
 from .schedule import RewardSchedule

@@ -1,6 +1,6 @@
 """Samples from the public benchmarks Embodied-R trains on: UrbanVideo-Bench and VSI-Bench.
 
-Both become :class:`~embodied_r_training.datasets_build.Sample` lists with the paper's eight
+Both become :class:`~embodied_r_training.samples.Sample` lists with the paper's eight
 categories (digest §4.1); ``all_categories`` keeps every multiple-choice category instead.
 UrbanVideo-Bench puts the options inside the question text after a label that varies
 ("Choices:", "Choice:", "choose:", sometimes "Answer:" or none); :func:`split_question_text`
@@ -22,7 +22,8 @@ from typing import Any
 
 from embodied_r_ros.core.reasoning import LETTERS
 
-from .datasets_build import BuildError, Sample, check_sample, read_jsonl
+from .dataset_files import BuildError, read_jsonl
+from .samples import Sample, check_sample
 
 log = logging.getLogger(__name__)
 
@@ -332,7 +333,7 @@ class VideoFrames:
     def __call__(self, sample: Sample) -> Any:
         from embodied_r_ros.core.video import VideoError, iter_frames
 
-        from .datasets_build import SkipSample, keyframes_of
+        from .samples import SkipSample, keyframes_of
 
         try:
             return keyframes_of(iter_frames(sample.source), self.pipeline, self.camera)

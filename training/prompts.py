@@ -22,7 +22,7 @@ from embodied_r_ros.core.perception import FrameDescription, assemble
 from embodied_r_ros.core.prompts import PromptSet, prompts_from
 from embodied_r_ros.core.reasoning import build_messages
 
-from .datasets_build import load_manifest
+from .dataset_files import load_manifest
 
 log = logging.getLogger(__name__)
 

@@ -41,7 +41,7 @@ from embodied_r_ros.sim.generate import SAMPLE_SPEC
 from embodied_r_ros.sim.questions import CATEGORIES
 from embodied_r_ros.sim.world import WorldSpec
 
-from .datasets_build import MANIFEST, SPLITS_FILE, TABLE, jsonl, read_jsonl, write_atomic
+from .dataset_files import MANIFEST, SPLITS_FILE, TABLE, jsonl, read_jsonl, write_atomic
 from .splits import Splits
 
 log = logging.getLogger(__name__)
