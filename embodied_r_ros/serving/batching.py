@@ -1,5 +1,7 @@
 """Micro-batching for a backend that serves one ``complete`` call at a time: requests with
-equal settings that arrive within a few milliseconds share one batched call."""
+equal settings that arrive within a few milliseconds share one batched call. A request whose
+client has gone is dropped before its batch starts, and a batch whose clients have all gone
+is stopped mid-generation (so the next client does not wait for replies nobody reads)."""
 
 from __future__ import annotations
 
@@ -10,16 +12,34 @@ from concurrent.futures import Future
 
 from embodied_r_ros.core.backends.base import (
     BACKEND_DOWN,
+    CANCELLED,
     BackendError,
     ChatBackend,
     Completion,
     Conversation,
 )
+from embodied_r_ros.core.cancel import CancelToken
 from embodied_r_ros.serving.requests import Settings
 
 BATCH_WINDOW_S = 0.005  # how long a batch waits for more requests to join
 
-_Item = tuple[Conversation, Settings, "Future[Completion]"]
+_Item = tuple[Conversation, Settings, "Future[Completion]", CancelToken]
+
+
+class AllStopped(CancelToken):
+    """Stopped once every one of ``tokens`` is: one batch serves several clients."""
+
+    def __init__(self, tokens: list[CancelToken]) -> None:
+        super().__init__()
+        self.tokens = tokens
+
+    def reason(self) -> tuple[str, str] | None:
+        own = super().reason()
+        if own is not None:
+            return own
+        if all(t.stopped for t in self.tokens):
+            return (CANCELLED, "every client of the batch went away")
+        return None
 
 
 def shutting_down() -> BackendError:
@@ -42,12 +62,14 @@ class Batcher:
                                         daemon=True)
         self._thread.start()
 
-    def submit(self, conversation: Conversation, settings: Settings) -> Completion:
+    def submit(
+        self, conversation: Conversation, settings: Settings, cancel: CancelToken | None = None
+    ) -> Completion:
         future: Future[Completion] = Future()
         with self._lock:
             if self._closed:
                 raise shutting_down()
-            self._queue.put((conversation, settings, future))
+            self._queue.put((conversation, settings, future, cancel or CancelToken()))
         return future.result()
 
     def _next_batch(self) -> list[_Item] | None:
@@ -80,14 +102,22 @@ class Batcher:
             batch = self._next_batch()
             if batch is None:
                 return
-            try:
-                replies = self.backend.complete([b[0] for b in batch], **batch[0][1].kwargs())
-            except BaseException as exc:  # noqa: BLE001 - every waiting client gets the error
-                for _, _, future in batch:
-                    future.set_exception(exc)
+            for item in [b for b in batch if b[3].stopped]:  # its client left while queued
+                batch.remove(item)
+                item[2].set_exception(BackendError(CANCELLED, "the client went away"))
+            if not batch:
                 continue
-            for (_, _, future), reply in zip(batch, replies, strict=True):
-                future.set_result(reply)
+            try:
+                replies = self.backend.complete(
+                    [b[0] for b in batch], **batch[0][1].kwargs(),
+                    cancel=AllStopped([b[3] for b in batch]),
+                )
+            except BaseException as exc:  # noqa: BLE001 - every waiting client gets the error
+                for item in batch:
+                    item[2].set_exception(exc)
+                continue
+            for item, reply in zip(batch, replies, strict=True):
+                item[2].set_result(reply)
 
     def close(self) -> None:
         """Stop the worker; requests it never took fail at once rather than hang."""
@@ -102,5 +132,5 @@ class Batcher:
             item = self._queue.get_nowait()
             if item is not None:
                 pending.append(item)
-        for _, _, future in pending:
-            future.set_exception(shutting_down())
+        for item in pending:
+            item[2].set_exception(shutting_down())

@@ -19,6 +19,31 @@ KNOWN_KEYS = frozenset({
     "stop", "n", "stream", "user",
 })
 MAX_STOP = 4
+#: the most new tokens a request may ask for when the model's context is unknown (the
+#: schema's bound on ``max_new_tokens``)
+MAX_NEW_TOKENS = 32768
+#: characters per position of the model's context beyond which a prompt is refused without
+#: tokenising it (no tokenizer packs more into one token in practice)
+CHARS_PER_POSITION = 8
+#: prompt characters allowed when the model's context is unknown
+DEFAULT_MAX_PROMPT_CHARS = 1 << 20
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What one request may hold; each is checked before anything large is allocated."""
+
+    max_images: int = 16
+    #: an image's header is read first: a 1 MB PNG of 16000 x 16000 is refused undecoded
+    max_image_pixels: int = 4096 * 4096
+    #: a configured maximum; the model's context bounds it too (see ``prompt_char_limit``)
+    max_prompt_chars: int | None = None
+
+    def prompt_char_limit(self, context_tokens: int | None) -> int:
+        bounds = [b for b in (self.max_prompt_chars,) if b is not None]
+        if context_tokens is not None:
+            bounds.append(CHARS_PER_POSITION * context_tokens)
+        return min(bounds) if bounds else DEFAULT_MAX_PROMPT_CHARS
 
 
 class RequestError(ValueError):
@@ -29,10 +54,21 @@ class RequestError(ValueError):
         self.status = status
 
 
-def from_openai_messages(messages: object) -> Conversation:
-    """OpenAI chat messages -> core messages; ``image_url`` data URLs become RGB arrays."""
+def from_openai_messages(messages: object, limits: Limits | None = None) -> Conversation:
+    """OpenAI chat messages -> core messages; ``image_url`` data URLs become RGB arrays (at
+    most ``limits.max_images`` of at most ``limits.max_image_pixels`` each)."""
+    limits = limits or Limits()
     if not isinstance(messages, list) or not messages:
         raise RequestError(400, "'messages' must be a non-empty list")
+    images = sum(
+        1
+        for msg in messages
+        if isinstance(msg, dict) and isinstance(msg.get("content"), list)
+        for part in msg["content"]
+        if isinstance(part, dict) and part.get("type") == "image_url"
+    )
+    if images > limits.max_images:
+        raise RequestError(400, f"{images} images in one request; at most {limits.max_images}")
     conversation: Conversation = []
     for msg in messages:
         if not isinstance(msg, dict) or not isinstance(msg.get("role"), str):
@@ -45,11 +81,24 @@ def from_openai_messages(messages: object) -> Conversation:
             continue
         if not isinstance(content, list):
             raise RequestError(400, "message 'content' must be a string or a list of parts")
-        conversation.append({"role": msg["role"], "content": [_part(p) for p in content]})
+        parts = [_part(p, limits.max_image_pixels) for p in content]
+        conversation.append({"role": msg["role"], "content": parts})
     return conversation
 
 
-def _part(part: object) -> dict[str, Any]:
+def prompt_chars(conversation: Conversation) -> int:
+    """Characters of text in a conversation (what a tokenizer would have to read)."""
+    total = 0
+    for msg in conversation:
+        content = msg["content"]
+        if isinstance(content, str):
+            total += len(content)
+        else:
+            total += sum(len(p["text"]) for p in content if p["type"] == "text")
+    return total
+
+
+def _part(part: object, max_pixels: int) -> dict[str, Any]:
     if not isinstance(part, dict):
         raise RequestError(400, "content parts must be objects")
     kind = part.get("type")
@@ -61,7 +110,7 @@ def _part(part: object) -> dict[str, Any]:
         if not isinstance(url, str):
             raise RequestError(400, "image_url part needs a 'url'")
         try:
-            return {"type": "image", "image": from_data_url(url)}
+            return {"type": "image", "image": from_data_url(url, max_pixels)}
         except ValueError as exc:
             raise RequestError(400, f"image_url: {exc}") from None
     raise RequestError(400, f"unsupported content part type {kind!r}")
@@ -84,6 +133,8 @@ def parse_json(raw: bytes) -> dict[str, Any]:
         body = json.loads(raw)
     except ValueError:  # includes UnicodeDecodeError
         raise RequestError(400, "request body is not valid JSON") from None
+    except RecursionError:  # e.g. 100,000 nested arrays
+        raise RequestError(400, "request body is nested too deeply") from None
     if not isinstance(body, dict):
         raise RequestError(400, "request body must be a JSON object")
     return body

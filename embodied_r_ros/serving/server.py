@@ -15,10 +15,13 @@ them grouped into batches (:mod:`.batching`).
 
 from __future__ import annotations
 
+import ipaddress
+import logging
 import threading
 import time
 import uuid
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from types import TracebackType
 from typing import Any
 
@@ -27,10 +30,28 @@ from embodied_r_ros.core.backends.base import (
     BACKEND_FAILED,
     BackendError,
     ChatBackend,
+    Conversation,
 )
+from embodied_r_ros.core.cancel import CancelToken
 from embodied_r_ros.serving.batching import Batcher
-from embodied_r_ros.serving.http_api import Handler, HTTPServer, check_bearer
-from embodied_r_ros.serving.requests import RequestError, from_openai_messages, parse_settings
+from embodied_r_ros.serving.http_api import (
+    MAX_CONNECTIONS,
+    READ_TIMEOUT_S,
+    Handler,
+    HTTPServer,
+    check_bearer,
+)
+from embodied_r_ros.serving.requests import (
+    MAX_NEW_TOKENS,
+    Limits,
+    RequestError,
+    Settings,
+    from_openai_messages,
+    parse_settings,
+    prompt_chars,
+)
+
+logger = logging.getLogger(__name__)
 
 #: called with (method, path, headers) for every request, before it is handled
 RequestHook = Callable[[str, str, Mapping[str, str]], None]
@@ -46,15 +67,21 @@ class OpenAIServer:
         port: int = 0,
         *,
         api_key: str | None = None,
+        insecure: bool = False,
         request_hook: RequestHook | None = None,
+        limits: Limits | None = None,
+        read_timeout_s: float = READ_TIMEOUT_S,
+        max_connections: int = MAX_CONNECTIONS,
     ) -> None:
         self.backend = backend  # None while the model loads (the port is bound first)
         self.request_hook = request_hook
+        self.limits = limits or Limits()
         self._api_key = api_key
         self._lock = threading.Lock()
         self._batch: Batcher | None = None
         try:
-            self._httpd = HTTPServer((host, port), Handler)
+            self._httpd = HTTPServer((host, port), Handler, read_timeout_s=read_timeout_s,
+                                     max_connections=max_connections)
         except OverflowError:
             raise BackendError(BACKEND_FAILED,
                                f"port {port} is not a valid port (0-65535)") from None
@@ -62,10 +89,27 @@ class OpenAIServer:
             raise BackendError(
                 BACKEND_FAILED, f"cannot listen on {host}:{port}: {exc.strerror or exc}"
             ) from None
+        if api_key is None and not self._loopback():
+            if not insecure:
+                self._httpd.server_close()
+                raise BackendError(
+                    BACKEND_FAILED,
+                    f"refusing to serve on {host} (reachable from other machines) without an "
+                    "API key: set one with --api-key-env NAME, bind 127.0.0.1, or pass --insecure",
+                )
+            logger.warning("serving on %s without an API key (--insecure): anyone who can "
+                           "reach it can use the model", host)
         self._httpd.app = self
         self._thread: threading.Thread | None = None
         self._served = False  # BaseServer.shutdown() hangs if serve_forever never ran
         self._closed = False
+
+    def _loopback(self) -> bool:
+        """Whether the bound address is reachable from this machine only."""
+        try:
+            return ipaddress.ip_address(self.host).is_loopback
+        except ValueError:
+            return False
 
     @property
     def host(self) -> str:
@@ -102,20 +146,22 @@ class OpenAIServer:
             raise BackendError(BACKEND_DOWN, "the model is still loading")
         return self.backend
 
-    def chat(self, body: dict[str, Any]) -> dict[str, Any]:
+    def chat(self, body: dict[str, Any], cancel: CancelToken | None = None) -> dict[str, Any]:
+        """One chat completion; ``cancel`` stops it (the client went away)."""
         backend = self._ready()
         settings = parse_settings(body)
-        conversation = from_openai_messages(body.get("messages"))
+        conversation = from_openai_messages(body.get("messages"), self.limits)
         has_images = any(
             isinstance(m["content"], list) and any(p["type"] == "image" for p in m["content"])
             for m in conversation
         )
         if has_images and not backend.supports_images:
             raise RequestError(400, f"model '{backend.model_id}' does not accept images")
+        settings = self._fit(backend, conversation, settings)
         if backend.concurrent:
-            reply = backend.complete([conversation], **settings.kwargs())[0]
+            reply = backend.complete([conversation], **settings.kwargs(), cancel=cancel)[0]
         else:
-            reply = self._batcher().submit(conversation, settings)
+            reply = self._batcher().submit(conversation, settings, cancel)
         usage = {}
         if reply.prompt_tokens is not None and reply.completion_tokens is not None:
             usage = {"prompt_tokens": reply.prompt_tokens,
@@ -135,6 +181,28 @@ class OpenAIServer:
             ],
             **({"usage": usage} if usage else {}),
         }
+
+    def _fit(self, backend: ChatBackend, conversation: Conversation,
+             settings: Settings) -> Settings:
+        """Refuse a prompt that cannot fit the model's context (characters first, so a huge
+        one is never tokenised), and clamp ``max_tokens`` to the room left after it."""
+        context = backend.context_tokens
+        chars = prompt_chars(conversation)
+        limit = self.limits.prompt_char_limit(context)
+        if chars > limit:
+            raise RequestError(400, f"prompt of {chars} characters is over this server's limit "
+                                    f"of {limit}")
+        room = MAX_NEW_TOKENS
+        if context is not None:
+            used = backend.count_prompt_tokens(conversation)
+            if used is not None and used >= context:
+                raise RequestError(400, f"prompt of {used} tokens does not fit the model's "
+                                        f"context of {context}")
+            room = min(room, context - (used or 0))
+        wanted = settings.max_new_tokens
+        if wanted is not None and wanted > room:
+            return replace(settings, max_new_tokens=room)
+        return settings
 
     def _batcher(self) -> Batcher:
         with self._lock:
@@ -192,7 +260,10 @@ def serve(
     *,
     api_key: str | None = None,
     request_hook: RequestHook | None = None,
+    **options: Any,
 ) -> OpenAIServer:
-    """Start serving ``backend`` in a background thread (port 0 picks a free port)."""
-    server = OpenAIServer(backend, host, port, api_key=api_key, request_hook=request_hook)
+    """Start serving ``backend`` in a background thread (port 0 picks a free port);
+    ``options``: the other keywords of :class:`OpenAIServer`."""
+    server = OpenAIServer(backend, host, port, api_key=api_key, request_hook=request_hook,
+                          **options)
     return server.start()

@@ -89,6 +89,14 @@ class ChatBackend(ABC):
     concurrent: bool = False
     #: the most conversations one complete() call is worth grouping (the server's batches)
     max_batch: int = 1
+    #: positions of the model's context (prompt + completion), None where unknown (remote)
+    context_tokens: int | None = None
+
+    def count_prompt_tokens(self, conversation: Conversation) -> int | None:
+        """Tokens of the conversation's text as the model would be prompted with it (images
+        not counted), or None where the backend cannot tell; lets a server refuse a prompt
+        that does not fit before generating."""
+        return None
 
     @abstractmethod
     def complete(
