@@ -478,11 +478,13 @@ def test_backend_down_is_reported_quickly() -> None:
     assert not client.healthy()
 
 
-def test_slow_server_times_out_after_retries() -> None:
+def test_timeout_is_one_deadline_for_a_call_and_its_retries() -> None:
+    """``timeout_s`` bounds the whole call: a server that never answers ends it after about
+    ``timeout_s``, not ``timeout_s`` per attempt plus backoff (3 x 2 s here, as it used to)."""
     slow = SlowBackend()
     recorder = Recorder()
     with serve(slow, request_hook=recorder) as server:
-        client = OpenAIBackend(openai_cfg(server.url, timeout_s=0.4, retries=1))
+        client = OpenAIBackend(openai_cfg(server.url, timeout_s=2.0, retries=2))
         start = time.monotonic()
         try:
             with pytest.raises(BackendError) as err:
@@ -490,9 +492,9 @@ def test_slow_server_times_out_after_retries() -> None:
             elapsed = time.monotonic() - start
         finally:
             slow.release.set()
-    assert err.value.code == BACKEND_TIMEOUT
-    assert recorder.posts() == 2  # retried once
-    assert elapsed < 0.4 * 2 + 2.0  # ~timeout * (retries + 1) plus back-off, not 5 s
+    assert err.value.code == BACKEND_TIMEOUT and "within 2 s" in str(err.value)
+    assert recorder.posts() == 1  # no time was left for another attempt
+    assert elapsed < 2.0 + 1.5, elapsed  # the 2 s deadline, not 6 s plus backoff
 
 
 def test_server_errors_are_retried_then_failed(caplog: pytest.LogCaptureFixture) -> None:
@@ -809,3 +811,95 @@ def test_perception_keeps_min_of_frames_and_concurrency_in_flight(
             assert vlm.peak == expected_peak
     assert texts[0] == texts[1]  # concurrent replies are put back in frame order
     assert texts[0].count("view ") == n_frames  # one reply per key frame
+
+
+def _answer(status: int, payload: dict[str, Any]) -> Callable[[socket.socket, bytes], None]:
+    body = json.dumps(payload).encode()
+
+    def respond(conn: socket.socket, request: bytes) -> None:
+        head, _, got = request.partition(b"\r\n\r\n")
+        length = int(next((line.split(b":")[1] for line in head.split(b"\r\n")
+                           if line.lower().startswith(b"content-length")), b"0"))
+        while len(got) < length:  # read it all: unread bytes make the close a reset
+            got += conn.recv(65536)
+        conn.sendall(f"HTTP/1.1 {status} X\r\nContent-Type: application/json\r\n"
+                     f"Content-Length: {len(body)}\r\n\r\n".encode() + body)
+
+    return respond
+
+
+def test_a_failed_batch_is_one_error_and_at_most_one_warning(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Eight calls in flight all answered 429: one error, one retry warning per batch, and no
+    asyncio 'Task exception was never retrieved' for the calls abandoned (there were 8
+    warnings per batch and stray tracebacks)."""
+    import gc
+
+    gate = threading.Barrier(8, timeout=2)
+    refuse = _answer(429, {"error": {"message": "slow down"}})
+
+    def together(conn: socket.socket, request: bytes) -> None:
+        try:
+            gate.wait()
+        except threading.BrokenBarrierError:
+            pass
+        refuse(conn, request)
+
+    raw = RawHTTP(together)
+    caplog.set_level(logging.WARNING)
+    try:
+        client = OpenAIBackend(openai_cfg(raw.url, max_concurrency=8, retries=1))
+        for _ in range(4):
+            gate.reset()
+            with pytest.raises(BackendError, match="HTTP 429"):
+                client.generate(text_convs(8))
+        client.close()
+    finally:
+        raw.close()
+    gc.collect()  # asyncio reports an unretrieved task exception when the task is collected
+    ours = [r for r in caplog.records if r.name.endswith("openai_backend")]
+    assert 1 <= len(ours) <= 4, [r.getMessage() for r in ours]
+    assert not [r for r in caplog.records if "never retrieved" in r.getMessage()]
+
+
+def test_a_megabyte_reply_is_cut_at_max_new_tokens_worth_of_text() -> None:
+    from embodied_r_ros.core.backends.base import MAX_CHARS_PER_TOKEN
+
+    huge = {"choices": [{"message": {"role": "assistant", "content": "y" * (1 << 20)},
+                         "finish_reason": "stop"}]}
+    raw = RawHTTP(_answer(200, huge))
+    try:
+        client = OpenAIBackend(openai_cfg(raw.url))
+        reply = client.complete(text_convs(1), max_new_tokens=12)[0]
+    finally:
+        raw.close()
+    assert reply.text == "y" * (12 * MAX_CHARS_PER_TOKEN) and reply.finish_reason == "length"
+
+
+def test_an_oversize_perception_text_is_the_models_failure_not_a_bad_request() -> None:
+    """Replies that add up past the perception text's bound used to fail the query as the
+    user's BAD_REQUEST."""
+    from embodied_r_ros.core.config import config_from_dict
+    from embodied_r_ros.core.pipeline import MAX_PERCEPTION_CHARS, EmbodiedR, QueryError
+
+    class Verbose(ChatBackend):
+        model_id = "verbose"
+        supports_images = True
+
+        def complete(self, conversations: Any, *, on_reply: Any = None,
+                     **_: Any) -> list[Completion]:
+            replies = [Completion("a chair. " * (MAX_PERCEPTION_CHARS // 16))] * len(
+                conversations)
+            for i, reply in enumerate(replies):
+                if on_reply is not None:
+                    on_reply(i, reply)
+            return replies
+
+    cfg = config_from_dict({"perception": {"backend": "vlm", "vlm": {"model": "verbose"}},
+                            "reasoning": {"model": {"model": "x"}}, "cache": {"enabled": False}})
+    pipeline = EmbodiedR(cfg, vlm=Verbose(), load_models=False)
+    images = [np.full((32, 32, 3), v, np.uint8) for v in (10, 200, 90)]
+    with pytest.raises(QueryError) as err:
+        pipeline.perceive(images, [0.0, 1.0, 2.0], "Which way?", [], motions=[None, None])
+    assert err.value.code == BACKEND_FAILED and "perception model" in str(err.value)

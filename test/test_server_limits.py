@@ -117,8 +117,8 @@ def recording() -> Iterator[tuple[OpenAIServer, Recording]]:
 
 def test_a_prompt_far_over_the_context_is_refused_without_tokenising(recording) -> None:
     server, backend = recording
-    status, body = exchange(server, request(chat("word " * 200)))  # 1000 chars > 8 x 64
-    assert status == 400 and "prompt of 1000 characters" in body
+    status, body = exchange(server, request(chat("word " * 400)))  # 2000 chars > 16 x 64
+    assert status == 400 and "prompt of 2000 characters" in body
     assert backend.counted == 0 and backend.calls == []
 
 
@@ -128,7 +128,7 @@ def test_a_prompt_that_does_not_fit_the_real_model_is_refused(tiny_lm: ChatBacke
     assert tiny_lm.context_tokens == 4096
     text = "x " * 6000
     tokens = tiny_lm.count_prompt_tokens([{"role": "user", "content": text}])
-    assert tokens is not None and tokens > 4096 and len(text) < 8 * 4096
+    assert tokens is not None and tokens > 4096 and len(text) < 16 * 4096
     with serve(tiny_lm) as server:
         status, body = exchange(server, request(chat(text, max_tokens=2)))
         assert status == 400 and "does not fit the model's context of 4096" in body, body

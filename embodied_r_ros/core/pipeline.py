@@ -14,7 +14,12 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from embodied_r_ros.core.actions import Motion
-from embodied_r_ros.core.backends.base import BACKEND_DOWN, BackendError, ChatBackend
+from embodied_r_ros.core.backends.base import (
+    BACKEND_DOWN,
+    BACKEND_FAILED,
+    BackendError,
+    ChatBackend,
+)
 from embodied_r_ros.core.cache import ReplyCache
 from embodied_r_ros.core.cancel import CancelToken
 from embodied_r_ros.core.config import Config
@@ -221,7 +226,7 @@ class EmbodiedR:
         if motions is None:
             motions, motion_source = self.visual_motions(images), "visual"
         try:
-            return self.perceiver.describe(
+            result = self.perceiver.describe(
                 images,
                 stamps,
                 format_question(question, options),
@@ -232,6 +237,10 @@ class EmbodiedR:
             )
         except BackendError as exc:
             raise QueryError(exc.code, f"perception model: {exc}") from None
+        if len(result.text) > MAX_PERCEPTION_CHARS:  # the model's fault, not the asker's
+            raise QueryError(BACKEND_FAILED, f"perception model: its replies make a text of "
+                             f"{len(result.text)} characters; at most {MAX_PERCEPTION_CHARS}")
+        return result
 
     def reason(
         self, perception_text: str, options: Sequence[str], cancel: CancelToken | None = None

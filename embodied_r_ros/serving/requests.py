@@ -10,7 +10,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from embodied_r_ros.core.backends.base import Conversation
+from embodied_r_ros.core.backends.base import MAX_CHARS_PER_TOKEN, Conversation
 from embodied_r_ros.core.backends.images import from_data_url
 
 #: request keys understood (others are refused, not silently ignored)
@@ -22,9 +22,6 @@ MAX_STOP = 4
 #: the most new tokens a request may ask for when the model's context is unknown (the
 #: schema's bound on ``max_new_tokens``)
 MAX_NEW_TOKENS = 32768
-#: characters per position of the model's context beyond which a prompt is refused without
-#: tokenising it (no tokenizer packs more into one token in practice)
-CHARS_PER_POSITION = 8
 #: prompt characters allowed when the model's context is unknown
 DEFAULT_MAX_PROMPT_CHARS = 1 << 20
 
@@ -42,7 +39,7 @@ class Limits:
     def prompt_char_limit(self, context_tokens: int | None) -> int:
         bounds = [b for b in (self.max_prompt_chars,) if b is not None]
         if context_tokens is not None:
-            bounds.append(CHARS_PER_POSITION * context_tokens)
+            bounds.append(MAX_CHARS_PER_TOKEN * context_tokens)
         return min(bounds) if bounds else DEFAULT_MAX_PROMPT_CHARS
 
 

@@ -27,11 +27,16 @@ BACKEND_DOWN = "BACKEND_DOWN"
 BACKEND_TIMEOUT = "BACKEND_TIMEOUT"
 BACKEND_FAILED = "BACKEND_FAILED"
 
+#: characters one token can stand for, at most, in practice: bounds a prompt before it is
+#: tokenised and a remote reply by its ``max_tokens``
+MAX_CHARS_PER_TOKEN = 16
+
 __all__ = [
     "BACKEND_DOWN",
     "BACKEND_FAILED",
     "BACKEND_TIMEOUT",
     "CANCELLED",
+    "MAX_CHARS_PER_TOKEN",
     "BackendError",
     "ChatBackend",
     "Completion",
