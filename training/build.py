@@ -223,7 +223,8 @@ def build_dataset(
         raise BuildError("no rows left to write: " + report.summary())
     table = [{k: v for k, v in r.items() if k != "_key"} for r in rows]
     splits = make_splits(table, by=split_by, seed=seed, fractions=fractions, folds=folds)
-    write_table(out, table, splits, {**(manifest or {}), "report": _report_dict(report)})
+    write_table(out, table, splits, {**(manifest or {}), "fingerprint": fingerprint,
+                                     "report": _report_dict(report)})
     report.rows = len(table)
     report.seconds = time.perf_counter() - start
     return report

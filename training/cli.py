@@ -107,16 +107,14 @@ def _preflight(args: argparse.Namespace, samples: list[Any]) -> None:
 def _build(args: argparse.Namespace, samples: list[Any], frames_for: Any, pipeline: Any,
            config: Config, manifest: dict[str, Any]) -> int:
     from .build import build_dataset
-    from .journal import settings_fingerprint
+    from .journal import fingerprint_settings, settings_fingerprint
 
-    fingerprint = settings_fingerprint(
-        config, manifest["perception_model"],
-        {"motion": manifest.get("motion"), "prompts": manifest["prompt_version"]},
-    )
+    keyed = (config, manifest["perception_model"], {"motion": manifest.get("motion")})
     report = build_dataset(
         samples, frames_for, pipeline, args.out,
-        fingerprint=fingerprint, split_by=args.split_by, seed=args.seed,
-        fractions=_fractions(args), folds=args.folds, manifest=manifest,
+        fingerprint=settings_fingerprint(*keyed), split_by=args.split_by, seed=args.seed,
+        fractions=_fractions(args), folds=args.folds,
+        manifest={**manifest, "fingerprint_settings": fingerprint_settings(*keyed)},
         progress=not args.no_progress,
     )
     print(f"dataset {args.out}: {report.summary()}")
