@@ -235,9 +235,9 @@ def cmd_eval(args: argparse.Namespace) -> int:
     if cfg.eval.consistency and not args.no_consistency and any(
         m not in BASELINES for _, m in models
     ):
-        from .config import resolve_device
+        from .config import device_name
 
-        reference = reference_backend(cfg, resolve_device(cfg.eval.device))
+        reference = reference_backend(cfg, device_name(cfg.eval.device))
     results: dict[str, dict[str, Any]] = {d: {} for d, _ in datasets}
     predictions: dict[str, dict[str, Any]] = {d: {} for d, _ in datasets}
     for label, model in models:

@@ -23,7 +23,7 @@ from typing import Any
 from embodied_r_ros.core.backends.base import ChatBackend
 from embodied_r_ros.core.config import ModelConfig
 
-from .config import TrainConfig, resolve_device
+from .config import TrainConfig, device_name
 from .dataset_files import load_rows
 from .prompts import PromptLayout, dataset_layout, fit_rows
 from .scoring import BASELINES, EvalResult, baseline_completions, mean_tokens, score
@@ -40,7 +40,7 @@ def generation_backend(model: str, cfg: TrainConfig) -> ChatBackend:
             backend="transformers",
             model=model,
             dtype=e.dtype,
-            device=resolve_device(e.device),
+            device=device_name(e.device),
             max_new_tokens=e.max_new_tokens,
             temperature=e.temperature,
             batch_size=e.batch_size,

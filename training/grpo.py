@@ -31,7 +31,7 @@ from embodied_r_ros.core.rewards import (
     format_reward,
 )
 
-from .config import TrainConfig, resolve_device, world_size
+from .config import TrainConfig, device_name, world_size
 from .dataset_files import load_rows
 from .policy import load_policy, lora_config, save_final
 from .prompts import FitReport, PromptLayout, dataset_layout, fit_rows
@@ -269,7 +269,7 @@ def run_grpo(
 
     start = time.perf_counter()
     out = Path(output_dir or cfg.output.dir)
-    device = resolve_device(cfg.grpo.device)
+    device = device_name(cfg.grpo.device)
     torch.manual_seed(cfg.grpo.seed)
     model, tokenizer = load_policy(cfg, device)
     layout = dataset_layout(data_dir)
