@@ -131,6 +131,10 @@ class PerceptionConfig(StrictModel):
     vlm: ModelConfig | None = None
     camera: CameraConfig = CameraConfig()
     report_motion: bool = Field(True, description="write measured motion beside the VLM's action")
+    # one rule for the robot and for datasets built from bags (core/odometry.py): a key frame
+    # takes the odometry pose nearest in time within this, else visual ego-motion is used
+    odom_tolerance_sec: float = Field(0.2, ge=0.0, le=10.0, description="max seconds between "
+                                      "a key frame and its odometry pose")
     # per_query: the paper (every VLM call sees the question); streaming: key frames are
     # described question-agnostically as they arrive, a query mostly reads stored descriptions
     mode: Literal["per_query", "streaming"] = "per_query"
