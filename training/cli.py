@@ -190,6 +190,9 @@ def _print_result(result: Any) -> None:
     if result.deleted_rows:
         print(f"{result.deleted_rows} of {result.rows + result.deleted_rows} rows deleted: "
               "prompts over data.max_prompt_tokens")
+    if result.shortened_rows:
+        print(f"{result.shortened_rows} of {result.rows} prompts shortened to "
+              "data.max_prompt_tokens (data.over_length)")
     for key in sorted(result.metrics):
         if key.endswith("/last"):
             print(f"  {key[:-5]}: first {result.metrics[key[:-5] + '/first']:.3f}, "
@@ -231,7 +234,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
         summary_table,
         write_reports,
     )
-    from .grpo import reference_backend
+    from .reference import reference_backend
 
     cfg = _train_config(args)
     datasets = _labelled(args.data)
