@@ -156,11 +156,10 @@ def test_a_killed_stage_resumes_in_that_stage(dataset: Path, tmp_path: Path,
 def test_trl_is_used_through_its_public_api_within_a_tested_bound() -> None:
     from importlib.metadata import version
 
-    from packaging.requirements import Requirement
-    from packaging.version import Version
-
     import embodied_r_training.grpo as grpo
     import embodied_r_training.schedule as schedule
+    from packaging.requirements import Requirement
+    from packaging.version import Version
 
     setup = (ROOT / "setup.py").read_text()
     spec = Requirement(re.search(r'"(trl[^"]*)"', setup).group(1)).specifier
