@@ -131,6 +131,9 @@ class PerceptionConfig(StrictModel):
     vlm: ModelConfig | None = None
     camera: CameraConfig = CameraConfig()
     report_motion: bool = Field(True, description="write measured motion beside the VLM's action")
+    # robust: numbering read leniently, the action matched to the vocabulary (robots);
+    # official: the official split_points reading (the paper route and benchmark imports)
+    reply_reading: Literal["robust", "official"] = "robust"
     # per_query: the paper (every VLM call sees the question); streaming: key frames are
     # described question-agnostically as they arrive, a query mostly reads stored descriptions
     mode: Literal["per_query", "streaming"] = "per_query"
