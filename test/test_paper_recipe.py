@@ -170,3 +170,34 @@ def test_trl_is_used_through_its_public_api_within_a_tested_bound() -> None:
     for module in (grpo, schedule):
         source = inspect.getsource(module)
         assert "_metrics" not in source and ".reward_weights =" not in source
+
+
+def test_the_gpu_check_builds_every_config_and_command(tmp_path: Path) -> None:
+    """Issue 14 item 4 on a machine without a GPU: ``bench/gpu_check.py --dry-run``."""
+    import importlib.util
+
+    path = ROOT / "bench" / "gpu_check.py"
+    spec = importlib.util.spec_from_file_location("gpu_check_bench", path)
+    assert spec is not None and spec.loader is not None
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    out = tmp_path / "report.json"
+    assert bench.main(["--dry-run", "--workdir", str(tmp_path / "w"), "--json", str(out)]) == 0
+    report = json.loads(out.read_text())
+    assert report["ok"] and report["problems"] == []
+    serve = report["plan"]["serve"]
+    assert serve[serve.index("--load-format") + 1] == "dummy"
+    assert serve[serve.index("--model") + 1] == report["model"]["dir"]
+    config = json.loads((Path(report["model"]["dir"]) / "config.json").read_text())
+    assert config["text_config"]["hidden_size"] == 3584  # Qwen2.5-VL-7B's shape
+    assert not list(Path(report["model"]["dir"]).glob("*.safetensors"))  # dummy: no weights
+    venv, install = report["plan"]["setup"]
+    assert venv[1:3] == ["-m", "venv"] and "vllm>=0.22,<0.31.1" in install
+    for mode, use_vllm in (("trl-generate", False), ("vllm-colocate", True)):
+        kwargs = report["grpo"][mode]["kwargs"]
+        assert report["grpo"][mode]["unknown"] == []  # GRPOConfig takes every argument
+        assert kwargs.get("use_vllm", False) is use_vllm
+        assert (kwargs["bf16"], kwargs["learning_rate"], kwargs["weight_decay"]) == (
+            True, 5e-7, 0.1)
+        assert (kwargs["num_generations"], kwargs["gradient_accumulation_steps"]) == (8, 4)
+        assert kwargs["warmup_steps"] == 0.0 and kwargs["max_steps"] == 3
