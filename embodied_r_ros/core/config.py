@@ -135,6 +135,9 @@ class PerceptionConfig(StrictModel):
     # takes the odometry pose nearest in time within this, else visual ego-motion is used
     odom_tolerance_sec: float = Field(0.2, ge=0.0, le=10.0, description="max seconds between "
                                       "a key frame and its odometry pose")
+    # robust: numbering read leniently, the action matched to the vocabulary (robots);
+    # official: the official split_points reading (the paper route and benchmark imports)
+    reply_reading: Literal["robust", "official"] = "robust"
     # per_query: the paper (every VLM call sees the question); streaming: key frames are
     # described question-agnostically as they arrive, a query mostly reads stored descriptions
     mode: Literal["per_query", "streaming"] = "per_query"

@@ -228,9 +228,11 @@ class EmbodiedR:
         motion_source: MotionSource | Sequence[MotionSource] = "odometry",
         on_progress: ProgressFn | None = None,
         cancel: CancelToken | None = None,
+        question_block: str | None = None,
     ) -> PerceptionResult:
         """Describe key frames; ``motions`` measured by ``motion_source`` (visual ego-motion
-        is computed here when none are given)."""
+        is computed here when none are given). ``question_block``: the question as a benchmark
+        words it, options included (default: ``format_question(question, options)``)."""
         if not images:
             raise QueryError(NO_FRAMES, "no frames to perceive")
         if self.perceiver is None:
@@ -241,7 +243,7 @@ class EmbodiedR:
             result = self.perceiver.describe(
                 images,
                 stamps,
-                format_question(question, options),
+                question_block or format_question(question, options),
                 motions,
                 motion_source=motion_source,
                 on_progress=on_progress,
