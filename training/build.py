@@ -113,14 +113,17 @@ def check_build(
 
 def perceive_sample(pipeline: EmbodiedR, sample: Sample, frames: KeyFrames) -> dict[str, Any]:
     """The table row of one sample (the journal adds its key; ``_cached`` marks a row whose
-    perception came from the cache)."""
+    perception came from the cache). ``sample.extra["question_block"]`` is the question as the
+    benchmark words it (the official route); without it the block is formatted."""
+    block = sample.extra.get("question_block") or format_question(sample.question,
+                                                                   sample.options)
     if frames.robot:  # the robot's rule: the same call as the nodes make
         result = pipeline.perceive_window(frames.images, frames.stamps, sample.question,
                                           sample.options, frames.motions, camera=frames.camera)
     else:
         result = pipeline.perceive(frames.images, frames.stamps, sample.question,
                                    sample.options, motions=frames.motions,
-                                   motion_source=frames.motion_source)
+                                   motion_source=frames.motion_source, question_block=block)
     return {
         "id": sample.id,
         "scene": sample.scene,
@@ -130,7 +133,7 @@ def perceive_sample(pipeline: EmbodiedR, sample: Sample, frames: KeyFrames) -> d
         "solution": sample.solution,
         "source": sample.source,
         "prompt": pipeline.reasoning_messages(result.text),
-        "question_block": format_question(sample.question, sample.options),
+        "question_block": block,
         "frames": description_dicts(result),
         "key_frame_stamps": [float(s) for s in frames.stamps],
         "key_frame_indices": [int(i) for i in frames.indices],
@@ -222,7 +225,8 @@ def build_dataset(
         raise BuildError("no rows left to write: " + report.summary())
     table = [{k: v for k, v in r.items() if k != "_key"} for r in rows]
     splits = make_splits(table, by=split_by, seed=seed, fractions=fractions, folds=folds)
-    write_table(out, table, splits, {**(manifest or {}), "report": _report_dict(report)})
+    write_table(out, table, splits, {**(manifest or {}), "fingerprint": fingerprint,
+                                     "report": _report_dict(report)})
     report.rows = len(table)
     report.seconds = time.perf_counter() - start
     return report

@@ -107,16 +107,14 @@ def _preflight(args: argparse.Namespace, samples: list[Any]) -> None:
 def _build(args: argparse.Namespace, samples: list[Any], frames_for: Any, pipeline: Any,
            config: Config, manifest: dict[str, Any]) -> int:
     from .build import build_dataset
-    from .journal import settings_fingerprint
+    from .journal import fingerprint_settings, settings_fingerprint
 
-    fingerprint = settings_fingerprint(
-        config, manifest["perception_model"],
-        {"motion": manifest.get("motion"), "prompts": manifest["prompt_version"]},
-    )
+    keyed = (config, manifest["perception_model"], {"motion": manifest.get("motion")})
     report = build_dataset(
         samples, frames_for, pipeline, args.out,
-        fingerprint=fingerprint, split_by=args.split_by, seed=args.seed,
-        fractions=_fractions(args), folds=args.folds, manifest=manifest,
+        fingerprint=settings_fingerprint(*keyed), split_by=args.split_by, seed=args.seed,
+        fractions=_fractions(args), folds=args.folds,
+        manifest={**manifest, "fingerprint_settings": fingerprint_settings(*keyed)},
         progress=not args.no_progress,
     )
     print(f"dataset {args.out}: {report.summary()}")
@@ -166,19 +164,44 @@ def _cmd_import(args: argparse.Namespace, benchmark: str) -> int:
     from .importers import ImportReport, VideoFrames, urbanvideo_samples, vsibench_samples
 
     reader = urbanvideo_samples if benchmark == "UrbanVideo-Bench" else vsibench_samples
+    official = not args.robust  # the paper route: the benchmark as the official code reads it
     report = ImportReport()
-    samples = reader(args.root, all_categories=args.all_categories, report=report)
+    samples = reader(args.root, all_categories=args.all_categories, report=report,
+                     raw_question=official)
     print(f"{benchmark}: {report.summary()}", file=sys.stderr)
     if not samples:
         raise CliError(f"{benchmark}: no rows left to import ({report.summary()})")
     _preflight(args, samples)
     # benchmark videos have no odometry and no robot: the LM reads the VLM's own actions, as
-    # in the paper, unless --report-motion adds the measured visual motion beside them
-    config = _pipeline_config(args, perception={"report_motion": args.report_motion})
+    # in the paper, unless --report-motion adds the measured visual motion beside them; the
+    # official route also reads the VLM's replies as the official code does and finds key
+    # frames at the videos' full resolution (robots keep the robust reading and 640 px)
+    perception: dict[str, Any] = {"report_motion": args.report_motion}
+    sections: dict[str, Any] = {"perception": perception}
+    if official:
+        perception["reply_reading"] = "official"
+        sections["keyframes"] = {"max_side": 0}
+    config = _pipeline_config(args, **sections)
     pipeline = _pipeline(config)
     manifest = _manifest(config, pipeline, benchmark, root=str(Path(args.root).resolve()),
-                         motion="visual", import_report=report.to_dict())
+                         motion="visual", import_report=report.to_dict(),
+                         reply_reading=config.perception.reply_reading,
+                         question_text="benchmark" if official else "formatted")
     return _build(args, samples, VideoFrames(pipeline), pipeline, config, manifest)
+
+
+def cmd_pool(args: argparse.Namespace) -> int:
+    from .pool import pool_datasets
+
+    parts = _labelled(args.data)
+    if len({label for label, _ in parts}) != len(parts):
+        raise CliError("--data: each dataset needs its own label (LABEL=DIR)")
+    counts = pool_datasets([(label, Path(d)) for label, d in parts], Path(args.out),
+                           by=args.split_by, seed=args.seed, fractions=_fractions(args),
+                           folds=args.folds)
+    print(f"dataset {args.out}: {sum(counts.values())} rows pooled from {len(parts)} datasets; "
+          + ", ".join(f"{k} {v}" for k, v in counts.items()))
+    return 0
 
 
 def cmd_import_urbanvideo(args: argparse.Namespace) -> int:
@@ -196,6 +219,9 @@ def _print_result(result: Any) -> None:
     if result.deleted_rows:
         print(f"{result.deleted_rows} of {result.rows + result.deleted_rows} rows deleted: "
               "prompts over data.max_prompt_tokens")
+    if result.shortened_rows:
+        print(f"{result.shortened_rows} of {result.rows} prompts shortened to "
+              "data.max_prompt_tokens (data.over_length)")
     for key in sorted(result.metrics):
         if key.endswith("/last"):
             print(f"  {key[:-5]}: first {result.metrics[key[:-5] + '/first']:.3f}, "
@@ -231,7 +257,7 @@ def _labelled(models: list[str]) -> list[tuple[str, str]]:
 def cmd_eval(args: argparse.Namespace) -> int:
     from .eval_report import summary_table, write_reports
     from .evaluate import evaluate, generation_backend
-    from .grpo import reference_backend
+    from .reference import reference_backend
     from .scoring import BASELINES, average_folds
 
     cfg = _train_config(args)
@@ -391,9 +417,24 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--report-motion", action="store_true",
                        help="write the visually measured motion beside the VLM's action "
                        "(off: the perception text is the paper's)")
+        p.add_argument("--robust", action="store_true",
+                       help="the robot route instead of the official one: VLM replies read "
+                       "leniently (action matched to the vocabulary), key frames at the "
+                       "profile's resolution (640 px), questions rewritten as 'Question: ... "
+                       "Choices: ...'")
         _add_pipeline_args(p, "offline")
         _add_split_args(p)
         p.set_defaults(func=func)
+
+    pl = sub.add_parser("pool", help="one dataset from several, split once over the pooled scenes",
+                        description="Pool built datasets (e.g. UrbanVideo-Bench and VSI-Bench "
+                        "imports) into one, shuffled once by seed and split over the pooled "
+                        "scene list as the official preprocessing does.")
+    pl.add_argument("--data", required=True, action="append",
+                    help="a built dataset directory; LABEL=DIR to name it; at least two")
+    pl.add_argument("--out", required=True, help="the pooled dataset directory (new)")
+    _add_split_args(pl)
+    pl.set_defaults(func=cmd_pool)
 
     for name, func, text in (
         ("grpo", cmd_grpo, "train the reasoning LM with GRPO (the paper's recipe)"),

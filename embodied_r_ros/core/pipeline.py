@@ -16,6 +16,7 @@ import numpy as np
 from embodied_r_ros.core.actions import Motion
 from embodied_r_ros.core.backends.base import (
     BACKEND_DOWN,
+    BACKEND_FAILED,
     BackendError,
     ChatBackend,
     Conversation,
@@ -227,9 +228,11 @@ class EmbodiedR:
         motion_source: MotionSource | Sequence[MotionSource] = "odometry",
         on_progress: ProgressFn | None = None,
         cancel: CancelToken | None = None,
+        question_block: str | None = None,
     ) -> PerceptionResult:
         """Describe key frames; ``motions`` measured by ``motion_source`` (visual ego-motion
-        is computed here when none are given)."""
+        is computed here when none are given). ``question_block``: the question as a benchmark
+        words it, options included (default: ``format_question(question, options)``)."""
         if not images:
             raise QueryError(NO_FRAMES, "no frames to perceive")
         if self.perceiver is None:
@@ -237,10 +240,10 @@ class EmbodiedR:
         if motions is None:
             motions, motion_source = self.visual_motions(images), "visual"
         try:
-            return self.perceiver.describe(
+            result = self.perceiver.describe(
                 images,
                 stamps,
-                format_question(question, options),
+                question_block or format_question(question, options),
                 motions,
                 motion_source=motion_source,
                 on_progress=on_progress,
@@ -248,6 +251,10 @@ class EmbodiedR:
             )
         except BackendError as exc:
             raise QueryError(exc.code, f"perception model: {exc}") from None
+        if len(result.text) > MAX_PERCEPTION_CHARS:  # the model's fault, not the asker's
+            raise QueryError(BACKEND_FAILED, f"perception model: its replies make a text of "
+                             f"{len(result.text)} characters; at most {MAX_PERCEPTION_CHARS}")
+        return result
 
     def complete_motions(
         self,

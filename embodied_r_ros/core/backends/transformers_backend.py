@@ -65,16 +65,13 @@ def resolve_device(device: str) -> torch.device:
     return torch.device(device)
 
 
-def resolve_dtype(dtype: str, device: torch.device | str, *, training: bool = False
-                  ) -> torch.dtype:
-    """The one dtype rule: ``auto`` is bf16 on CUDA and fp32 elsewhere; when training on CPU,
-    half precisions become fp32 (CPU kernels train them slowly and imprecisely)."""
+def resolve_dtype(dtype: str, device: torch.device | str) -> torch.dtype:
+    """The one dtype rule: ``auto`` is bf16 on CUDA and fp32 elsewhere; a named dtype is used
+    as is. Training derives its compute dtype from this and keeps fp32 master weights
+    whatever it says (``embodied_r_training.precision``)."""
     kind = device.type if isinstance(device, torch.device) else str(device)
     if dtype == "auto":
         return torch.bfloat16 if kind == "cuda" else torch.float32
-    if training and kind == "cpu" and dtype in ("bfloat16", "float16"):
-        logger.info("training on CPU: %s weights are trained in float32", dtype)
-        return torch.float32
     return getattr(torch, dtype)
 
 
@@ -197,6 +194,7 @@ class TransformersBackend(ChatBackend):
             self.model = _from_pretrained(model_cls.from_pretrained, cfg.model, path,
                                           dtype=self.dtype)
         self.model.to(self.device).eval()
+        self.context_tokens = getattr(config.get_text_config(), "max_position_embeddings", None)
         self.processor = load_processor(path, self.tokenizer) if self.supports_images else None
         self.chat_template = (
             getattr(self.processor, "chat_template", None) or self.tokenizer.chat_template
@@ -248,6 +246,13 @@ class TransformersBackend(ChatBackend):
                 text = "\n".join(p["text"] for p in parts)
                 messages.append({"role": msg["role"], "content": text})
         return messages, images
+
+    def count_prompt_tokens(self, conversation: Conversation) -> int | None:
+        messages, _ = self._prepare(conversation)
+        text = self.tokenizer.apply_chat_template(
+            messages, chat_template=self.chat_template, tokenize=False, add_generation_prompt=True
+        )
+        return len(self.tokenizer(text)["input_ids"])
 
     def encode(self, conversations: Sequence[Conversation]) -> BatchFeature:
         texts: list[str] = []
