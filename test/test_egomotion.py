@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from media import texture
 
-from embodied_r_ros.core.actions import describe_motion, primary_action
+from embodied_r_ros.core.actions import primary_action
 from embodied_r_ros.core.config import CameraConfig, KeyframeConfig
 from embodied_r_ros.core.egomotion import (
     camera_matrix,
@@ -23,6 +23,7 @@ from embodied_r_ros.core.egomotion import (
     pairs_motion,
 )
 from embodied_r_ros.core.keyframes import KeyframeExtractor, KeyframeSelection, select_keyframes
+from embodied_r_ros.core.perception_text import describe_motion
 
 W, H = 640, 480
 CAM = CameraConfig()  # 70 degrees horizontal field of view

@@ -3,15 +3,11 @@
 from __future__ import annotations
 
 import pytest
-from embodied_r_training.oracle import (
-    parse_perception,
-    perception_of,
-    progress_step,
-    solve,
-)
+from embodied_r_training.oracle import perception_of, progress_step, solve
 from worlddata import built_world_rows
 
-from embodied_r_ros.core.perception import FrameDescription, assemble
+from embodied_r_ros.core.perception import FrameDescription
+from embodied_r_ros.core.perception_text import assemble, parse_perception
 from embodied_r_ros.core.reasoning import build_messages, format_question
 
 

@@ -8,7 +8,8 @@ import pytest
 from embodied_r_training.rationales import completion, rationale
 from worlddata import built_world_rows
 
-from embodied_r_ros.core.perception import FrameDescription, assemble
+from embodied_r_ros.core.perception import FrameDescription
+from embodied_r_ros.core.perception_text import assemble
 from embodied_r_ros.core.reasoning import (
     build_messages,
     extract_think,

@@ -200,6 +200,8 @@ def test_a_failing_reference_call_costs_only_its_own_sample(caplog) -> None:  # 
     assert reward.last_batch == {"correct": 3, "consistent": 2, "failed": 1}
     assert reward.failed_total == 1
     assert "1 of 3 calls failed" in caplog.text
+    warned = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert any("failed for sample 2 of 3" in m and "device-side assert" in m for m in warned)
     # the batch, then each sample alone
     assert [len(c) for c in ref.calls] == [3, 1, 1, 1]
 

@@ -12,17 +12,12 @@ import torch
 from bagdata import built_dataset
 from embodied_r_training.cli import main
 from embodied_r_training.config import PAPER_STAGES, load_train_config
-from embodied_r_training.evaluate import (
-    EvalResult,
-    average_folds,
-    markdown_report,
-    paper_columns,
-    score,
-)
+from embodied_r_training.eval_report import markdown_report, paper_columns
 from embodied_r_training.grpo import NamedReward, grpo_args, run_grpo
 from embodied_r_training.policy import local_model
 from embodied_r_training.prompts import dataset_layout, fit_prompt, token_counter
 from embodied_r_training.schedule import epoch_index, stage_at, weights_at
+from embodied_r_training.scoring import EvalResult, average_folds, score
 from test_rewards import RuleReference
 from transformers import AutoModelForCausalLM, TrainerCallback
 

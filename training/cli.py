@@ -251,15 +251,10 @@ def _labelled(models: list[str]) -> list[tuple[str, str]]:
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
-    from .evaluate import (
-        BASELINES,
-        average_folds,
-        evaluate,
-        generation_backend,
-        summary_table,
-        write_reports,
-    )
+    from .eval_report import summary_table, write_reports
+    from .evaluate import evaluate, generation_backend
     from .reference import reference_backend
+    from .scoring import BASELINES, average_folds
 
     cfg = _train_config(args)
     datasets = _labelled(args.data)
@@ -270,9 +265,9 @@ def cmd_eval(args: argparse.Namespace) -> int:
     if cfg.eval.consistency and not args.no_consistency and any(
         m not in BASELINES for _, m in models
     ):
-        from .config import resolve_device
+        from .config import device_name
 
-        reference = reference_backend(cfg, resolve_device(cfg.eval.device))
+        reference = reference_backend(cfg, device_name(cfg.eval.device))
     results: dict[str, dict[str, Any]] = {d: {} for d, _ in datasets}
     predictions: dict[str, dict[str, Any]] = {d: {} for d, _ in datasets}
     for label, model in models:

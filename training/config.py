@@ -314,8 +314,9 @@ def world_size() -> int:
         return 1
 
 
-def resolve_device(device: Device) -> str:
-    """``auto`` -> ``cuda`` when available, else ``cpu`` (the backends' rule)."""
-    from embodied_r_ros.core.backends.transformers_backend import resolve_device as _resolve_dev
+def device_name(device: Device) -> str:
+    """``auto`` -> ``cuda`` when available, else ``cpu``: the backends' ``resolve_device``
+    rule, as the device string a ``ModelConfig`` or TRL takes."""
+    from embodied_r_ros.core.backends.transformers_backend import resolve_device
 
-    return _resolve_dev(device).type
+    return resolve_device(device).type

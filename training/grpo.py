@@ -32,7 +32,7 @@ from embodied_r_ros.core.rewards import (
     format_reward,
 )
 
-from .config import TrainConfig, resolve_device, world_size
+from .config import TrainConfig, device_name, world_size
 from .policy import load_policy, lora_config, policy_precision, save_final
 from .prompts import PromptLayout, dataset_layout
 from .reference import consistency_reward, reference_backend
@@ -238,7 +238,7 @@ def run_grpo(
 
     start = time.perf_counter()
     out = Path(output_dir or cfg.output.dir)
-    device = resolve_device(cfg.grpo.device)
+    device = device_name(cfg.grpo.device)
     torch.manual_seed(cfg.grpo.seed)
     model, tokenizer = load_policy(cfg, device)
     layout = dataset_layout(data_dir)

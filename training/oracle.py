@@ -17,112 +17,25 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
-from embodied_r_ros.core.actions import ACTIONS, action_of
-from embodied_r_ros.core.colors import DEFAULT_HFOV_DEG
-from embodied_r_ros.core.reasoning import parse_options, question_from_prompt
+from embodied_r_ros.core.actions import ACTIONS
+from embodied_r_ros.core.perception_text import (
+    FrameText,
+    PerceptionText,
+    Sighting,
+    parse_perception,
+)
+from embodied_r_ros.core.poses import heading_deg, quadrant, wrap_deg
 from embodied_r_ros.core.rewards import prompt_text
 
-_FRAME_RE = re.compile(r"^Frame (\d+): (?:After (.*?), )?Observe: (.*)$", re.MULTILINE)
-_AMOUNT_RE = re.compile(r"about (-?\d+(?:\.\d+)?) (m|degrees)")
-_SIGHTING_RE = re.compile(
-    r"an? (small|medium|large) (\w+) object (.*?)(?: \((\d+) degrees? (left|right)"
-    r"(?:, about (\d+(?:\.\d+)?) m away)?\))?$"
-)
-#: bearing of a region's centre that each coarse direction stands for (degrees, left > 0): the
-#: middle of its third of a 70-degree image
-_THIRD_DEG = math.degrees(math.atan(math.tan(math.radians(DEFAULT_HFOV_DEG / 2)) * 2 / 3))
-_COARSE_BEARING = {"left": _THIRD_DEG, "right": -_THIRD_DEG, "ahead": 0.0}
 #: where the text gives no range and one viewpoint only, objects are put this far away
 ASSUMED_RANGE_M: float | None = 3.5
 MAX_RANGE_M = 15.0  # a triangulated position farther than this is not believed
 
 
-@dataclass(frozen=True)
-class Sighting:
-    """One coloured region of one frame, as the text describes it."""
-
-    colour: str
-    size: str
-    direction: str  # the coarse words, e.g. "to the left, below"
-    bearing_deg: float  # left > 0; exact when the text gives degrees, else the third's centre
-    distance_m: float | None = None
-    exact_bearing: bool = False
-
-
-@dataclass(frozen=True)
-class FrameText:
-    """One ``Frame i: After <action>, Observe: <view>`` line."""
-
-    index: int
-    action: str | None  # a vocabulary action, "stay still" or None (frame 0, unknown)
-    amount: float | None  # metres or degrees as written
-    sightings: Mapping[str, Sighting] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class Perception:
-    frames: tuple[FrameText, ...]
-    question: str
-    options: tuple[tuple[str, str], ...]
-
-
-def _sighting(part: str) -> Sighting | None:
-    m = _SIGHTING_RE.match(part.strip())
-    if not m:
-        return None
-    size, colour, direction, deg, side, dist = m.groups()
-    direction = direction.strip()
-    if deg is not None:
-        bearing = float(deg) * (1.0 if side == "left" else -1.0)
-    else:
-        horiz = "left" if "left" in direction else "right" if "right" in direction else "ahead"
-        bearing = _COARSE_BEARING[horiz]
-    return Sighting(colour, size, direction, bearing, float(dist) if dist else None,
-                    deg is not None)
-
-
-def parse_observation(view: str) -> dict[str, Sighting]:
-    """``"I see a small red object to the left; ..."`` -> sightings by colour."""
-    view = view.strip().rstrip(".")
-    if not view.startswith("I see "):
-        return {}
-    out: dict[str, Sighting] = {}
-    for part in view[len("I see "):].split("; "):
-        s = _sighting(part)
-        if s is not None and s.colour not in out:
-            out[s.colour] = s
-    return out
-
-
-def parse_action(text: str | None) -> tuple[str | None, float | None]:
-    """``"rotate right, about 38 degrees"`` -> ``("rotate right", 38.0)``."""
-    if not text:
-        return None, None
-    low = text.strip().lower()
-    if low.startswith("stay still"):
-        return "stay still", 0.0
-    action = action_of(low)
-    m = _AMOUNT_RE.search(low)
-    return action, float(m.group(1)) if m else None
-
-
-def parse_perception(user_text: str) -> Perception:
-    """The frames, question and options of an LM user message (see ``perception.assemble``)."""
-    video, _, _ = user_text.partition("\n>\n")
-    frames = []
-    for m in _FRAME_RE.finditer(video):
-        action, amount = parse_action(m.group(2))
-        frames.append(FrameText(int(m.group(1)), action, amount, parse_observation(m.group(3))))
-    block = question_from_prompt(user_text)
-    question, _, choices = block.partition("\nChoices:\n")
-    options = parse_options([c for c in choices.splitlines() if c.strip()])
-    return Perception(tuple(frames), question.removeprefix("Question:").strip(), tuple(options))
-
-
-def perception_of(row: Mapping[str, Any]) -> Perception:
+def perception_of(row: Mapping[str, Any]) -> PerceptionText:
     """The parsed perception text of a built dataset row (its user message only)."""
     return parse_perception(prompt_text(row["prompt"]))
 
@@ -161,10 +74,6 @@ def poses(frames: Sequence[FrameText]) -> list[Pose2D]:
     for f in frames[1:]:
         out.append(step(out[-1], f.action, f.amount))
     return out
-
-
-def wrap(angle: float) -> float:
-    return (angle + 180.0) % 360.0 - 180.0
 
 
 def colour_of(name: str) -> str:
@@ -231,15 +140,15 @@ class Map:
             return f_last.sightings[colour].bearing_deg
         pos = self.position(colour)
         if pos is not None:
-            return wrap(math.degrees(math.atan2(pos[1] - last.y, pos[0] - last.x)) - last.yaw)
+            return wrap_deg(heading_deg((last.x, last.y), pos) - last.yaw)
         seen = self.sightings(colour)
         if not seen:
             return None
         i, s = seen[-1]
-        return wrap(self.poses[i].yaw + s.bearing_deg - last.yaw)
+        return wrap_deg(self.poses[i].yaw + s.bearing_deg - last.yaw)
 
 
-def build_map(p: Perception) -> Map:
+def build_map(p: PerceptionText) -> Map:
     return Map(poses(p.frames), p.frames)
 
 
@@ -259,12 +168,12 @@ def _letter_where(options: Sequence[tuple[str, str]], pred: Any) -> str | None:
     return None
 
 
-def _motions(p: Perception) -> list[tuple[int, str, float]]:
+def _motions(p: PerceptionText) -> list[tuple[int, str, float]]:
     return [(f.index, f.action, f.amount or 0.0) for f in p.frames[1:]
             if f.action in ACTIONS]
 
 
-def _runs(p: Perception) -> list[tuple[str, float, list[int]]]:
+def _runs(p: PerceptionText) -> list[tuple[str, float, list[int]]]:
     """Consecutive frames with the same action merged: ``(action, total, frame indices)``."""
     runs: list[tuple[str, float, list[int]]] = []
     for i, action, amount in _motions(p):
@@ -281,7 +190,7 @@ def _option_actions(text: str) -> list[str]:
     return [a for _, a in found]
 
 
-def solve_action_generation(p: Perception) -> OracleAnswer:
+def solve_action_generation(p: PerceptionText) -> OracleAnswer:
     q = p.question
     if q.startswith("You are asked to navigate to the"):
         target = re.search(r"navigate to the (\w+ \w+)\.", q)
@@ -315,12 +224,7 @@ def solve_action_generation(p: Perception) -> OracleAnswer:
     return OracleAnswer(_letter_where(p.options, lambda t: _option_actions(t) == [best]), best)
 
 
-def quadrant(bearing: float) -> str:
-    front = abs(bearing) < 90.0
-    return f"{'front' if front else 'back'}-{'left' if bearing > 0 else 'right'}"
-
-
-def solve_relative_direction(p: Perception) -> OracleAnswer:
+def solve_relative_direction(p: PerceptionText) -> OracleAnswer:
     q = p.question
     m = re.match(r"Where is the (\w+ \w+) relative to you now", q)
     world = build_map(p)
@@ -339,17 +243,13 @@ def solve_relative_direction(p: Perception) -> OracleAnswer:
     pa, pb, pc = (world.position(colour_of(n)) for n in m.groups())
     if pa is None or pb is None or pc is None:
         return OracleAnswer(None, "an object's position is unknown")
-    angle = wrap(_heading(pa, pc) - _heading(pa, pb))
+    angle = wrap_deg(heading_deg(pa, pc) - heading_deg(pa, pb))
     side = "back" if abs(angle) >= 135.0 else "left" if angle > 0 else "right"
     return OracleAnswer(_letter_where(p.options, lambda t: t == side),
                         f"turn {angle:.0f} degrees: {side}")
 
 
-def _heading(a: tuple[float, float], b: tuple[float, float]) -> float:
-    return math.degrees(math.atan2(b[1] - a[1], b[0] - a[0]))
-
-
-def solve_relative_distance(p: Perception) -> OracleAnswer:
+def solve_relative_distance(p: PerceptionText) -> OracleAnswer:
     m = re.search(r"objects \((.*)\) is the closest to the (\w+ \w+)\?", p.question)
     if not m:
         return OracleAnswer(None, "unknown question")
@@ -370,7 +270,7 @@ def solve_relative_distance(p: Perception) -> OracleAnswer:
     return OracleAnswer(best[1], f"about {best[0]:.1f} m")
 
 
-def first_sightings(p: Perception) -> dict[str, tuple[int, float]]:
+def first_sightings(p: PerceptionText) -> dict[str, tuple[int, float]]:
     """First frame of each colour and a tie-break key (earlier entering regions first)."""
     first: dict[str, tuple[int, float]] = {}
     for f in p.frames:
@@ -385,7 +285,7 @@ def first_sightings(p: Perception) -> dict[str, tuple[int, float]]:
     return first
 
 
-def solve_appearance_order(p: Perception) -> OracleAnswer:
+def solve_appearance_order(p: PerceptionText) -> OracleAnswer:
     first = first_sightings(p)
     late = (10**6, 0.0)
 
@@ -412,7 +312,7 @@ def _turn(angle: float) -> str:
     return "Turn Left" if angle > 0 else "Turn Right"
 
 
-def solve_route_planning(p: Perception) -> OracleAnswer:
+def solve_route_planning(p: PerceptionText) -> OracleAnswer:
     m = re.match(r"You are a robot beginning at the (\w+ \w+) and facing the (\w+ \w+)\..*"
                  r"Go forward until the (\w+ \w+) 4\..*Go forward until the (\w+ \w+)\.",
                  p.question, re.DOTALL)
@@ -423,8 +323,8 @@ def solve_route_planning(p: Perception) -> OracleAnswer:
     if any(pt is None for pt in pts):
         return OracleAnswer(None, "an object's position is unknown")
     a, b, c, d = pts  # type: ignore[misc]
-    t1 = _turn(wrap(_heading(b, c) - _heading(a, b)))
-    t2 = _turn(wrap(_heading(c, d) - _heading(b, c)))
+    t1 = _turn(wrap_deg(heading_deg(b, c) - heading_deg(a, b)))
+    t2 = _turn(wrap_deg(heading_deg(c, d) - heading_deg(b, c)))
     want = f"{t1}, {t2}"
     exact = _letter_where(p.options, lambda t: t == want)
     if exact is not None:
@@ -443,7 +343,7 @@ def plan_steps(question: str) -> list[tuple[int, str, float]]:
     return [(int(n), a.strip(), float(v)) for n, a, v, _ in _STEP_RE.findall(inside)]
 
 
-def progress_step(p: Perception) -> int | None:
+def progress_step(p: PerceptionText) -> int | None:
     """The plan step the last frame is in: the reported motions consume the plan in order.
 
     A motion counts towards the nearest step ahead with its action; a step whose amount has
@@ -470,7 +370,7 @@ def progress_step(p: Perception) -> int | None:
     return steps[current][0]
 
 
-def solve_progress_evaluation(p: Perception) -> OracleAnswer:
+def solve_progress_evaluation(p: PerceptionText) -> OracleAnswer:
     number = progress_step(p)
     if number is None:
         return OracleAnswer(None, "the motions do not follow the plan")

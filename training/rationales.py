@@ -28,12 +28,11 @@ from typing import Any
 
 from embodied_r_ros.core.actions import ACTIONS
 from embodied_r_ros.core.colors import COLOUR_NAMES
+from embodied_r_ros.core.perception_text import FrameText, PerceptionText
 from embodied_r_ros.core.reasoning import parse_options
 
 from .oracle import (
-    FrameText,
     Map,
-    Perception,
     build_map,
     colour_of,
     first_sightings,
@@ -69,7 +68,7 @@ def _motion(f: FrameText, which: str) -> str | None:
     return f"{f.action} {value}"
 
 
-def _walk(p: Perception, colours: Sequence[str] = (), *, motions: str = "all",
+def _walk(p: PerceptionText, colours: Sequence[str] = (), *, motions: str = "all",
           bearings: bool = True, steps: Mapping[int, int] | None = None,
           start: int = 0) -> str:
     """One note per key frame from ``start`` on that has something the question needs: its
@@ -122,7 +121,7 @@ def _names(question: str) -> list[str]:
 # ---------------------------------------------------------------- per category
 
 
-def _track(p: Perception, colour: str) -> str:
+def _track(p: PerceptionText, colour: str) -> str:
     """From the first sighting of ``colour`` on: where it is and how I turned, then now."""
     world = build_map(p)
     seen = world.sightings(colour)
@@ -132,7 +131,7 @@ def _track(p: Perception, colour: str) -> str:
     return f"{walk} {_now(world, colour)}"
 
 
-def _action_generation(p: Perception, answer: str) -> str:
+def _action_generation(p: PerceptionText, answer: str) -> str:
     q = p.question
     if q.startswith("You are asked to navigate to the"):
         names = _names(q)
@@ -140,14 +139,14 @@ def _action_generation(p: Perception, answer: str) -> str:
     return f"{_walk(p)} So: {answer}"
 
 
-def _relative_direction(p: Perception, answer: str) -> str:
+def _relative_direction(p: PerceptionText, answer: str) -> str:
     colours = [colour_of(n) for n in _names(p.question)]
     if p.question.startswith("Where is the"):
         return f"{_track(p, colours[0])} So: {answer}"
     return f"{_walk(p, colours, motions='none')} So: {answer}"
 
 
-def _relative_distance(p: Perception, answer: str) -> str:
+def _relative_distance(p: PerceptionText, answer: str) -> str:
     names = _names(p.question)
     target = names[-1] if names else ""
     walk = _walk(p, [colour_of(n) for n in names], motions="none")
@@ -164,7 +163,7 @@ def _together(world: Map, a: str, b: str) -> str | None:
     return None
 
 
-def _appearance_order(p: Perception, answer: str) -> str:
+def _appearance_order(p: PerceptionText, answer: str) -> str:
     colours = [colour_of(n) for n in _names(p.question)]
     first = first_sightings(p)
     order = sorted((c for c in colours if c in first), key=lambda c: first[c])
@@ -176,12 +175,12 @@ def _appearance_order(p: Perception, answer: str) -> str:
     return f"{walk} {seen} So: {answer}"
 
 
-def _route_planning(p: Perception, answer: str) -> str:
+def _route_planning(p: PerceptionText, answer: str) -> str:
     colours = [colour_of(n) for n in _names(p.question)]
     return f"{_walk(p, colours, motions='none')} So: {answer}"
 
 
-def _progress_evaluation(p: Perception, answer: str) -> str:
+def _progress_evaluation(p: PerceptionText, answer: str) -> str:
     steps = plan_steps(p.question)
     mapping: dict[int, int] = {}
     current, done = 0, 0.0

@@ -61,13 +61,6 @@ def check_sample(sample: Sample) -> None:
         raise ValueError(f"answer {sample.solution!r} is not one of {''.join(letters)}")
 
 
-def visual_motions(selection: Any, pipeline: EmbodiedR, camera: Any) -> list[Motion | None]:
-    """Ego-motion between consecutive key frames from the images (no odometry)."""
-    from embodied_r_ros.core.egomotion import keyframe_motions
-
-    return list(keyframe_motions(selection, pipeline.config.keyframes, camera))
-
-
 def keyframes_of(
     frames: Iterable[tuple[np.ndarray, float]],
     pipeline: EmbodiedR,
@@ -82,7 +75,7 @@ def keyframes_of(
         motions: list[Motion | None] = list(odometry_motions(poses, selection.stamps))
         source = "odometry"
     else:
-        motions, source = visual_motions(selection, pipeline, camera), "visual"
+        motions, source = pipeline.keyframe_motions(selection, camera), "visual"
     return KeyFrames(
         images=list(selection.images),
         stamps=list(selection.stamps),

@@ -17,7 +17,7 @@ from typing import Any
 
 from embodied_r_ros.core.reasoning import parse_options
 
-from .config import SFTSettings, TrainConfig, resolve_device
+from .config import SFTSettings, TrainConfig, device_name
 from .policy import load_policy, lora_config, policy_precision, save_final
 from .runs import TrainResult, last_checkpoint, training_rows
 
@@ -67,7 +67,7 @@ def run_sft(
     start = time.perf_counter()
     s = cfg.sft
     out = Path(output_dir or cfg.output.dir)
-    device = resolve_device(s.device)
+    device = device_name(s.device)
     model, tokenizer = load_policy(cfg, device)
     rows, fit = training_rows(cfg, data_dir, tokenizer)
     targets = sft_rows(rows, s)

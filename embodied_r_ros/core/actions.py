@@ -93,23 +93,6 @@ def primary_action(motion: Motion, thresholds: ActionThresholds | None = None) -
     }[(axis, value > 0)]
 
 
-def describe_motion(motion: Motion, thresholds: ActionThresholds | None = None) -> str:
-    """Action phrase with its magnitude, e.g. ``"rotate left, about 30 degrees"``.
-
-    Returns ``"stay still"`` when no component passes its threshold.
-    """
-    action = primary_action(motion, thresholds)
-    if action is None:
-        return "stay still"
-    if action.startswith("rotate"):
-        return f"{action}, about {abs(motion.yaw_deg):.0f} degrees"
-    if action.startswith("tilt"):
-        return f"{action}, about {abs(motion.pitch_deg):.0f} degrees"
-    if motion.metric:
-        return f"{action}, about {motion.translation:.1f} m"
-    return action
-
-
 def action_of(phrase: str) -> str | None:
     """The vocabulary action that ``phrase`` starts with (case-insensitive), else None."""
     low = phrase.strip().lower()

@@ -22,11 +22,12 @@ import cv2
 import numpy as np
 
 from embodied_r_ros.core.config import CameraConfig
+from embodied_r_ros.core.perception_text import describe_regions
 
 #: bump when the observation text changes, so that datasets built from it are rebuilt
 OBSERVATION_VERSION = 2
 #: horizontal field of view assumed when no intrinsics are given (the config's default guess)
-DEFAULT_HFOV_DEG = 70.0
+DEFAULT_HFOV_DEG: float = CameraConfig.model_fields["hfov_deg"].default
 
 # OpenCV hue (0..179) upper bounds, in order; red wraps around.
 _HUES: tuple[tuple[int, str], ...] = (
@@ -159,23 +160,10 @@ def colour_regions(
     return [(r.colour, r.direction, r.size, r.share) for r in find_regions(image, min_share)]
 
 
-def describe_region(region: Region) -> str:
-    """``a small red object to the left (25 degrees left, about 3.1 m away)``."""
-    side = "left" if region.bearing_deg >= 0 else "right"
-    degrees = round(abs(region.bearing_deg))
-    geometry = f"{degrees} degree{'' if degrees == 1 else 's'} {side}"
-    if region.distance_m is not None:
-        geometry += f", about {region.distance_m:.1f} m away"
-    return f"a {region.size} {region.colour} object {region.direction} ({geometry})"
-
-
 def describe_colour_regions(
     image: np.ndarray,
     camera: CameraConfig | None = None,
     mount: CameraMount | None = None,
 ) -> str:
     """The observation text of one frame (see the module notes for ``camera`` and ``mount``)."""
-    regions = find_regions(image, camera=camera, mount=mount)
-    if not regions:
-        return "no distinctly coloured object in view."
-    return "I see " + "; ".join(describe_region(r) for r in regions) + "."
+    return describe_regions(find_regions(image, camera=camera, mount=mount))

@@ -29,7 +29,7 @@ from typing import Literal
 
 import numpy as np
 
-from embodied_r_ros.core.actions import Motion, action_of, describe_motion
+from embodied_r_ros.core.actions import Motion, action_of
 from embodied_r_ros.core.backends.base import (
     ChatBackend,
     Completion,
@@ -40,6 +40,7 @@ from embodied_r_ros.core.cache import ReplyCache, digest
 from embodied_r_ros.core.cancel import CancelToken
 from embodied_r_ros.core.colors import describe_colour_regions
 from embodied_r_ros.core.config import PerceptionConfig
+from embodied_r_ros.core.perception_text import assemble, describe_motion
 from embodied_r_ros.core.prompts import PromptSet, default_prompts
 
 log = logging.getLogger(__name__)
@@ -147,7 +148,7 @@ class PerceptionResult:
     vlm_calls: int = 0  # calls made for this result (the rest came from the cache)
 
 
-def primary_action(
+def lm_action(
     vlm_action: str | None, measured: str | None, source: MotionSource | None
 ) -> str | None:
     """The action the LM reads: odometry beats the VLM, the VLM beats visual ego-motion.
@@ -158,30 +159,6 @@ def primary_action(
     if source == "odometry" and measured:
         return measured
     return vlm_action or measured
-
-
-def frame_line(index: int, desc: FrameDescription, report_motion: bool = True) -> str:
-    if index == 0:
-        return f"Frame 0: Observe: {desc.observation}"
-    action = desc.action or "None"
-    if report_motion and desc.measured_motion and desc.vlm_action:
-        if desc.motion_source == "odometry":
-            action = f"{desc.measured_motion} (VLM: {desc.vlm_action})"
-        else:
-            action = f"{desc.vlm_action} (measured: {desc.measured_motion})"
-    return f"Frame {index}: After {action}, Observe: {desc.observation}"
-
-
-def assemble(
-    frames: Sequence[FrameDescription],
-    question_block: str,
-    report_motion: bool = True,
-    prompts: PromptSet | None = None,
-) -> str:
-    """The reasoning LM's user message in the paper's shape (digest §1.3)."""
-    p = prompts or default_prompts()
-    lines = "\n".join(frame_line(i, f, report_motion) for i, f in enumerate(frames))
-    return f"{p.lm_instruction}\nVideo content:\n<\n{p.preamble}\n{lines}\n>\n{question_block}"
 
 
 def vlm_conversation(
@@ -381,7 +358,7 @@ class Perceiver:
                 FrameDescription(
                     stamp=float(stamps[i]),
                     # without report_motion the LM reads the VLM's own action, as the paper
-                    action=(primary_action(p.action, measured[i], sources[i]) if report
+                    action=(lm_action(p.action, measured[i], sources[i]) if report
                             else p.action) if i else None,
                     observation=p.observation,
                     vlm_action=p.action if i else None,

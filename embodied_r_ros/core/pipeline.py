@@ -17,7 +17,7 @@ from embodied_r_ros.core.actions import Motion
 from embodied_r_ros.core.backends.base import BACKEND_DOWN, BackendError, ChatBackend
 from embodied_r_ros.core.cache import ReplyCache
 from embodied_r_ros.core.cancel import CancelToken
-from embodied_r_ros.core.config import Config
+from embodied_r_ros.core.config import CameraConfig, Config
 from embodied_r_ros.core.keyframes import KeyframeSelection, select_keyframes
 from embodied_r_ros.core.perception import (
     FrameDescription,
@@ -194,7 +194,18 @@ class EmbodiedR:
     def select(self, frames: Iterable[tuple[np.ndarray, float]]) -> KeyframeSelection:
         return select_keyframes(frames, self.config.keyframes)
 
+    def keyframe_motions(
+        self, selection: KeyframeSelection, camera: CameraConfig | None = None
+    ) -> list[Motion | None]:
+        """Visual ego-motion between consecutive key frames of ``selection``, reusing the
+        extractor's matches (``camera``: intrinsics, else the configured ones)."""
+        from embodied_r_ros.core.egomotion import keyframe_motions
+
+        return keyframe_motions(selection, self.config.keyframes,
+                                camera or self.config.perception.camera)
+
     def visual_motions(self, images: Sequence[np.ndarray]) -> list[Motion | None]:
+        """Visual ego-motion between consecutive ``images`` (no selection to reuse)."""
         from embodied_r_ros.core.egomotion import motion_between
 
         cam, kf = self.config.perception.camera, self.config.keyframes
@@ -320,14 +331,12 @@ class EmbodiedR:
 
         The motion between key frames is visual ego-motion, reusing the extractor's matches.
         """
-        from embodied_r_ros.core.egomotion import keyframe_motions
-
         validate_query(question, options)
         t0 = time.perf_counter()
         selection = self.select(frames)
         if not selection.images:
             raise QueryError(NO_FRAMES, "the video has no frames")
-        motions = keyframe_motions(selection, self.config.keyframes, self.config.perception.camera)
+        motions = self.keyframe_motions(selection)
         keyframes_s = time.perf_counter() - t0
         return self.ask_keyframes(
             selection.images,

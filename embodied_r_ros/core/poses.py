@@ -36,6 +36,20 @@ def wrap_deg(angle: float) -> float:
     return wrapped - 180.0
 
 
+def heading_deg(a: Sequence[float], b: Sequence[float]) -> float:
+    """Direction from point ``a`` to point ``b`` in the horizontal plane (degrees, x axis = 0,
+    positive towards +y, i.e. to the left of an x-facing body)."""
+    return math.degrees(math.atan2(b[1] - a[1], b[0] - a[0]))
+
+
+def quadrant(bearing: float) -> str:
+    """Egocentric quadrant of a bearing (left > 0): front-left, front-right, back-left or
+    back-right. A bearing of exactly +-180 is wrapped first, so it is back-left either way."""
+    bearing = wrap_deg(bearing)
+    front = abs(bearing) < 90.0
+    return f"{'front' if front else 'back'}-{'left' if bearing > 0 else 'right'}"
+
+
 @dataclass(frozen=True)
 class Pose:
     """A camera pose in the world frame; angles in degrees."""

@@ -199,7 +199,8 @@ class ConsistencyReward:
                 try:
                     replies[i] = self.reference.complete([conversation], **settings)[0].text
                 except Exception as one:  # as above, for one sample
-                    log.debug("consistency reference failed for one sample: %s", one)
+                    log.warning("consistency reference failed for sample %d of %d: %s", i + 1,
+                                len(conversations), " ".join(str(one).split())[:200])
         return replies
 
     def __call__(

@@ -9,16 +9,19 @@ logged once with its traceback. Subscriptions drop the message, count it and log
 
 from __future__ import annotations
 
+import logging
 import threading
 import traceback
 from collections.abc import Callable
 from typing import Any
 
 from embodied_r_ros.core.backends.base import BackendError
-from embodied_r_ros.core.cancel import CancelToken
+from embodied_r_ros.core.cancel import CANCELLED, CancelToken
 from embodied_r_ros.core.pipeline import QueryError
 
 INTERNAL = "INTERNAL"
+
+_log = logging.getLogger(__name__)
 
 
 def one_line(text: object, limit: int = 500) -> str:
@@ -119,6 +122,7 @@ class GoalTokens:
     def __init__(self) -> None:
         self._tokens: dict[bytes, CancelToken] = {}
         self._lock = threading.Lock()
+        self._idle = threading.Condition(self._lock)
 
     def open(self, goal_handle: Any, timeout: float | None = None) -> CancelToken:
         token = CancelToken(timeout)
@@ -129,6 +133,18 @@ class GoalTokens:
     def close(self, goal_handle: Any) -> None:
         with self._lock:
             self._tokens.pop(bytes(goal_handle.goal_id.uuid), None)
+            if not self._tokens:
+                self._idle.notify_all()
+
+    @property
+    def in_flight(self) -> int:
+        with self._lock:
+            return len(self._tokens)
+
+    def wait_idle(self, timeout: float) -> bool:
+        """Wait until no goal is in flight; False if some still are after ``timeout`` s."""
+        with self._idle:
+            return self._idle.wait_for(lambda: not self._tokens, timeout)
 
     def cancel(self, goal_handle: Any) -> None:
         with self._lock:
@@ -136,20 +152,27 @@ class GoalTokens:
         if token is not None:
             token.cancel()
 
-    def cancel_all(self) -> None:
+    def cancel_all(self, code: str = CANCELLED, message: str = "cancelled") -> None:
+        """Stop every goal in flight with ``code`` (a deactivation is ``BACKEND_DOWN``, not the
+        client's own ``CANCELLED``)."""
         with self._lock:
             tokens = list(self._tokens.values())
         for token in tokens:
-            token.cancel()
+            token.cancel(code, message)
 
 
 class Heartbeat:
     """Calls ``beat()`` every ``period_sec`` from its own thread while a goal runs, so the
-    client sees the node alive even while a model blocks the goal's thread for seconds."""
+    client sees the node alive even while a model blocks the goal's thread for seconds. A beat
+    that fails is logged (throttled) and the next one is tried: one failed publish must not
+    make a live node look dead to its peers."""
 
-    def __init__(self, beat: Callable[[], None], period_sec: float = 0.5) -> None:
+    def __init__(self, beat: Callable[[], None], period_sec: float = 0.5,
+                 logger: Any = None) -> None:
         self._beat = beat
         self._period = period_sec
+        self._logger = logger
+        self.failures = 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="heartbeat", daemon=True)
 
@@ -157,8 +180,13 @@ class Heartbeat:
         while not self._stop.wait(self._period):
             try:
                 self._beat()
-            except Exception:  # noqa: BLE001 - a lost heartbeat is a lost heartbeat
-                return
+            except Exception as exc:  # noqa: BLE001 - keep beating, but say why one failed
+                self.failures += 1
+                text = f"heartbeat failed ({self.failures} so far): {one_line(exc)}"
+                if self._logger is None:
+                    _log.warning(text)
+                else:
+                    self._logger.warning(text, throttle_duration_sec=5.0)
 
     def __enter__(self) -> Heartbeat:
         self._thread.start()

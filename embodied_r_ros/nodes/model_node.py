@@ -1,11 +1,15 @@
 """The common shape of the perception and reasoning nodes: a ROS 2 managed (lifecycle) node
 holding one model.
 
-``configure`` loads the model (logging what and how long), ``activate`` serves, ``deactivate``
-keeps the model but answers ``BACKEND_DOWN``, ``cleanup`` frees it (and the CUDA cache), and
-``shutdown`` ends. With the ``autostart`` parameter (default true) the node drives itself to
-active when it starts, so ``ros2 run`` behaves as a plain node; a model that cannot be loaded
-then fails the start with one clear line. Requests are served on a reentrant group, apart from
+``configure`` reads the ``profile``/``config_file`` parameters as they are then (a bad profile
+fails the transition, not the node's construction, and cleanup -> configure picks up a changed
+one) and loads the model (logging what and how long), ``activate`` serves, ``deactivate`` keeps
+the model but answers ``BACKEND_DOWN`` (goals in flight end with it), ``cleanup`` waits for those
+goals to end and frees the model (and the CUDA cache), and ``shutdown`` ends. Whether the node
+serves is rclpy's own managed-entity state; the label in diagnostics is derived from it.
+With the ``autostart`` parameter (default true) the node drives itself to active when it
+starts, so ``ros2 run`` behaves as a plain node; a model that cannot be loaded then fails the
+start with one clear line. Requests are served on a reentrant group, apart from
 the lifecycle services, so a node that is loading still answers ``BACKEND_DOWN`` at once.
 """
 
@@ -18,7 +22,12 @@ from typing import Any, Literal
 
 from rclpy.action import ActionServer, CancelResponse, GoalResponse
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup, ReentrantCallbackGroup
-from rclpy.lifecycle import LifecycleNode, LifecycleState, TransitionCallbackReturn
+from rclpy.lifecycle import (
+    LifecycleNode,
+    LifecycleState,
+    SimpleManagedEntity,
+    TransitionCallbackReturn,
+)
 
 from embodied_r_ros.core.backends.base import BACKEND_DOWN
 from embodied_r_ros.core.cancel import CancelToken
@@ -36,14 +45,16 @@ from embodied_r_ros.nodes.guard import (
 from embodied_r_ros.nodes.models import build_pipeline, describe_models
 from embodied_r_ros.nodes.params import (
     AUTOSTART_SPEC,
-    CONFIG_SPECS,
     DIAGNOSTICS_SPEC,
+    MODEL_CONFIG_SPECS,
     declare,
     load_node_config,
 )
 
 SUCCESS = TransitionCallbackReturn.SUCCESS
 FAILURE = TransitionCallbackReturn.FAILURE
+#: how long cleanup and shutdown wait for goals in flight to end before freeing the model
+GOALS_END_SEC = 10.0
 
 
 class StartError(RuntimeError):
@@ -65,10 +76,14 @@ class ModelNode(LifecycleNode):
     ) -> None:
         super().__init__(node_name, **kwargs)
         self.params = declare(self, (DIAGNOSTICS_SPEC, AUTOSTART_SPEC))
-        self.config = config or load_node_config(declare(self, CONFIG_SPECS))
+        declare(self, MODEL_CONFIG_SPECS)  # read on configure, so a changed profile is picked up
+        self._given_config = config  # in-process use (the all-in-one): fixed, not parameters
+        self.config: Config | None = None
         self.pipeline: EmbodiedR | None = None
-        self.state_label = "unconfigured"
         self.load_error = ""
+        self._finalized = False
+        self._serving = SimpleManagedEntity()  # rclpy's activation state of the request path
+        self.add_managed_entity(self._serving)
         self._started = False
         self._lock = threading.Lock()
         self.calls = 0
@@ -95,14 +110,31 @@ class ModelNode(LifecycleNode):
         if self.trigger_activate() != SUCCESS:
             raise StartError(f"{self.role} node: activate failed")
 
+    @property
+    def state_label(self) -> str:
+        """``unconfigured`` / ``inactive`` / ``active`` / ``finalized``, derived from rclpy's
+        activation of the request path and whether a model is loaded."""
+        if self._finalized:
+            return "finalized"
+        if self._serving.is_activated:
+            return "active"
+        return "inactive" if self.pipeline is not None else "unconfigured"
+
     def on_configure(self, state: LifecycleState) -> TransitionCallbackReturn:
-        models = describe_models(self.config, perception=self.role == "perception",
+        try:
+            config = self._given_config or load_node_config(declare(self, MODEL_CONFIG_SPECS))
+        except Exception as exc:  # noqa: BLE001 - a bad profile fails this transition only
+            self.load_error = one_line(f"cannot read the configuration: {exc}")
+            self.get_logger().error(self.load_error)
+            return FAILURE
+        self.config = config
+        models = describe_models(config, perception=self.role == "perception",
                                  reasoning=self.role == "reasoning")
         self.get_logger().info(f"configure: loading {models}")
         start = time.perf_counter()
         try:
             self.pipeline = build_pipeline(
-                self.config,
+                config,
                 perception=self.role == "perception",
                 reasoning=self.role == "reasoning",
             )
@@ -111,32 +143,39 @@ class ModelNode(LifecycleNode):
             self.get_logger().error(self.load_error)
             return FAILURE
         self.load_error = ""
-        self.state_label = "inactive"
         self.get_logger().info(f"configure: loaded in {time.perf_counter() - start:.1f} s")
         return SUCCESS
 
     def on_activate(self, state: LifecycleState) -> TransitionCallbackReturn:
-        self.state_label = "active"
         self.get_logger().info(f"active: serving {self.role}")
         return super().on_activate(state)
 
     def on_deactivate(self, state: LifecycleState) -> TransitionCallbackReturn:
-        self.state_label = "inactive"
-        self.goals.cancel_all()  # requests in flight end; new ones get BACKEND_DOWN
+        result = super().on_deactivate(state)  # new requests get BACKEND_DOWN from here on
+        self.goals.cancel_all(BACKEND_DOWN, f"the {self.role} node was deactivated")
         self.get_logger().info("inactive: answering BACKEND_DOWN")
-        return super().on_deactivate(state)
+        return result
 
     def on_cleanup(self, state: LifecycleState) -> TransitionCallbackReturn:
+        self._wait_for_goals("cleanup")
         self._free()
-        self.state_label = "unconfigured"
+        self.config = None
         self.get_logger().info("cleanup: models freed")
         return SUCCESS
 
     def on_shutdown(self, state: LifecycleState) -> TransitionCallbackReturn:
-        self.goals.cancel_all()
+        self._finalized = True
+        self.goals.cancel_all(BACKEND_DOWN, f"the {self.role} node is shutting down")
+        self._wait_for_goals("shutdown")
         self._free()
-        self.state_label = "finalized"
         return SUCCESS
+
+    def _wait_for_goals(self, transition: str) -> None:
+        """A model is never freed under a running goal: wait (bounded) for those in flight."""
+        if not self.goals.wait_idle(GOALS_END_SEC):
+            self.get_logger().warning(
+                f"{transition}: {self.goals.in_flight} goal(s) still running after "
+                f"{GOALS_END_SEC:g} s; freeing the model anyway")
 
     def _free(self) -> None:
         pipeline, self.pipeline = self.pipeline, None
@@ -146,7 +185,7 @@ class ModelNode(LifecycleNode):
     def serving(self) -> EmbodiedR:
         """The loaded pipeline while active, else QueryError ``BACKEND_DOWN``."""
         pipeline = self.pipeline
-        if self.state_label != "active" or pipeline is None:
+        if not self._serving.is_activated or pipeline is None:
             detail = f" ({self.load_error})" if self.load_error else ""
             raise QueryError(BACKEND_DOWN, f"the {self.role} node is {self.state_label}{detail}")
         return pipeline
@@ -181,7 +220,7 @@ class ModelNode(LifecycleNode):
         start = time.perf_counter()
         token = self.goals.open(goal_handle)
         try:
-            with Heartbeat(beat):
+            with Heartbeat(beat, logger=self.get_logger()):
                 work(self.serving(), token)
             result.success = True
         except QueryError as exc:
@@ -224,7 +263,8 @@ class ModelNode(LifecycleNode):
                             self.get_fully_qualified_name())]
 
     def close(self) -> None:
-        self.goals.cancel_all()
+        self.goals.cancel_all(BACKEND_DOWN, f"the {self.role} node is stopping")
+        self._wait_for_goals("close")
         self._free()
 
 

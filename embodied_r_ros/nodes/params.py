@@ -7,7 +7,7 @@ are plain data (:data:`Spec`) so the launch-file test can check every name the l
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from rcl_interfaces.msg import FloatingPointRange, IntegerRange, ParameterDescriptor
@@ -70,6 +70,12 @@ CONFIG_SPECS: tuple[Spec, ...] = (
          "workstation, server) or a .yaml path"),
     Spec("config_file", "", "YAML config layered over the profile (empty = none); it may name "
          "its own profile in 'base'"),
+)
+#: the same for a managed node, which reads them on every configure: settable, so that
+#: cleanup -> set parameters -> configure loads another profile
+MODEL_CONFIG_SPECS: tuple[Spec, ...] = tuple(
+    replace(s, read_only=False, description=s.description + " (read on configure)")
+    for s in CONFIG_SPECS
 )
 DIAGNOSTICS_SPEC = Spec("diagnostics_period_sec", 1.0, "period of /diagnostics messages",
                         0.1, 60.0)

@@ -36,7 +36,7 @@ from embodied_r_ros.nodes.conversions import (
     stamp_to_sec,
 )
 from embodied_r_ros.nodes.guard import guard_subscription
-from embodied_r_ros.nodes.model_node import ModelNode, model_status
+from embodied_r_ros.nodes.model_node import SUCCESS, ModelNode, model_status
 from embodied_r_ros.nodes.motion import perceive_window
 from embodied_r_ros.nodes.params import Spec, declare
 from embodied_r_ros.nodes.transport import stored_frames_topic
@@ -67,28 +67,46 @@ class PerceptionNode(ModelNode):
         self._server = self.create_goal_server(Perceive, "~/perceive", self._execute)
         self.describer: BackgroundDescriber | None = None
         self._note_type = KeyFrameDescription
-        self._streaming = (self.config.perception.mode == "streaming"
-                           and self.config.perception.backend == "vlm")
         self._notes = self.create_publisher(KeyFrameDescription, "~/descriptions", 10)
-        if self._streaming and self.stream_params["subscribe_frames"]:
+        self._inputs: list[Any] = []  # stored-frame subscriptions while configured to stream
+
+    # -- streaming perception ------------------------------------------------------------
+
+    @property
+    def _streaming(self) -> bool:
+        cfg = self.config
+        return (cfg is not None and cfg.perception.mode == "streaming"
+                and cfg.perception.backend == "vlm")
+
+    def on_configure(self, state: LifecycleState) -> TransitionCallbackReturn:
+        result = super().on_configure(state)
+        if result == SUCCESS and self._streaming and self.stream_params["subscribe_frames"]:
             from embodied_r_interfaces.msg import StoredFrame
 
             reliable = QoSProfile(depth=10, reliability=ReliabilityPolicy.RELIABLE)
-            for camera in self.stream_params["cameras"]:
+            self._inputs = [
                 self.create_subscription(
                     StoredFrame, stored_frames_topic(camera),
                     guard_subscription(self.get_logger(), "stored frame",
                                        lambda msg, cam=camera: self._on_stored(cam, msg)),
                     reliable, callback_group=self.requests,
                 )
+                for camera in self.stream_params["cameras"]
+            ]
+        return result
 
-    # -- streaming perception ------------------------------------------------------------
+    def on_cleanup(self, state: LifecycleState) -> TransitionCallbackReturn:
+        result = super().on_cleanup(state)
+        for sub in self._inputs:
+            self.destroy_subscription(sub)
+        self._inputs = []
+        return result
 
     def on_activate(self, state: LifecycleState) -> TransitionCallbackReturn:
         pipeline = self.pipeline
         if self._streaming and pipeline is not None and pipeline.perceiver is not None:
             self.describer = BackgroundDescriber(
-                pipeline.perceiver, queue_size=self.config.perception.streaming_queue,
+                pipeline.perceiver, queue_size=pipeline.config.perception.streaming_queue,
                 on_described=self._publish_note,
             )
         return super().on_activate(state)

@@ -20,7 +20,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from embodied_r_ros.core.backends.base import raise_if_stopped
+from embodied_r_ros.core.backends.base import BACKEND_DOWN, raise_if_stopped
 from embodied_r_ros.core.cancel import CancelToken
 from embodied_r_ros.core.perception import ProgressFn
 from embodied_r_ros.core.pipeline import QueryError, validate_query
@@ -189,7 +189,7 @@ class QueryRunner:
         except QueryError as exc:
             return self._finish(QueryOutcome.failure(exc.code, str(exc)), start)
         if self._closed:
-            return self._finish(QueryOutcome.failure(INTERNAL, "the query server is stopping"),
+            return self._finish(QueryOutcome.failure(BACKEND_DOWN, "the query server is stopping"),
                                 start)
         if not self._slots.acquire(blocking=False):
             outcome = QueryOutcome.failure(BUSY, "too many queries in progress; try again later")

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from embodied_r_ros.core.actions import ACTIONS, primary_action
-from embodied_r_ros.core.poses import Pose, relative_motion, wrap_deg
+from embodied_r_ros.core.poses import Pose, heading_deg, quadrant, relative_motion, wrap_deg
 from embodied_r_ros.sim.trajectory import OPPOSITE
 from embodied_r_ros.sim.visibility import Visibility
 from embodied_r_ros.sim.world import World
@@ -96,14 +96,7 @@ def parse_counts(spec: str | int | Mapping[str, int]) -> dict[str, int]:
 
 def bearing_deg(pose: Pose, point: Sequence[float]) -> float:
     """Horizontal angle of ``point`` from the camera's heading; positive to the left."""
-    return wrap_deg(math.degrees(math.atan2(point[1] - pose.y, point[0] - pose.x)) - pose.yaw_deg)
-
-
-def quadrant(angle: float) -> str:
-    """Egocentric quadrant of a bearing: front-left, front-right, back-left or back-right."""
-    front = abs(angle) < 90.0
-    left = angle > 0.0
-    return f"{'front' if front else 'back'}-{'left' if left else 'right'}"
+    return wrap_deg(heading_deg((pose.x, pose.y), point) - pose.yaw_deg)
 
 
 def _boundary_distance(angle: float, boundaries: Sequence[float]) -> float:
@@ -128,10 +121,6 @@ def turn_of(angle: float) -> str | None:
     if 40.0 <= a <= 120.0:
         return "Turn Left" if angle > 0 else "Turn Right"
     return None
-
-
-def _heading(a: np.ndarray, b: np.ndarray) -> float:
-    return math.degrees(math.atan2(b[1] - a[1], b[0] - a[0]))
 
 
 def _sentence(action: str) -> str:
@@ -252,7 +241,7 @@ class _Generator:
             pa, pb, pc = (np.array([objs[k].x, objs[k].y]) for k in (a, b, c))
             if np.linalg.norm(pb - pa) < 1.0 or np.linalg.norm(pc - pa) < 1.0:
                 continue
-            answer = side_of(wrap_deg(_heading(pa, pc) - _heading(pa, pb)))
+            answer = side_of(wrap_deg(heading_deg(pa, pc) - heading_deg(pa, pb)))
             if answer is None:
                 continue
             allo.append(Draft(
@@ -330,8 +319,8 @@ class _Generator:
         note = ("(Note: for each [please fill in], choose either 'turn back,' 'turn left,' or "
                 "'turn right.')")
         for a, b, c, d in itertools.permutations(seen, 4):
-            t1 = turn_of(wrap_deg(_heading(pos[b], pos[c]) - _heading(pos[a], pos[b])))
-            t2 = turn_of(wrap_deg(_heading(pos[c], pos[d]) - _heading(pos[b], pos[c])))
+            t1 = turn_of(wrap_deg(heading_deg(pos[b], pos[c]) - heading_deg(pos[a], pos[b])))
+            t2 = turn_of(wrap_deg(heading_deg(pos[c], pos[d]) - heading_deg(pos[b], pos[c])))
             if t1 is None or t2 is None:
                 continue
             right = (t1, t2)

@@ -13,6 +13,7 @@ really happened: a backend whose last call failed reports that error until a cal
 
 from __future__ import annotations
 
+import threading
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -108,6 +109,28 @@ class ChatBackend(ABC):
         Raises :class:`BackendError`; ``CANCELLED`` / ``BACKEND_TIMEOUT`` when ``cancel`` stops
         the batch (replies already delivered through ``on_reply`` stay delivered).
         """
+
+    def call_seeds(
+        self, base_seed: int, temperature: float, seed: int | None, n: int
+    ) -> list[int | None]:
+        """The sampling seed of each of the ``n`` conversations of one call: the one seed rule of
+        every backend.
+
+        An explicit ``seed`` gives conversation ``i`` the seed ``seed + i``, at any temperature
+        (at 0 it changes nothing, but it is sent). Without one, a greedy call has no seed, and a
+        sampling call takes the next ``n`` seeds of this backend's own sequence ``base_seed,
+        base_seed + 1, ...``: a fresh backend replays the same samples, successive calls and
+        the conversations of one call (a GRPO group of one prompt) never share a seed.
+        In-process batches draw from one stream seeded by their first conversation's seed.
+        """
+        if seed is None:
+            if temperature <= 0:
+                return [None] * n
+            with self.__dict__.setdefault("_seed_lock", threading.Lock()):
+                used = self.__dict__.get("_seeds_used", 0)
+                self.__dict__["_seeds_used"] = used + n
+            seed = base_seed + used
+        return [seed + i for i in range(n)]
 
     def generate(self, conversations: Sequence[Conversation], **settings: Any) -> list[str]:
         """The reply texts of :meth:`complete`."""

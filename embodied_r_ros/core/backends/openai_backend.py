@@ -194,8 +194,8 @@ class OpenAIBackend(ChatBackend):
         }
         if temp > 0 or top_p is not None:
             body["top_p"] = self.cfg.top_p if top_p is None else top_p
-        if temp > 0 or seed is not None:
-            body["seed"] = self.cfg.seed if seed is None else seed
+        if seed is not None:
+            body["seed"] = seed
         if stop:
             body["stop"] = list(stop)
         return body
@@ -220,7 +220,9 @@ class OpenAIBackend(ChatBackend):
         max_new = max_new_tokens if max_new_tokens is not None else self.cfg.max_new_tokens
         temp = self.cfg.temperature if temperature is None else temperature
         raise_if_stopped(cancel)
-        bodies = [self._body(c, max_new, temp, top_p, seed, stop) for c in conversations]
+        seeds = self.call_seeds(self.cfg.seed, temp, seed, len(conversations))
+        bodies = [self._body(c, max_new, temp, top_p, s, stop)
+                  for c, s in zip(conversations, seeds, strict=True)]
         futures = {
             asyncio.run_coroutine_threadsafe(self._request(body, cancel), self._loop): i
             for i, body in enumerate(bodies)

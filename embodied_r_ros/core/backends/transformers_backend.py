@@ -5,8 +5,8 @@ its text decoder alone (``text_only``, see :mod:`.text_decoder`): same logits, n
 
 Conversations are batched ``batch_size`` at a time with left padding, so every row's completion
 starts at the same column and the prompt is stripped by slicing. Greedy at temperature 0; with
-sampling, each call reseeds a forked RNG from ``seed`` and a call counter, so a fresh backend
-replays the same outputs without touching the process-wide torch RNG.
+sampling, each batch reseeds a forked RNG by the one seed rule (:meth:`ChatBackend.call_seeds`),
+so a fresh backend replays the same outputs without touching the process-wide torch RNG.
 
 The stock Qwen2.5-VL processor needs torchvision (for its video processor), which does not
 import beside torch 2.13 CPU. :class:`QwenImageProcessor` does the image-only part of its job
@@ -201,7 +201,6 @@ class TransformersBackend(ChatBackend):
         if not self.chat_template:
             raise BackendError(BACKEND_FAILED, f"model '{cfg.model}' has no chat template")
         self._stop_ids = self._collect_stop_ids()
-        self._sample_calls = 0
         self._lock = threading.Lock()  # one generation at a time (ROS executors may share us)
         logger.info(
             "loaded %s on %s (%s, images: %s)",
@@ -272,16 +271,13 @@ class TransformersBackend(ChatBackend):
     # -- generation --------------------------------------------------------------------------
 
     @contextlib.contextmanager
-    def _rng(self, sample: bool, seed: int | None) -> Iterator[None]:
+    def _rng(self, seed: int | None) -> Iterator[None]:
         """Reproducible sampling without disturbing the caller's torch RNG state."""
-        if not sample:
+        if seed is None:
             yield
             return
         devices = [self.device.index or 0] if self.device.type == "cuda" else []
         with torch.random.fork_rng(devices=devices, device_type=self.device.type):
-            if seed is None:
-                seed = self.cfg.seed + self._sample_calls
-                self._sample_calls += 1
             torch.manual_seed(seed)
             yield
 
@@ -326,11 +322,13 @@ class TransformersBackend(ChatBackend):
             gen_kwargs["stopping_criteria"] = StoppingCriteriaList([_StopWhenCancelled(cancel)])
         results: list[list[int]] = []
         size = self.cfg.batch_size
+        seeds = self.call_seeds(self.cfg.seed, temp, seed, len(conversations))
         for start in range(0, len(conversations), size):
             raise_if_stopped(cancel)
             enc = self.encode(conversations[start : start + size])
             prompt_len = enc["input_ids"].shape[1]
-            with self._exclusive(cancel), torch.inference_mode(), self._rng(sample, seed):
+            batch_seed = seeds[start] if sample else None
+            with self._exclusive(cancel), torch.inference_mode(), self._rng(batch_seed):
                 try:
                     out = self.model.generate(**enc, **gen_kwargs)
                 except (RuntimeError, ValueError) as exc:  # OOM is a RuntimeError too

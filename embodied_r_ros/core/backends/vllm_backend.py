@@ -85,13 +85,11 @@ class VLLMBackend(ChatBackend):
         engine cannot be interrupted: ``cancel`` is honoured before and after the call."""
         raise_if_stopped(cancel)
         temp = self.cfg.temperature if temperature is None else temperature
-        params = self._vllm.SamplingParams(
-            max_tokens=max_new_tokens if max_new_tokens is not None else self.cfg.max_new_tokens,
-            temperature=temp,
-            top_p=(self.cfg.top_p if top_p is None else top_p) if temp > 0 else 1.0,
-            seed=(self.cfg.seed if seed is None else seed) if temp > 0 else None,
-            stop=list(stop) or None,
-        )
+        params = [
+            self._vllm.SamplingParams(**kwargs)
+            for kwargs in self.sampling_kwargs(len(conversations), max_new_tokens, temp, top_p,
+                                               seed, stop)
+        ]
         messages = [to_openai_messages(c, self.cfg.image_max_side) for c in conversations]
         try:
             outputs = self._llm.chat(messages, sampling_params=params, use_tqdm=False)
@@ -113,6 +111,27 @@ class VLLMBackend(ChatBackend):
             if on_reply is not None:
                 on_reply(i, completion)
         return out
+
+    def sampling_kwargs(
+        self,
+        n: int,
+        max_new_tokens: int | None,
+        temperature: float,
+        top_p: float | None,
+        seed: int | None,
+        stop: Sequence[str],
+    ) -> list[dict[str, Any]]:
+        """``SamplingParams`` keywords per conversation: one each, so that the seed rule gives
+        every conversation its own seed (one shared seed would make a group of identical
+        prompts sample identical replies)."""
+        common: dict[str, Any] = {
+            "max_tokens": max_new_tokens if max_new_tokens is not None else self.cfg.max_new_tokens,
+            "temperature": temperature,
+            "top_p": (self.cfg.top_p if top_p is None else top_p) if temperature > 0 else 1.0,
+            "stop": list(stop) or None,
+        }
+        return [{**common, "seed": s}
+                for s in self.call_seeds(self.cfg.seed, temperature, seed, n)]
 
     def close(self) -> None:
         self._llm = None
