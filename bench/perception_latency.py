@@ -31,10 +31,10 @@ from typing import Any
 import numpy as np
 
 from embodied_r_ros.core.backends.base import ChatBackend, Completion
-from embodied_r_ros.core.backends.server import serve
 from embodied_r_ros.core.config import config_from_dict
 from embodied_r_ros.core.pipeline import EmbodiedR
 from embodied_r_ros.core.streaming import BackgroundDescriber
+from embodied_r_ros.serving import serve
 
 ACTIONS = ("move forward", "rotate left", "rotate right", "move left")
 

@@ -14,7 +14,13 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from embodied_r_ros.core.config import ConfigError, KeyframeConfig, load_config
+from embodied_r_ros.core.config import (
+    ConfigError,
+    KeyframeConfig,
+    ModelConfig,
+    api_key_from_env,
+    load_config,
+)
 
 log = logging.getLogger("embodied_r")
 
@@ -148,14 +154,56 @@ def cmd_ask(args: argparse.Namespace) -> int:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    from embodied_r_ros.core.backends.server import run_server
-
     config = _load_pipeline_config(args)
     model = config.reasoning.model if args.role == "lm" else config.perception.vlm
     if model is None:
         raise CliError(f"profile '{config.name}' has no VLM to serve (perception is geometric)")
-    run_server(model, args.host, args.port, text_only=args.role == "lm")
+    if args.api_key_env is not None:
+        try:
+            model = ModelConfig.model_validate({**model.model_dump(),
+                                                "api_key_env": args.api_key_env})
+        except ValueError as exc:
+            raise CliError(f"--api-key-env: {args.api_key_env!r} is not a variable name") from exc
+    serve_model(model, args.host, args.port, text_only=args.role == "lm", insecure=args.insecure)
     return 0
+
+
+def serve_model(
+    cfg: ModelConfig,
+    host: str = "127.0.0.1",
+    port: int = 8000,
+    *,
+    cache_dir: str | None = None,
+    text_only: bool = False,
+    insecure: bool = False,
+) -> None:
+    """Bind the port, then load the model of ``cfg`` and serve it until interrupted
+    (``embodied-r serve``): a busy or invalid port, or a bind reachable from other machines
+    without a key, fails before minutes of loading. ``text_only``: a text role (reasoning LM,
+    consistency reference), see ``create_backend``.
+
+    If ``cfg.api_key_env`` is set, clients must send that variable's value as a Bearer token;
+    without one only a loopback address is served, unless ``insecure``.
+    """
+    from embodied_r_ros.core.backends.factory import create_backend
+    from embodied_r_ros.serving import OpenAIServer
+
+    api_key = api_key_from_env(cfg.api_key_env) if cfg.api_key_env else None
+    server = OpenAIServer(None, host, port, api_key=api_key, insecure=insecure)
+    try:
+        backend = create_backend(cfg, cache_dir=cache_dir, text_only=text_only)
+    except BaseException:
+        server.shutdown()
+        raise
+    server.backend = backend
+    log.info("serving %s at %s", backend.model_id, server.url)
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        log.info("interrupted")
+    finally:
+        server.shutdown()
+        backend.close()
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -189,6 +237,11 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--role", choices=("vlm", "lm"), default="vlm")
     serve.add_argument("--host", default="127.0.0.1")
     serve.add_argument("--port", type=port_number, default=8000)
+    serve.add_argument("--api-key-env", metavar="NAME", default=None,
+                       help="clients must send this environment variable's value as a Bearer "
+                            "token (overrides the model's api_key_env)")
+    serve.add_argument("--insecure", action="store_true",
+                       help="allow a non-loopback --host without an API key")
     serve.set_defaults(func=cmd_serve)
 
     _add_world(sub)

@@ -170,13 +170,13 @@ def feed(publish: Callable[[Any], None], msgs: Sequence[Any], received: Callable
 class ChatGate:
     """An OpenAI-compatible server on loopback whose requests wait at a gate.
 
-    Wraps the real ``OpenAIServer`` from the core with a request hook: each chat request is
-    counted, then blocks until :meth:`open` (or forever while closed), which makes "queries in
-    flight", cancel and timeout tests deterministic.
+    Wraps the real ``OpenAIServer`` (``embodied_r_ros.serving``) with a request hook: each chat
+    request is counted, then blocks until :meth:`open` (or forever while closed), which makes
+    "queries in flight", cancel and timeout tests deterministic.
     """
 
     def __init__(self, backend: Any, *, open_: bool = True) -> None:
-        from embodied_r_ros.core.backends.server import serve
+        from embodied_r_ros.serving import serve
 
         self.requests = 0
         self._cond = threading.Condition()

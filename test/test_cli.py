@@ -79,6 +79,20 @@ def test_ask_with_the_tiny_profile(video: Path, tmp_path: Path) -> None:
     assert again["timings"]["perception_s"] < out["timings"]["perception_s"]
 
 
+def test_ask_with_an_unwritable_cache_answers_with_one_warning(video: Path, tmp_path: Path
+                                                                ) -> None:
+    """A cache that cannot be written used to end the ask with a 42-line PermissionError."""
+    (tmp_path / "blocker").write_text("")  # a plain file where the cache folder would go
+    cfg = tmp_path / "tiny.yaml"
+    cfg.write_text(f"base: tiny\ncache:\n  dir: {tmp_path / 'blocker' / 'cache'}\n")
+    proc = run_cli("ask", str(video), "-q", "Which way did I move?", "-o", "A. left", "-o",
+                   "B. right", "--config", str(cfg), "--json")
+    assert proc.returncode == 0, proc.stderr
+    assert re.search(r"^Frame 1: ", json.loads(proc.stdout)["perception"], re.M)
+    lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and "cannot be written" in lines[0], proc.stderr
+
+
 @pytest.fixture
 def bad_inputs(video: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
     """Bad files and configs under names that do not contain the words the errors must say."""

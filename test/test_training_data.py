@@ -122,6 +122,53 @@ def test_a_killed_build_resumes_where_it_stopped(bag: Path, questions: Path,
     assert len(load_rows(out)) == 6
 
 
+def test_a_journal_line_that_is_not_utf8_is_skipped_with_a_warning(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """One non-UTF-8 line used to make every rerun fail with a UnicodeDecodeError."""
+    path = tmp_path / "rows.jsonl"
+    path.write_bytes(b'{"_key": "a", "id": "q0"}\n\xff\xfe\x00junk\n{"_key": "b", "id": "q1"}\n')
+    with caplog.at_level("WARNING", logger="embodied_r_training.journal"):
+        rows = read_journal(path)
+    assert sorted(rows) == ["a", "b"]
+    assert "ignoring unreadable line 2 of" in caplog.text
+
+
+def test_the_fingerprint_covers_every_setting_that_changes_a_reply(tmp_path: Path) -> None:
+    """A rerun after changing the VLM's max_new_tokens or temperature, or the prompts' wording,
+    used to reuse every journal row."""
+    from embodied_r_ros.core.config import CONFIG_DIR
+
+    def fingerprint(**overrides: Any) -> str:
+        return settings_fingerprint(load_config("tiny", overrides=overrides), "tiny-vlm", {})
+
+    base = fingerprint()
+    assert fingerprint() == base  # stable
+    edited = tmp_path / "prompts.yaml"
+    wording = (CONFIG_DIR / "prompts.yaml").read_text()
+    edited.write_text(wording.replace("the answer.", "an answer.", 1))
+    changed = [
+        fingerprint(perception={"vlm": {"max_new_tokens": 77}}),
+        fingerprint(perception={"vlm": {"temperature": 0.7}}),
+        fingerprint(perception={"vlm": {"image_max_side": 123}}),
+        fingerprint(prompts=str(edited)),
+    ]
+    assert base not in changed and len(set(changed)) == len(changed)
+    # scheduling changes no reply
+    assert fingerprint(perception={"concurrency": 3}) == base
+
+
+def test_the_manifest_records_the_fingerprint(bag: Path, questions: Path, tmp_path: Path) -> None:
+    out = tmp_path / "ds"
+    assert _build(bag, questions, out, tmp_path / "cache", "--split-by", "question",
+                  "--folds", "0") == 0
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert len(manifest["fingerprint"]) == 64
+    settings = manifest["fingerprint_settings"]
+    assert {"keyframes", "perception", "model", "vlm", "prompts"} <= set(settings)
+    assert settings["prompts"] == manifest["prompt_version"]
+
+
 def test_vlm_perception_is_cached_across_rebuilds(bag: Path, questions: Path, tmp_path: Path,
                                                   tiny_models_dir: Path) -> None:
     """With the tiny VLM: a rebuild without the journal gets every reply from the cache."""
@@ -168,7 +215,8 @@ def test_a_missing_topic_or_bad_question_fails_before_any_output(
     bad.write_text(json.dumps({"id": "x", "question": "q", "options": ["A. a", "B. b"],
                                "answer": "C", "t_start": 0, "t_end": 1}) + "\n")
     assert _build(bag, bad, out, tmp_path / "cache") == 2
-    assert "question row 1 (x): answer 'C' is not one of AB" in capsys.readouterr().err
+    assert "question row 1 (x): field 'answer': answer 'C' is not one of AB" in (
+        capsys.readouterr().err)
     assert not out.exists()
 
 
@@ -404,9 +452,6 @@ perception:
         ('["a", "list"]\n', "row 1: expected a JSON object, got list"),
         ('{"id": "x", "question": " ", "options": ["A. a", "B. b"], "answer": "A", '
          '"t_start": 0, "t_end": 1}\n', "EMPTY_QUESTION"),
-        ('{"id": "x", "question": "q?", "options": ["A. a", "B. b"], "answer": "A", '
-         '"t_start": 0, "t_end": 1}\n{"id": "x", "question": "q?", "options": ["A. a", '
-         '"B. b"], "answer": "A", "t_start": 0, "t_end": 1}\n', "ids are not unique: x"),
     ],
 )
 def test_bad_question_rows_are_one_line_before_any_model(

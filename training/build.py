@@ -27,7 +27,7 @@ from typing import Any
 
 from embodied_r_ros.core.perception import description_dicts
 from embodied_r_ros.core.pipeline import NO_FRAMES, EmbodiedR, QueryError
-from embodied_r_ros.core.reasoning import build_messages, format_question
+from embodied_r_ros.core.reasoning import format_question
 
 from .dataset_files import BuildError, write_table
 from .journal import JOURNAL, JOURNAL_DIR, Journal, read_journal, sample_key
@@ -117,15 +117,13 @@ def perceive_sample(pipeline: EmbodiedR, sample: Sample, frames: KeyFrames) -> d
     benchmark words it (the official route); without it the block is formatted."""
     block = sample.extra.get("question_block") or format_question(sample.question,
                                                                    sample.options)
-    result = pipeline.perceive(
-        frames.images,
-        frames.stamps,
-        sample.question,
-        sample.options,
-        motions=frames.motions,
-        motion_source=frames.motion_source,
-        question_block=block,
-    )
+    if frames.robot:  # the robot's rule: the same call as the nodes make
+        result = pipeline.perceive_window(frames.images, frames.stamps, sample.question,
+                                          sample.options, frames.motions, camera=frames.camera)
+    else:
+        result = pipeline.perceive(frames.images, frames.stamps, sample.question,
+                                   sample.options, motions=frames.motions,
+                                   motion_source=frames.motion_source, question_block=block)
     return {
         "id": sample.id,
         "scene": sample.scene,
@@ -134,7 +132,7 @@ def perceive_sample(pipeline: EmbodiedR, sample: Sample, frames: KeyFrames) -> d
         "options": list(sample.options),
         "solution": sample.solution,
         "source": sample.source,
-        "prompt": build_messages(result.text, pipeline.prompts),
+        "prompt": pipeline.reasoning_messages(result.text),
         "question_block": block,
         "frames": description_dicts(result),
         "key_frame_stamps": [float(s) for s in frames.stamps],
@@ -227,7 +225,8 @@ def build_dataset(
         raise BuildError("no rows left to write: " + report.summary())
     table = [{k: v for k, v in r.items() if k != "_key"} for r in rows]
     splits = make_splits(table, by=split_by, seed=seed, fractions=fractions, folds=folds)
-    write_table(out, table, splits, {**(manifest or {}), "report": _report_dict(report)})
+    write_table(out, table, splits, {**(manifest or {}), "fingerprint": fingerprint,
+                                     "report": _report_dict(report)})
     report.rows = len(table)
     report.seconds = time.perf_counter() - start
     return report

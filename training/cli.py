@@ -107,16 +107,14 @@ def _preflight(args: argparse.Namespace, samples: list[Any]) -> None:
 def _build(args: argparse.Namespace, samples: list[Any], frames_for: Any, pipeline: Any,
            config: Config, manifest: dict[str, Any]) -> int:
     from .build import build_dataset
-    from .journal import settings_fingerprint
+    from .journal import fingerprint_settings, settings_fingerprint
 
-    fingerprint = settings_fingerprint(
-        config, manifest["perception_model"],
-        {"motion": manifest.get("motion"), "prompts": manifest["prompt_version"]},
-    )
+    keyed = (config, manifest["perception_model"], {"motion": manifest.get("motion")})
     report = build_dataset(
         samples, frames_for, pipeline, args.out,
-        fingerprint=fingerprint, split_by=args.split_by, seed=args.seed,
-        fractions=_fractions(args), folds=args.folds, manifest=manifest,
+        fingerprint=settings_fingerprint(*keyed), split_by=args.split_by, seed=args.seed,
+        fractions=_fractions(args), folds=args.folds,
+        manifest={**manifest, "fingerprint_settings": fingerprint_settings(*keyed)},
         progress=not args.no_progress,
     )
     print(f"dataset {args.out}: {report.summary()}")
@@ -129,12 +127,17 @@ def _build(args: argparse.Namespace, samples: list[Any], frames_for: Any, pipeli
 def cmd_build(args: argparse.Namespace) -> int:
     from embodied_r_ros.core.bags import POSE_TYPES, BagReader
 
-    from .bag_source import BagFrames, bag_samples, camera_info_topic, read_questions
+    from .bag_source import BagFrames, camera_info_topic, question_samples, read_questions
 
     config = _pipeline_config(args)
     rows = read_questions(args.questions)
     with BagReader(args.bag) as bag:
-        samples = bag_samples(rows, Path(args.bag), bag.start_ns)
+        samples, rejected = question_samples(rows, Path(args.bag), bag.start_ns, bag.end_ns)
+        if not samples:
+            more = f" (and {len(rejected) - 1} more bad rows)" if len(rejected) > 1 else ""
+            raise CliError(f"{rejected[0]}{more}; no usable question rows in {args.questions}")
+        for line in rejected:  # each bad row is left out, the rest builds
+            print(f"embodied-r-train: skipping {line}", file=sys.stderr)
         # before any model loads or anything is written
         bag.require_topic(args.image_topic)
         if args.odom_topic:
@@ -142,7 +145,8 @@ def cmd_build(args: argparse.Namespace) -> int:
         _preflight(args, samples)
         info_topic = args.camera_info_topic or camera_info_topic(bag)
         camera = config.perception.camera
-        if info_topic:
+        # intrinsics the config names are the robot's too (the nodes read no CameraInfo)
+        if info_topic and camera.fx is None:
             info = bag.camera_info(info_topic)
             if info is not None:
                 camera = info.to_config(camera)
@@ -151,7 +155,7 @@ def cmd_build(args: argparse.Namespace) -> int:
         manifest = _manifest(
             config, pipeline, "bag", bag=str(Path(args.bag).resolve()),
             image_topic=args.image_topic, odom_topic=args.odom_topic,
-            motion="odometry" if args.odom_topic else "visual",
+            motion="odometry" if args.odom_topic else "visual", rejected_rows=rejected,
         )
         return _build(args, samples, frames_for, pipeline, config, manifest)
 
@@ -306,6 +310,58 @@ def cmd_eval(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_questions(args: argparse.Namespace) -> int:
+    from embodied_r_ros.core.bags import BagReader
+
+    from .questions import fields_help, odometry_questions, template_rows, write_rows
+
+    if args.template:
+        if args.bag:
+            with BagReader(args.bag) as bag:
+                rows = template_rows(bag)
+        else:
+            rows = template_rows()
+        write_rows(args.out, rows)
+        print(f"example questions written: {args.out}; the fields:\n{fields_help()}")
+        return 0
+    missing = [f"--{n.replace('_', '-')}" for n in ("bag", "image_topic", "odom_topic")
+               if not getattr(args, n)]
+    if missing:
+        raise CliError(f"questions from odometry need {', '.join(missing)} (or --template)")
+    spec = args.counts if args.counts is not None else args.count
+    config = _pipeline_config(args)
+    with BagReader(args.bag) as bag:
+        try:
+            rows, report = odometry_questions(
+                bag, args.image_topic, args.odom_topic, spec, seed=args.seed,
+                tolerance_sec=config.perception.odom_tolerance_sec)
+        except ValueError as exc:
+            raise CliError(str(exc)) from None
+    if not rows:
+        raise CliError(f"no questions: {report.summary()}")
+    write_rows(args.out, rows)
+    print(f"{args.out}: {report.summary()}")
+    return 0
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    from .export import export_run, profile_lines
+
+    load_config(profile=args.profile)  # a bad --profile fails before anything is written
+    done = export_run(args.run, args.name, base=args.base, cache_dir=args.model_cache,
+                      force=args.force)
+    how = (f"LoRA adapter {done.source.path} merged into {done.source.base}"
+           if done.source.kind == "lora" else f"full weights from {done.source.path}")
+    print(f"exported {done.name}: {done.path} ({how}, {done.megabytes:.1f} MB)")
+    lines = profile_lines(done.name, args.profile)
+    if args.config_out:
+        Path(args.config_out).write_text(lines)
+        print(f"config written: {args.config_out}")
+    print("profile lines (a --config / config_file:= file):")
+    print("\n".join("  " + line for line in lines.splitlines()))
+    return 0
+
+
 # -- parser ----------------------------------------------------------------------------------------
 
 
@@ -327,6 +383,25 @@ def build_parser() -> argparse.ArgumentParser:
     _add_pipeline_args(b, "offline")
     _add_split_args(b)
     b.set_defaults(func=cmd_build)
+
+    q = sub.add_parser("questions", help="questions about a bag from its odometry, or a "
+                       "question-file template", description="Write multiple-choice questions "
+                       "whose answers follow from the recorded odometry (for build), or, with "
+                       "--template, an example question file to fill in by hand.")
+    q.add_argument("--bag", help="rosbag2 directory, or a .mcap / .db3 file")
+    q.add_argument("--image-topic", help="the camera (questions are about its frames)")
+    q.add_argument("--odom-topic", help="nav_msgs/Odometry or a PoseStamped topic")
+    q.add_argument("--out", required=True, help="the question file (JSONL) to write")
+    how_many = q.add_mutually_exclusive_group()
+    how_many.add_argument("--count", type=int, default=30,
+                          help="questions in all, split evenly over the categories (30)")
+    how_many.add_argument("--counts", help="per category, e.g. action_generation=10,"
+                          "route_planning=5")
+    q.add_argument("--seed", type=int, default=0, help="same seed, same questions")
+    q.add_argument("--template", action="store_true",
+                   help="write an example file to edit instead (times inside --bag if given)")
+    _add_pipeline_args(q, "offline")
+    q.set_defaults(func=cmd_questions)
 
     for name, func, text in (
         ("import-urbanvideo", cmd_import_urbanvideo, "UrbanVideo-Bench (MCQ.parquet + videos/)"),
@@ -395,6 +470,22 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--json", action="store_true", help="print JSON instead of the tables")
     _add_train_args(e)
     e.set_defaults(func=cmd_eval)
+
+    x = sub.add_parser("export", help="install a trained run as a named model for the robot",
+                       description="Merge a run's LoRA adapter into its base (or copy its full "
+                       "weights) into the offline model cache as NAME, so that a profile's "
+                       "reasoning.model.model can name it.")
+    x.add_argument("run", help="a grpo/sft run directory (or a checkpoint, adapter or model dir)")
+    x.add_argument("--name", required=True, help="the model's name in the cache")
+    x.add_argument("--base", help="the model a LoRA adapter is merged into (default: the one "
+                   "its adapter_config.json names)")
+    x.add_argument("--profile", default="offline",
+                   help="the profile the printed config extends (default offline)")
+    x.add_argument("--config-out", help="also write the printed config to this file")
+    x.add_argument("--model-cache", help="the model cache (default $EMBODIED_R_MODEL_CACHE or "
+                   "~/.cache/embodied_r/models)")
+    x.add_argument("--force", action="store_true", help="replace an exported model of that name")
+    x.set_defaults(func=cmd_export)
     return parser
 
 
@@ -405,10 +496,11 @@ def _user_errors() -> tuple[type[BaseException], ...]:
     from embodied_r_ros.core.video import VideoError
 
     from .dataset_files import BuildError
+    from .export import ExportError
     from .splits import SplitError
 
     return (CliError, ConfigError, BagError, BuildError, SplitError, VideoError, QueryError,
-            BackendError)
+            BackendError, ExportError)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

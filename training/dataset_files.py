@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import json
 import logging
-import os
-import tempfile
 from collections import Counter
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
+
+from embodied_r_ros.core.cache import write_atomic
 
 from .splits import Splits
 
@@ -19,25 +19,11 @@ log = logging.getLogger(__name__)
 TABLE = "data.jsonl"
 SPLITS_FILE = "splits.json"
 MANIFEST = "manifest.json"
-DATASET_VERSION = 1
+DATASET_VERSION = 2  # 2: bag rows perceived as the robot does (core.odometry, stored pixels)
 
 
 class BuildError(Exception):
     """A dataset that cannot be built; the message is one line."""
-
-
-
-def write_atomic(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` via a temporary file and a rename (never a half-written file)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as fh:
-            fh.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def jsonl(rows: Iterable[dict[str, Any]]) -> str:

@@ -8,7 +8,9 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from .dataset_files import jsonl, write_atomic
+from embodied_r_ros.core.cache import write_atomic
+
+from .dataset_files import jsonl
 from .scoring import EvalResult
 
 #: the paper's table columns (digest §5.1) and the category names that fill them: benchmark

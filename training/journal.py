@@ -12,6 +12,8 @@ from typing import Any
 
 from embodied_r_ros.core.cache import digest
 from embodied_r_ros.core.config import Config
+from embodied_r_ros.core.perception import reply_settings
+from embodied_r_ros.core.prompts import prompts_from
 
 from .dataset_files import DATASET_VERSION
 from .samples import Sample
@@ -22,24 +24,28 @@ JOURNAL_DIR = ".build"
 JOURNAL = "rows.jsonl"
 
 
+def fingerprint_settings(config: Config, model_id: str, extra: dict[str, Any]) -> dict[str, Any]:
+    """Everything that changes a row besides its sample: key-frame and perception settings, the
+    VLM and its generation settings (as the reply cache keys them), the prompts' wording.
+    Recorded in the manifest; its digest keys the journal."""
+    return {
+        "version": DATASET_VERSION,
+        "keyframes": config.keyframes.model_dump(),
+        # how the calls are scheduled changes no row; the VLM's settings are in "vlm"
+        "perception": config.perception.model_dump(
+            exclude={"vlm", "concurrency", "streaming_queue"}
+        ),
+        "model": model_id,
+        "vlm": reply_settings(config.perception.vlm),
+        "prompts": prompts_from(config.prompts).version,  # derived from the file's text
+        "extra": extra,
+    }
+
+
 def settings_fingerprint(config: Config, model_id: str, extra: dict[str, Any]) -> str:
-    """Everything that changes a row besides its sample: perception and key-frame settings."""
-    return digest(
-        json.dumps(
-            {
-                "version": DATASET_VERSION,
-                "keyframes": config.keyframes.model_dump(),
-                # how the calls are scheduled changes no row
-                "perception": config.perception.model_dump(
-                    exclude={"vlm", "concurrency", "streaming_queue"}
-                ),
-                "model": model_id,
-                "extra": extra,
-            },
-            sort_keys=True,
-            default=str,
-        )
-    )
+    """The digest of :func:`fingerprint_settings`."""
+    return digest(json.dumps(fingerprint_settings(config, model_id, extra), sort_keys=True,
+                             default=str))
 
 
 def sample_key(sample: Sample, fingerprint: str) -> str:
@@ -47,16 +53,17 @@ def sample_key(sample: Sample, fingerprint: str) -> str:
 
 
 def read_journal(path: Path) -> dict[str, dict[str, Any]]:
-    """Finished rows by key; a torn last line (the build was killed mid-write) is ignored."""
+    """Finished rows by key; a torn line (the build was killed mid-write) or one that is not
+    UTF-8 JSON (a damaged disk, an editor) is skipped with a warning, and its row redone."""
     rows: dict[str, dict[str, Any]] = {}
     if not path.is_file():
         return rows
-    with path.open() as fh:
-        for line in fh:
+    with path.open("rb") as fh:
+        for number, line in enumerate(fh, 1):
             try:
-                row = json.loads(line)
-            except json.JSONDecodeError:
-                log.warning("ignoring a torn line in %s", path)
+                row = json.loads(line.decode("utf-8"))
+            except ValueError:  # JSONDecodeError and UnicodeDecodeError
+                log.warning("ignoring unreadable line %d of %s", number, path)
                 continue
             if isinstance(row, dict) and "_key" in row:
                 rows[row["_key"]] = row

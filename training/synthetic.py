@@ -36,12 +36,13 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from embodied_r_ros.core.cache import write_atomic
 from embodied_r_ros.core.colors import OBSERVATION_VERSION
 from embodied_r_ros.sim.generate import SAMPLE_SPEC
 from embodied_r_ros.sim.questions import CATEGORIES
 from embodied_r_ros.sim.world import WorldSpec
 
-from .dataset_files import MANIFEST, SPLITS_FILE, TABLE, jsonl, read_jsonl, write_atomic
+from .dataset_files import MANIFEST, SPLITS_FILE, TABLE, jsonl, read_jsonl
 from .splits import Splits
 
 log = logging.getLogger(__name__)

@@ -5,6 +5,11 @@ key frame, resuming a killed dataset build or rebuilding with the same settings 
 the model again for a key frame (or key-frame pair) it already described. :class:`ReplyCache`
 is an in-memory LRU in front of an on-disk store; both are bounded in bytes and drop the least
 recently used entries first, and disk writes are atomic (safe to kill at any time).
+
+Each file on disk holds the SHA-256 of its content on the first line, checked on read: a torn,
+edited or foreign entry is skipped with a warning (and described again), never used as a reply.
+A store that cannot be written (a read-only directory, a full disk) warns once and the caller
+goes on with the fresh replies: a cache is an optimisation, never a reason to fail a query.
 """
 
 from __future__ import annotations
@@ -22,6 +27,22 @@ from typing import Any
 log = logging.getLogger(__name__)
 
 
+def write_atomic(path: str | Path, text: str) -> None:
+    """Write ``text`` to ``path`` via a temporary file in the same folder and a rename, so a
+    reader (or a process killed mid-write) never sees a half-written file. The one helper for
+    every file the project writes whole (cache entries, dataset tables, manifests, reports)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
 def digest(*parts: bytes | str) -> str:
     """A stable hex key over byte/str parts (length-prefixed so parts cannot run together)."""
     h = hashlib.sha256()
@@ -30,6 +51,10 @@ def digest(*parts: bytes | str) -> str:
         h.update(len(data).to_bytes(8, "little"))
         h.update(data)
     return h.hexdigest()
+
+
+def _content_digest(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
 class MemoryLRU:
@@ -71,7 +96,8 @@ class MemoryLRU:
 
 
 class DiskStore:
-    """One JSON file per key under ``root/<k[:2]>/<k>.json``, at most ``max_bytes`` in all.
+    """One file per key under ``root/<k[:2]>/<k>.json`` (the digest line, then the JSON text),
+    at most ``max_bytes`` in all.
 
     Reading a file marks it used (its mtime), so eviction drops the least recently used.
     """
@@ -82,6 +108,7 @@ class DiskStore:
         self._lock = threading.Lock()
         self._sizes: OrderedDict[str, int] | None = None  # key -> bytes, oldest first
         self._bytes = 0
+        self._warned = False  # a store that cannot be written says so once
 
     def _path(self, key: str) -> Path:
         return self.root / key[:2] / f"{key}.json"
@@ -104,10 +131,13 @@ class DiskStore:
     def get(self, key: str) -> Any | None:
         path = self._path(key)
         try:
-            value = json.loads(path.read_text())
-        except FileNotFoundError:
+            check, _, text = path.read_text(encoding="utf-8").partition("\n")
+            if check != _content_digest(text):
+                raise ValueError("content does not match its digest")
+            value = json.loads(text)
+        except (FileNotFoundError, NotADirectoryError):  # not stored (or no store at all)
             return None
-        except (OSError, ValueError) as exc:
+        except (OSError, ValueError) as exc:  # includes UnicodeDecodeError
             log.warning("ignoring unreadable cache entry %s: %s", path, exc)
             return None
         try:
@@ -119,26 +149,31 @@ class DiskStore:
                 self._sizes.move_to_end(key)
         return value
 
-    def put(self, key: str, text: str) -> None:
-        path = self._path(key)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".json")
+    def put(self, key: str, text: str) -> bool:
+        """Store ``text`` (JSON) under ``key``; False (with one warning per store) if the
+        store cannot be written."""
+        entry = f"{_content_digest(text)}\n{text}"
         try:
-            with os.fdopen(fd, "w") as fh:
-                fh.write(text)
-            os.replace(tmp, path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+            write_atomic(self._path(key), entry)
+        except OSError as exc:
+            if not self._warned:
+                self._warned = True
+                log.warning("the reply cache at %s cannot be written (%s); going on without "
+                            "storing replies there", self.root, exc.strerror or exc)
+            return False
         with self._lock:
             sizes = self._index()
             self._bytes -= sizes.pop(key, 0)
-            sizes[key] = len(text)
-            self._bytes += len(text)
+            sizes[key] = len(entry)
+            self._bytes += len(entry)
             while self._bytes > self.max_bytes and len(sizes) > 1:
                 old, size = sizes.popitem(last=False)
                 self._bytes -= size
-                self._path(old).unlink(missing_ok=True)
+                try:
+                    self._path(old).unlink(missing_ok=True)
+                except OSError:
+                    pass
+        return True
 
     @property
     def size_bytes(self) -> int:

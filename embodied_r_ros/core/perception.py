@@ -25,7 +25,7 @@ import logging
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 
@@ -39,7 +39,7 @@ from embodied_r_ros.core.backends.base import (
 from embodied_r_ros.core.cache import ReplyCache, digest
 from embodied_r_ros.core.cancel import CancelToken
 from embodied_r_ros.core.colors import describe_colour_regions
-from embodied_r_ros.core.config import PerceptionConfig
+from embodied_r_ros.core.config import ModelConfig, PerceptionConfig
 from embodied_r_ros.core.perception_text import assemble, describe_motion
 from embodied_r_ros.core.prompts import PromptSet, default_prompts
 
@@ -198,6 +198,14 @@ def frames_digest(images: Sequence[np.ndarray]) -> str:
 ProgressFn = Callable[[str, int, int, str], None]
 
 
+def reply_settings(vlm: ModelConfig | None) -> list[Any]:
+    """The VLM generation settings that change a reply (empty without a VLM): the one list
+    the reply cache keys and the dataset build journal fingerprint by."""
+    if vlm is None:
+        return []
+    return [vlm.temperature, vlm.top_p, vlm.max_new_tokens, vlm.image_max_side, vlm.seed]
+
+
 class Perceiver:
     """Describes key frames with a VLM (or geometrically), caching every reply per call."""
 
@@ -225,12 +233,8 @@ class Perceiver:
 
     def _settings(self) -> str:
         """The generation settings that change a reply, as one stable string."""
-        m = self.cfg.vlm
-        if m is None:
-            return ""
-        return json.dumps(
-            [m.temperature, m.top_p, m.max_new_tokens, m.image_max_side, m.seed], sort_keys=True
-        )
+        settings = reply_settings(self.cfg.vlm)
+        return json.dumps(settings, sort_keys=True) if settings else ""
 
     def call_key(self, conversation: Conversation) -> str:
         """The cache key of one VLM call: its images, prompt, model, prompt version, settings."""

@@ -28,11 +28,16 @@ BACKEND_DOWN = "BACKEND_DOWN"
 BACKEND_TIMEOUT = "BACKEND_TIMEOUT"
 BACKEND_FAILED = "BACKEND_FAILED"
 
+#: characters one token can stand for, at most, in practice: bounds a prompt before it is
+#: tokenised and a remote reply by its ``max_tokens``
+MAX_CHARS_PER_TOKEN = 16
+
 __all__ = [
     "BACKEND_DOWN",
     "BACKEND_FAILED",
     "BACKEND_TIMEOUT",
     "CANCELLED",
+    "MAX_CHARS_PER_TOKEN",
     "BackendError",
     "ChatBackend",
     "Completion",
@@ -90,6 +95,14 @@ class ChatBackend(ABC):
     concurrent: bool = False
     #: the most conversations one complete() call is worth grouping (the server's batches)
     max_batch: int = 1
+    #: positions of the model's context (prompt + completion), None where unknown (remote)
+    context_tokens: int | None = None
+
+    def count_prompt_tokens(self, conversation: Conversation) -> int | None:
+        """Tokens of the conversation's text as the model would be prompted with it (images
+        not counted), or None where the backend cannot tell; lets a server refuse a prompt
+        that does not fit before generating."""
+        return None
 
     @abstractmethod
     def complete(

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import io
 from typing import Any
 
 import cv2
@@ -68,8 +69,27 @@ def encode_jpeg(image: np.ndarray, quality: int = 90) -> bytes:
     return buf.tobytes()
 
 
-def decode_image(data: bytes) -> np.ndarray:
-    """Any format OpenCV reads (JPEG, PNG, ...) to RGB uint8."""
+def image_size(data: bytes) -> tuple[int, int]:
+    """(width, height) from the image header alone: nothing is decoded or allocated."""
+    from PIL import Image, UnidentifiedImageError
+
+    try:
+        with Image.open(io.BytesIO(data)) as probe:
+            return probe.size
+    except Image.DecompressionBombError:  # PIL's own bound (far above any of ours)
+        raise ValueError(f"image larger than {2 * Image.MAX_IMAGE_PIXELS} pixels") from None
+    except (UnidentifiedImageError, OSError, ValueError):
+        raise ValueError("not a decodable image") from None
+
+
+def decode_image(data: bytes, max_pixels: int | None = None) -> np.ndarray:
+    """Any format OpenCV reads (JPEG, PNG, ...) to RGB uint8. With ``max_pixels`` the size
+    is read from the header first, so a small file of huge dimensions is refused before the
+    decoder allocates for it."""
+    if max_pixels is not None:
+        width, height = image_size(data)
+        if width * height > max_pixels:
+            raise ValueError(f"{width}x{height} is larger than {max_pixels} pixels")
     bgr = cv2.imdecode(np.frombuffer(data, dtype=np.uint8), cv2.IMREAD_COLOR)
     if bgr is None:
         raise ValueError("not a decodable image")
@@ -82,15 +102,16 @@ def to_data_url(image: np.ndarray, max_side: int = 0, quality: int = 90) -> str:
     return DATA_URL_PREFIX + base64.b64encode(jpeg).decode("ascii")
 
 
-def from_data_url(url: str) -> np.ndarray:
-    """Decode a base64 image data URL (any image media type); other URLs are refused."""
+def from_data_url(url: str, max_pixels: int | None = None) -> np.ndarray:
+    """Decode a base64 image data URL (any image media type); other URLs are refused.
+    ``max_pixels``: see :func:`decode_image`."""
     if not url.startswith("data:image/") or ";base64," not in url:
         raise ValueError("only base64 image data URLs are supported")
     try:
         data = base64.b64decode(url.split(";base64,", 1)[1], validate=True)
     except (binascii.Error, ValueError):
         raise ValueError("image data URL is not valid base64") from None
-    return decode_image(data)
+    return decode_image(data, max_pixels)
 
 
 def to_openai_messages(conversation: Conversation, image_max_side: int = 0) -> list[dict[str, Any]]:
@@ -110,3 +131,16 @@ def to_openai_messages(conversation: Conversation, image_max_side: int = 0) -> l
             ]
         out.append({"role": msg["role"], "content": content})
     return out
+
+
+#: JPEG quality the robot's frame buffer stores frames at (its ``jpeg_quality`` default)
+STORED_JPEG_QUALITY = 90
+
+
+def as_stored(image: np.ndarray, max_side: int, quality: int = STORED_JPEG_QUALITY
+              ) -> tuple[np.ndarray, bytes]:
+    """``(pixels, jpeg)`` of a frame as the frame buffer keeps it: shrunk to the processing
+    resolution, JPEG-encoded, and decoded again, which is what perception sees on the robot
+    (datasets built from bags perceive the same pixels)."""
+    jpeg = encode_jpeg(resize_max_side(image, max_side), quality)
+    return decode_image(jpeg), jpeg

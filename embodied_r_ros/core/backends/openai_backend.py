@@ -7,11 +7,17 @@ thread, so a batch of conversations (the key frames of a question) is sent as up
 ``max_concurrency`` requests at once over kept-alive connections, and a cancelled or timed-out
 question aborts the requests in flight (the task is cancelled, the connection closed).
 
-``timeout_s`` bounds each attempt as a whole (a server trickling its reply byte by byte cannot
-stretch it), ``retries`` repeats overload and connection failures with exponential backoff, and
-the caller's :class:`~embodied_r_ros.core.cancel.CancelToken` caps everything at the time left in
-the question. The API key comes only from the environment variable named by ``api_key_env``, is
-validated once, and never appears in logs or errors.
+``timeout_s`` is a deadline for each call as a whole (one conversation's request, from when it
+is sent): its ``retries`` of overload and connection failures, with exponential backoff, share
+the time that is left, and a server trickling its reply byte by byte cannot stretch it. The
+caller's :class:`~embodied_r_ros.core.cancel.CancelToken` caps everything at the time left in the
+question. One failed call of a batch fails the batch with one error; the calls still in flight
+are aborted quietly, and a retry is logged as a warning at most once per batch.
+
+A reply is cut at ``max_new_tokens`` worth of text (``MAX_CHARS_PER_TOKEN`` characters a token,
+``finish_reason`` ``length``): a server answering megabytes cannot blow up a perception text.
+The API key comes only from the environment variable named by ``api_key_env``, is validated
+once, and never appears in logs or errors.
 """
 
 from __future__ import annotations
@@ -30,6 +36,7 @@ from embodied_r_ros.core.backends.base import (
     BACKEND_DOWN,
     BACKEND_FAILED,
     BACKEND_TIMEOUT,
+    MAX_CHARS_PER_TOKEN,
     BackendError,
     ChatBackend,
     Completion,
@@ -113,7 +120,7 @@ class OpenAIBackend(ChatBackend):
     def _failure(self, exc: BaseException, budget: float) -> _Attempt:
         url = f"{self.base_url}/chat/completions"
         if isinstance(exc, asyncio.TimeoutError | openai.APITimeoutError):
-            error = BackendError(BACKEND_TIMEOUT, f"no reply from {url} within {budget:g} s")
+            error = BackendError(BACKEND_TIMEOUT, f"no reply from {url} within {budget:.3g} s")
             return _Attempt(error, retry=True)
         if isinstance(exc, openai.APIStatusError):
             status = exc.status_code
@@ -145,37 +152,58 @@ class OpenAIBackend(ChatBackend):
             error = BackendError(BACKEND_FAILED, "reply has no choices[0].message")
             raise _Attempt(error, retry=False) from None
         usage = getattr(reply, "usage", None)
+        limit = MAX_CHARS_PER_TOKEN * body["max_tokens"]
+        cut = len(text) > limit
+        if cut:
+            logger.debug("a reply of %d characters cut to %d", len(text), limit)
         return Completion(
-            text=text,
-            finish_reason="length" if choice.finish_reason == "length" else "stop",
+            text=text[:limit],
+            finish_reason="length" if cut or choice.finish_reason == "length" else "stop",
             prompt_tokens=getattr(usage, "prompt_tokens", None),
             completion_tokens=getattr(usage, "completion_tokens", None),
         )
 
-    async def _request(self, body: dict[str, Any], cancel: CancelToken | None) -> Completion:
-        """Attempts with backoff, each within ``timeout_s`` and all within the question's time."""
+    async def _request(
+        self, body: dict[str, Any], cancel: CancelToken | None, warned: threading.Event
+    ) -> Completion:
+        """Attempts with backoff, all within ``timeout_s`` and the question's time."""
         assert self._slots is not None
         async with self._slots:
+            url = f"{self.base_url}/chat/completions"
+            deadline = CancelToken(self.cfg.timeout_s, parent=cancel,
+                                   expired=f"no reply from {url} within {self.cfg.timeout_s:g} s")
             delay = BACKOFF_S
             for attempt in range(self.cfg.retries + 1):
                 raise_if_stopped(cancel)
-                budget = cancel.bound(self.cfg.timeout_s) if cancel else self.cfg.timeout_s
+                budget = deadline.time_left()
+                assert budget is not None
                 try:
                     return await self._attempt(body, budget)
                 except _Attempt as failed:
                     if cancel is not None and cancel.stopped:
                         raise_if_stopped(cancel)
-                    last = attempt == self.cfg.retries
+                    wait = delay * (1.0 + 0.2 * random.random())
+                    left = deadline.time_left() or 0.0
+                    last = attempt == self.cfg.retries or wait >= left
                     if last or not failed.retry:
                         raise failed.error from None
-                    wait = delay * (1.0 + 0.2 * random.random())
-                    if cancel is not None:
-                        wait = cancel.bound(wait)
-                    logger.warning("%s (attempt %d of %d); retrying in %.2f s", failed.error,
-                                   attempt + 1, self.cfg.retries + 1, wait)
+                    log = logger.debug if warned.is_set() else logger.warning
+                    warned.set()
+                    log("%s (attempt %d of %d); retrying in %.2f s", failed.error, attempt + 1,
+                        self.cfg.retries + 1, wait)
                     await asyncio.sleep(wait)
                     delay *= 2
         raise AssertionError("unreachable")
+
+    async def _settled(
+        self, body: dict[str, Any], cancel: CancelToken | None, warned: threading.Event
+    ) -> Completion | BaseException:
+        """The reply or the error as a value: a call abandoned because another failed must not
+        end its task with an exception nobody retrieves (asyncio would print it)."""
+        try:
+            return await self._request(body, cancel, warned)
+        except Exception as exc:  # noqa: BLE001 - returned, raised by complete()
+            return exc
 
     def _body(
         self,
@@ -223,8 +251,9 @@ class OpenAIBackend(ChatBackend):
         seeds = self.call_seeds(self.cfg.seed, temp, seed, len(conversations))
         bodies = [self._body(c, max_new, temp, top_p, s, stop)
                   for c, s in zip(conversations, seeds, strict=True)]
+        warned = threading.Event()  # one retry warning per batch
         futures = {
-            asyncio.run_coroutine_threadsafe(self._request(body, cancel), self._loop): i
+            asyncio.run_coroutine_threadsafe(self._settled(body, cancel, warned), self._loop): i
             for i, body in enumerate(bodies)
         }
         results: list[Completion | None] = [None] * len(bodies)
@@ -235,7 +264,10 @@ class OpenAIBackend(ChatBackend):
                     pending, timeout=_POLL_S, return_when=concurrent.futures.FIRST_COMPLETED
                 )
                 for future in done:
-                    results[futures[future]] = completion = future.result()
+                    completion = future.result()
+                    if isinstance(completion, BaseException):
+                        raise completion
+                    results[futures[future]] = completion
                     if on_reply is not None:
                         on_reply(futures[future], completion)
                 raise_if_stopped(cancel)

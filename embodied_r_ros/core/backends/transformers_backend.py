@@ -194,6 +194,7 @@ class TransformersBackend(ChatBackend):
             self.model = _from_pretrained(model_cls.from_pretrained, cfg.model, path,
                                           dtype=self.dtype)
         self.model.to(self.device).eval()
+        self.context_tokens = getattr(config.get_text_config(), "max_position_embeddings", None)
         self.processor = load_processor(path, self.tokenizer) if self.supports_images else None
         self.chat_template = (
             getattr(self.processor, "chat_template", None) or self.tokenizer.chat_template
@@ -245,6 +246,13 @@ class TransformersBackend(ChatBackend):
                 text = "\n".join(p["text"] for p in parts)
                 messages.append({"role": msg["role"], "content": text})
         return messages, images
+
+    def count_prompt_tokens(self, conversation: Conversation) -> int | None:
+        messages, _ = self._prepare(conversation)
+        text = self.tokenizer.apply_chat_template(
+            messages, chat_template=self.chat_template, tokenize=False, add_generation_prompt=True
+        )
+        return len(self.tokenizer(text)["input_ids"])
 
     def encode(self, conversations: Sequence[Conversation]) -> BatchFeature:
         texts: list[str] = []
