@@ -201,3 +201,17 @@ def test_the_gpu_check_builds_every_config_and_command(tmp_path: Path) -> None:
             True, 5e-7, 0.1)
         assert (kwargs["num_generations"], kwargs["gradient_accumulation_steps"]) == (8, 4)
         assert kwargs["warmup_steps"] == 0.0 and kwargs["max_steps"] == 3
+
+
+def test_sft_trains_on_left_truncated_text_prompts(dataset: Path, tmp_path: Path,
+                                                   tiny_models_dir: Path) -> None:
+    from embodied_r_training.sft import run_sft, sft_rows
+
+    cfg = load_train_config("cpu-tiny", {
+        "data": {"max_rows": 2, "over_length": "left", "max_prompt_tokens": 300}})
+    rows = sft_rows([{"prompt": "<|im_start|>user\nq<|im_end|>\n", "options": ["A. x", "B. y"],
+                      "solution": "B"}], cfg.sft)
+    assert isinstance(rows[0]["completion"], str)  # a text prompt takes a text completion
+    result = run_sft(cfg, dataset, output_dir=tmp_path / "sft")
+    assert result.global_step == 2 and result.shortened_rows == 2
+    assert result.metrics["loss/first"] > 0

@@ -57,6 +57,8 @@ class PolicySettings(StrictModel):
     # The official recipe starts from the VL model; its text decoder is what trains (see
     # core/backends/text_decoder.py). "Qwen/Qwen2.5-3B-Instruct" is the text-only alternative.
     model: str = Field("Qwen/Qwen2.5-VL-3B-Instruct", min_length=1)
+    # the compute (autocast) dtype on CUDA; the trained weights are always fp32 masters
+    # (embodied_r_training.precision); CPU trains in fp32
     dtype: Dtype = "bfloat16"
     gradient_checkpointing: bool = False
     lora: LoraSettings | None = None

@@ -75,7 +75,7 @@ def evaluate(
 ) -> tuple[EvalResult, list[dict[str, Any]]]:
     """Run ``model`` over a split; ``reference`` (a frozen LM) enables the consistency rate.
     ``answer_mode`` (default ``rewards.answer_mode``) picks the headline accuracy."""
-    from .grpo import consistency_reward
+    from .reference import consistency_reward
 
     start = time.perf_counter()
     rows = load_rows(data_dir, split, fold)

@@ -284,7 +284,8 @@ def run_grpo(
         if stage is not None:
             if (trainer.state.epoch or 0.0) < epochs - 1e-6:
                 break  # a callback stopped the run: the remaining stages wait for a resume
-            resume_from = last_checkpoint(out)
+            # the checkpoint SaveAtEnd just wrote (not an older run's higher-numbered one)
+            resume_from = str(out / f"checkpoint-{trainer.state.global_step}")
 
     final = out / "final"
     save_final(trainer, tokenizer, final, cfg)
