@@ -67,7 +67,7 @@ setup(
         ],
         "bags": ["rosbags>=0.10", "rosbags-image>=0.9"],
         "train": [
-            "trl>=1.16",
+            "trl>=1.16,<1.17",  # grpo.py is tested against 1.16 (reward kwargs, log_metric)
             "datasets>=5",
             "peft>=0.21",
             "tensorboard>=2.20",

@@ -1,18 +1,32 @@
-"""GRPO throughput of a Qwen2.5-3B-sized reasoning LM: optimizer steps per minute on one GPU.
+"""GRPO throughput of a Qwen2.5-3B-sized reasoning LM on one GPU, on the ``paper`` recipe's
+arguments and precision route: optimizer steps per minute, and whether the weights move.
 
 A random-initialised ``Qwen2ForCausalLM`` with Qwen2.5-3B's shape (hidden 2048, 36 layers, 16
-heads, 2 KV heads, intermediate 11008, vocabulary 151936) in bf16 is trained with TRL's
-``GRPOTrainer`` at the paper's batch shape: group size 8, 32 completions per optimizer step
-(8 per micro-step x 4 accumulation steps), KL beta 0.001 (so a reference copy runs too), full
-fine-tuning with activation checkpointing. Prompts and completions are shorter than the paper's
+heads, 2 KV heads, intermediate 11008, vocabulary 151936) is trained with TRL's ``GRPOTrainer``
+on the arguments ``training/configs/paper.yaml`` gives (``grpo_kwargs``: group size 8, 32
+completions per optimizer step as 8 per micro-step x 4 accumulation steps, lr 5e-7, AdamW with
+ms-swift's weight decay 0.1 / beta2 0.95, KL beta 0.001 so a frozen bf16 reference runs too,
+full fine-tuning with activation checkpointing), loaded as the recipe loads it: fp32 master
+weights, bf16 autocast (``training/precision.py``). For the check the learning rate is held at
+5e-7 from the first step (no warmup). Prompts and completions are shorter than the paper's
 6144 / 2048 tokens so that a few steps fit a short device slot; both are options. Random weights
 never stop early, so every completion runs to its length limit (a worst case for generation).
 The rewards are the core's format and accuracy rewards plus a dense length reward (random
 models earn no format or accuracy reward, and a zero reward would skip the backward pass).
+``--vllm colocate`` generates the rollouts with vLLM inside the trainer (needs vLLM 0.22-0.31
+beside TRL 1.16; ``bench/gpu_check.py`` builds that environment).
 
-Run on a GPU machine:  ``python bench/grpo_gpu.py [--steps 4] [--json OUT.json]``
+After every optimizer step the fraction of sampled weights (the first 65,536 elements of every
+parameter) that changed is recorded: the bound is >= 99 % (issue 14 item 1); the exit status is
+1 when a step misses it.
+
+Run on a GPU machine:  ``python bench/grpo_gpu.py [--steps 3] [--vllm colocate] [--json OUT]``
 Tiny CPU mode (tests, and machines without CUDA): ``python bench/grpo_gpu.py --tiny``
-Prints one JSON object: steps per minute over the timed steps (the first is warm-up).
+``--dry-run`` builds and checks the trainer arguments only (no model, no device).
+Prints one JSON object: steps per minute over the timed steps (the first is warm-up). Bounds:
+every step changes at least 99 % of the sampled weights, and at least
+``--min-steps-per-minute`` (2.0 on the GPU, measured 2.4 on an H200; 0 in tiny mode) with
+every step run; the script exits 1 when either is missed.
 """
 
 from __future__ import annotations
@@ -26,6 +40,9 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from embodied_r_training.config import TrainConfig, load_train_config
+from embodied_r_training.grpo import grpo_kwargs
+from embodied_r_training.policy import load_base, policy_precision
 from transformers import Qwen2Config, Qwen2ForCausalLM, TrainerCallback
 
 from embodied_r_ros.core.backends.offline import build_tokenizer
@@ -54,6 +71,7 @@ TINY = {
     "tie_word_embeddings": True,
 }
 OPTIONS = ["A. left", "B. right", "C. up", "D. down"]
+GPU_MIN_STEPS_PER_MINUTE = 2.0
 
 
 def dense_length(completions: list[Any], **_: Any) -> list[float]:
@@ -79,18 +97,6 @@ def synthetic_rows(tokenizer: Any, n: int, prompt_tokens: int) -> list[dict[str,
     return rows
 
 
-class StepTimer(TrainerCallback):
-    def __init__(self) -> None:
-        self.times: list[float] = []
-        self._start = 0.0
-
-    def on_step_begin(self, args, state, control, **kwargs):  # noqa: ANN001, ANN201
-        self._start = time.perf_counter()
-
-    def on_step_end(self, args, state, control, **kwargs):  # noqa: ANN001, ANN201
-        self.times.append(time.perf_counter() - self._start)
-
-
 def build_model(tiny: bool, device: str, dtype: torch.dtype, vocab: int, tokenizer: Any,
                 path: Path) -> int:
     """Save a random model of the requested shape to ``path``; returns its parameter count."""
@@ -110,42 +116,100 @@ def build_model(tiny: bool, device: str, dtype: torch.dtype, vocab: int, tokeniz
     return n_params
 
 
+SAMPLE = 65536  # elements of each parameter watched for change
+MIN_CHANGED = 0.99
+
+
+class StepTimer(TrainerCallback):
+    """Step times, and the fraction of sampled weights each optimizer step changed."""
+
+    def __init__(self, model: Any) -> None:
+        self.times: list[float] = []
+        self.changed: list[float] = []
+        self._start = 0.0
+        self._params = [p for p in model.parameters() if p.requires_grad]
+        self._before: list[torch.Tensor] = []
+
+    def _sample(self) -> list[torch.Tensor]:
+        return [p.detach().reshape(-1)[:SAMPLE].clone() for p in self._params]
+
+    def on_step_begin(self, args, state, control, **kwargs):  # noqa: ANN001, ANN201
+        self._before = self._sample()
+        self._start = time.perf_counter()
+
+    def on_step_end(self, args, state, control, **kwargs):  # noqa: ANN001, ANN201
+        self.times.append(time.perf_counter() - self._start)
+        after = self._sample()
+        moved = sum(int((a != b).sum()) for a, b in zip(after, self._before, strict=True))
+        self.changed.append(moved / sum(b.numel() for b in self._before))
+
+
+def bench_config(args: argparse.Namespace, model_dir: Path) -> TrainConfig:
+    """The paper recipe with the bench's model, lengths, steps and rollout engine."""
+    return load_train_config("paper", {
+        "policy": {"model": str(model_dir), "gradient_checkpointing": not args.tiny,
+                   "dtype": "bfloat16"},
+        "grpo": {
+            "device": "cpu" if args.tiny else "cuda",
+            "num_generations": args.num_generations,
+            "completions_per_step": args.completions_per_step,
+            "per_device_batch": args.per_device_batch,
+            "max_completion_length": args.completion_tokens,
+            "max_steps": args.steps,
+            "warmup_ratio": 0.0,  # every step at the paper's 5e-7
+            "lr_scheduler": "constant",
+            "use_vllm": args.vllm == "colocate",
+            "vllm_mode": "colocate",
+            "vllm_gpu_memory_utilization": args.vllm_memory,
+        },
+        "rewards": {"stage_mode": "one_run"},
+        "output": {"save_only_model": True, "tensorboard": False},
+    })
+
+
+def trainer_kwargs(args: argparse.Namespace, model_dir: Path, out: Path) -> dict[str, Any]:
+    """GRPOConfig's arguments: the recipe's, with no saving, evaluation or warmup."""
+    cfg = bench_config(args, model_dir)
+    kwargs = grpo_kwargs(cfg, out, cfg.grpo.device)
+    kwargs.update(save_strategy="no", eval_strategy="no", eval_steps=None, logging_steps=1,
+                  report_to="none")
+    if args.vllm == "colocate":
+        kwargs["vllm_max_model_length"] = args.prompt_tokens + args.completion_tokens + 64
+    return kwargs
+
+
+def check_kwargs(kwargs: dict[str, Any]) -> list[str]:
+    """Argument names GRPOConfig does not have (empty: it accepts them all)."""
+    import dataclasses
+
+    from trl import GRPOConfig
+
+    fields = {f.name for f in dataclasses.fields(GRPOConfig)}
+    return sorted(set(kwargs) - fields)
+
+
 def run(args: argparse.Namespace) -> dict[str, Any]:
     from datasets import Dataset
     from trl import GRPOConfig, GRPOTrainer
 
     device = "cpu" if args.tiny else "cuda"
-    dtype = torch.float32 if args.tiny else torch.bfloat16
     tokenizer = build_tokenizer()
     with tempfile.TemporaryDirectory(prefix="grpo-bench-") as tmp:
         t0 = time.perf_counter()
-        n_params = build_model(args.tiny, device, dtype, len(tokenizer), tokenizer, Path(tmp))
+        n_params = build_model(args.tiny, device, torch.float32, len(tokenizer), tokenizer,
+                               Path(tmp))
         build_s = time.perf_counter() - t0
         per_step_prompts = args.completions_per_step // args.num_generations
         rows = synthetic_rows(tokenizer, per_step_prompts * (args.steps + 1), args.prompt_tokens)
-        config = GRPOConfig(
-            output_dir=str(Path(tmp) / "run"),
-            use_cpu=args.tiny,
-            bf16=not args.tiny,
-            learning_rate=5e-7,
-            beta=0.001,
-            temperature=1.0,
-            loss_type="grpo",
-            num_generations=args.num_generations,
-            per_device_train_batch_size=args.per_device_batch,
-            gradient_accumulation_steps=args.completions_per_step // args.per_device_batch,
-            max_completion_length=args.completion_tokens,
-            max_steps=args.steps,
-            activation_checkpointing=not args.tiny,
-            model_init_kwargs={"dtype": dtype},
-            logging_steps=1,
-            save_strategy="no",
-            report_to="none",
-            seed=0,
-        )
-        timer = StepTimer()
+        cfg = bench_config(args, Path(tmp))
+        precision = policy_precision(cfg, device)
+        model, _ = load_base(cfg, device)  # fp32 master weights, as the recipe loads them
+        config = GRPOConfig(**trainer_kwargs(args, Path(tmp), Path(tmp) / "run"))
+        timer = StepTimer(model)
+        if device == "cuda":
+            torch.cuda.reset_peak_memory_stats()
         trainer = GRPOTrainer(
-            model=tmp,
+            model=model,
             reward_funcs=[format_reward, accuracy_reward, dense_length],
             args=config,
             train_dataset=Dataset.from_list(rows),
@@ -157,10 +221,14 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     steps_per_min = 60.0 / (sum(timed) / len(timed))
     lengths = [h["completions/mean_length"] for h in trainer.state.log_history
                if "completions/mean_length" in h]
-    result = {
+    return {
         "bench": "grpo_gpu",
-        "mode": "tiny-cpu" if args.tiny else "qwen2.5-3b-shape-bf16",
+        "mode": "tiny-cpu" if args.tiny else "qwen2.5-3b-shape",
+        "rollouts": "vllm-colocate" if args.vllm == "colocate" else "trl-generate",
         "device": torch.cuda.get_device_name(0) if device == "cuda" else "cpu",
+        "master_weights": precision.weights,
+        "compute": precision.compute,
+        "learning_rate": config.learning_rate,
         "parameters": n_params,
         "completions_per_step": args.completions_per_step,
         "num_generations": args.num_generations,
@@ -171,45 +239,79 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "step_seconds": [round(t, 2) for t in timer.times],
         "steps_per_minute": round(steps_per_min, 3),
         "completions_per_second": round(steps_per_min * args.completions_per_step / 60.0, 2),
+        "weights_changed_per_step": [round(c, 5) for c in timer.changed],
         "model_build_seconds": round(build_s, 1),
         "peak_gpu_memory_gib": round(torch.cuda.max_memory_allocated() / 2**30, 1)
         if device == "cuda" else None,
         "versions": {"torch": torch.__version__, "trl": __import__("trl").__version__},
     }
-    return result
 
 
-def main(argv: list[str] | None = None) -> int:
+def parse(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--tiny", action="store_true", help="tiny random model on CPU (seconds)")
+    p.add_argument("--dry-run", action="store_true",
+                   help="build and check the trainer arguments only; print them")
+    p.add_argument("--vllm", choices=("none", "colocate"), default="none",
+                   help="rollouts by TRL's generate (none) or vLLM inside the trainer")
+    p.add_argument("--vllm-memory", type=float, default=0.3,
+                   help="vLLM's share of GPU memory in colocate mode")
     p.add_argument("--steps", type=int, default=None, help="optimizer steps (first = warm-up)")
     p.add_argument("--prompt-tokens", type=int, default=None)
     p.add_argument("--completion-tokens", type=int, default=None)
     p.add_argument("--completions-per-step", type=int, default=None)
     p.add_argument("--num-generations", type=int, default=None)
     p.add_argument("--per-device-batch", type=int, default=None)
+    p.add_argument("--min-steps-per-minute", type=float, default=None,
+                   help=f"bound, exit 1 below it (default {GPU_MIN_STEPS_PER_MINUTE}; tiny: 0)")
     p.add_argument("--json", type=Path, help="also write the result here")
     args = p.parse_args(argv)
-    if not args.tiny and not torch.cuda.is_available():
-        print("grpo_gpu: no CUDA device, running the tiny CPU mode instead", file=sys.stderr)
-        args.tiny = True
     defaults = (
         {"steps": 2, "prompt_tokens": 64, "completion_tokens": 8, "completions_per_step": 4,
          "num_generations": 2, "per_device_batch": 4}
         if args.tiny else
-        {"steps": 4, "prompt_tokens": 1024, "completion_tokens": 256, "completions_per_step": 32,
+        {"steps": 3, "prompt_tokens": 1024, "completion_tokens": 256, "completions_per_step": 32,
          "num_generations": 8, "per_device_batch": 8}
     )
     for key, value in defaults.items():
         if getattr(args, key) is None:
             setattr(args, key, value)
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse(argv)
+    if args.dry_run:
+        kwargs = trainer_kwargs(args, Path("MODEL_DIR"), Path("OUT"))
+        unknown = check_kwargs(kwargs)
+        result: dict[str, Any] = {"bench": "grpo_gpu", "dry_run": True, "unknown": unknown,
+                                  "kwargs": kwargs}
+        print(json.dumps(result, default=str))
+        return 1 if unknown else 0
+    if not args.tiny and not torch.cuda.is_available():
+        print("grpo_gpu: no CUDA device, running the tiny CPU mode instead", file=sys.stderr)
+        args = parse([*(argv or []), "--tiny"])
+    bound = args.min_steps_per_minute
+    if bound is None:
+        bound = 0.0 if args.tiny else GPU_MIN_STEPS_PER_MINUTE
     result = run(args)
+    changed_ok = all(c >= MIN_CHANGED for c in result["weights_changed_per_step"])
+    speed_ok = result["steps"] == args.steps and result["steps_per_minute"] >= bound
+    result["bound"] = {"weights_changed_per_step_min": MIN_CHANGED, "ok": changed_ok}
+    result["min_steps_per_minute"] = bound
+    result["bound_met"] = changed_ok and speed_ok
     text = json.dumps(result)
     print(text)
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(text + "\n")
-    return 0
+    if not changed_ok:
+        print(f"grpo_gpu: a step changed fewer than {MIN_CHANGED:.0%} of the sampled weights",
+              file=sys.stderr)
+    if not speed_ok:
+        print(f"grpo_gpu: bound missed: {result['steps']} of {args.steps} steps at "
+              f"{result['steps_per_minute']} steps/min (bound {bound})", file=sys.stderr)
+    return 0 if result["bound_met"] else 1
 
 
 if __name__ == "__main__":

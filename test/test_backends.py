@@ -89,16 +89,19 @@ class Recorder:
 
 
 class SlowBackend(ChatBackend):
-    """Answers only after ``release`` is set (or 5 s): a server that outlives client timeouts."""
+    """Answers only after ``release`` is set (or 5 s): a server that outlives client timeouts.
+    ``answered`` counts the batches it has replied to (a client that gave up in time saw none)."""
 
     model_id = "slow"
     concurrent = True
 
     def __init__(self) -> None:
         self.release = threading.Event()
+        self.answered = 0
 
     def complete(self, conversations: Any, **_: Any) -> list[Completion]:
         self.release.wait(5.0)
+        self.answered += 1
         return [Completion("late")] * len(conversations)
 
 
@@ -572,27 +575,38 @@ def test_run_server_serves_a_profile_model_until_interrupted(tiny_models_dir: Pa
 # -- deadlines, cancel, honest server -------------------------------------------------------
 
 
-def _trickle(conn: socket.socket, _request: bytes) -> None:
-    """A reply one byte every 0.2 s: each read is quick, the whole never arrives in time."""
-    body = b'{"choices": [{"message": {"role": "assistant", "content": "hi"}}]}'
-    head = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
-    head += b"Content-Length: %d\r\n\r\n" % len(body)
-    for byte in head + body:
-        conn.sendall(bytes([byte]))
-        time.sleep(0.2)
+TRICKLE_BODY = b'{"choices": [{"message": {"role": "assistant", "content": "hi"}}]}'
+TRICKLE = (b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+           b"Content-Length: %d\r\n\r\n" % len(TRICKLE_BODY)) + TRICKLE_BODY
+
+
+class Trickle:
+    """A reply one byte every 0.2 s (about 30 s in all): each read is quick, the whole never
+    arrives in time. ``sent`` counts the bytes written when the client's error came back."""
+
+    def __init__(self) -> None:
+        self.sent = 0
+
+    def __call__(self, conn: socket.socket, _request: bytes) -> None:
+        for byte in TRICKLE:
+            conn.sendall(bytes([byte]))
+            self.sent += 1
+            time.sleep(0.2)
 
 
 def test_timeout_is_a_deadline_for_the_whole_attempt() -> None:
-    raw = RawHTTP(_trickle)
+    trickle = Trickle()
+    raw = RawHTTP(trickle)
     try:
         client = OpenAIBackend(openai_cfg(raw.url, timeout_s=1.0, retries=0))
-        start = time.monotonic()
         with pytest.raises(BackendError) as err:
             client.generate(text_convs(1))
-        elapsed = time.monotonic() - start
+        sent = trickle.sent
     finally:
         raw.close()
-    assert err.value.code == BACKEND_TIMEOUT and elapsed < 2.0, elapsed
+    # a per-read timeout would have read all of it (every byte comes within 0.2 s) and answered
+    assert err.value.code == BACKEND_TIMEOUT
+    assert 0 < sent < len(TRICKLE) // 2, sent
 
 
 def test_retries_never_outlast_the_question_budget() -> None:
@@ -600,17 +614,17 @@ def test_retries_never_outlast_the_question_budget() -> None:
     recorder = Recorder()
     with serve(slow, request_hook=recorder) as server:
         client = OpenAIBackend(openai_cfg(server.url, timeout_s=30.0, retries=5))
-        start = time.monotonic()
         try:
             with pytest.raises(BackendError) as err:
                 client.complete(text_convs(1), cancel=CancelToken(0.8))
-            elapsed = time.monotonic() - start
+            answered = slow.answered
         finally:
             slow.release.set()
         assert client.healthy(), client.health()  # a spent budget says nothing against it
-    # 6 attempts x 30 s were allowed per call; the question had 0.8 s left
-    assert err.value.code == BACKEND_TIMEOUT and elapsed < 1.5, elapsed
-    assert recorder.posts() == 1
+    # 6 attempts x 30 s were allowed per call; the question had 0.8 s left: it gave up before
+    # the server's reply (5 s), after one request, not retrying into the spent budget
+    assert err.value.code == BACKEND_TIMEOUT
+    assert answered == 0 and recorder.posts() == 1
 
 
 def test_cancel_aborts_requests_in_flight_and_drops_the_rest() -> None:
@@ -620,14 +634,14 @@ def test_cancel_aborts_requests_in_flight_and_drops_the_rest() -> None:
         client = OpenAIBackend(openai_cfg(server.url, max_concurrency=2, timeout_s=30.0))
         token = CancelToken()
         threading.Timer(0.5, token.cancel).start()
-        start = time.monotonic()
         try:
             with pytest.raises(BackendError) as err:
                 client.complete(text_convs(6), cancel=token)
-            elapsed = time.monotonic() - start
+            answered = slow.answered
         finally:
             slow.release.set()
-    assert err.value.code == CANCELLED and elapsed < 1.0, elapsed
+    assert err.value.code == CANCELLED
+    assert answered == 0  # the two in flight were abandoned, not waited for (5 s)
     assert recorder.posts() == 2  # two were in flight; the four waiting were never sent
 
 
@@ -732,11 +746,17 @@ def test_in_process_generation_stops_when_cancelled(
     backend = create_backend(tiny_config("tiny-qwen2", max_new_tokens=4000, batch_size=1),
                              cache_dir=tiny_models_dir)
     token = CancelToken()
+    steps: list[bool] = []  # per forward pass (one a new token): was the token cancelled yet?
+    hook = backend.model.register_forward_hook(lambda *_: steps.append(token.stopped))
     threading.Timer(0.3, token.cancel).start()
-    start = time.monotonic()
-    with pytest.raises(BackendError) as err:
-        backend.complete(text_convs(1), cancel=token)
-    assert err.value.code == CANCELLED and time.monotonic() - start < 1.5
+    try:
+        with pytest.raises(BackendError) as err:
+            backend.complete(text_convs(1), cancel=token)
+    finally:
+        hook.remove()
+    assert err.value.code == CANCELLED
+    # it was generating when the cancel came, and stopped within a step of it, far from 4000
+    assert steps and not steps[0] and steps.count(True) <= 1, (len(steps), steps.count(True))
     assert backend.healthy()  # a cancel is not a failure
 
 
@@ -747,13 +767,11 @@ def test_serve_binds_the_port_before_loading_the_model() -> None:
         port = busy.getsockname()[1]
         from embodied_r_ros.cli import serve_model
 
-        start = time.monotonic()
         for bad_port in (port, 70000):
             with pytest.raises(BackendError, match=f"{bad_port}") as err:
-                # a model that would take long (or fail) to load is never reached
+                # the port's error, not the model's: loading it (no hub here) would fail first
                 serve_model(ModelConfig(model="Qwen/never-loaded"), "127.0.0.1", bad_port)
-            assert "\n" not in str(err.value)
-        assert time.monotonic() - start < 2.0
+            assert "\n" not in str(err.value) and "never-loaded" not in str(err.value)
 
 
 class CountingVLM(ChatBackend):

@@ -10,7 +10,8 @@ import pytest
 from bagdata import FPS, T0_NS, write_bag
 from media import pan_frames
 
-from embodied_r_ros.core.bags import BagError, BagReader, nearest_pose, odometry_motions
+from embodied_r_ros.core.bags import BagError, BagReader
+from embodied_r_ros.core.odometry import odometry_motions, poses_at
 from embodied_r_ros.core.poses import Pose
 
 
@@ -62,7 +63,7 @@ def test_odometry_and_camera_info(bags: dict[str, Path]) -> None:
     assert len(poses) == 24
     assert poses[5][1].yaw_deg == pytest.approx(15.0) and poses[5][1].x == pytest.approx(0.5)
     stamps = [poses[2][0], poses[6][0] + 0.01]  # slightly off a pose: the nearest one counts
-    (motion,) = odometry_motions(poses, stamps)
+    (motion,) = odometry_motions(poses_at(poses, stamps, 0.2))
     assert motion.yaw_deg == pytest.approx(12.0)  # 4 frames x 3 degrees, turning left
     assert motion.metric and motion.translation == pytest.approx(0.4, abs=1e-6)
     assert info is not None and (info.width, info.height) == (160, 120)
@@ -71,12 +72,16 @@ def test_odometry_and_camera_info(bags: dict[str, Path]) -> None:
     assert cam.fx == info.fx and cam.cy == 60.0
 
 
-def test_nearest_pose_picks_the_closest_stamp() -> None:
+def test_a_key_frame_takes_the_nearest_pose_within_the_tolerance_only() -> None:
     poses = [(0.0, Pose(x=0)), (1.0, Pose(x=1)), (2.0, Pose(x=2))]
-    assert nearest_pose(poses, 1.4).x == 1 and nearest_pose(poses, 1.6).x == 2
-    assert nearest_pose(poses, -5).x == 0 and nearest_pose(poses, 9).x == 2
-    with pytest.raises(ValueError):
-        nearest_pose([], 0.0)
+    at = poses_at(poses, [1.15, 1.6, 1.9, -5.0, 9.0], 0.2)
+    assert [p.x if p else None for p in at] == [1, None, 2, None, None]
+    assert poses_at([], [0.0], 0.2) == [None]
+    # a pair with a pose missing has no odometry motion (perception measures it visually)
+    motions = odometry_motions(at[:3])
+    assert motions[0] is None and motions[1] is None
+    (both,) = odometry_motions([at[0], at[2]])
+    assert both is not None and both.forward == pytest.approx(1.0)
 
 
 def _truncate(path: Path) -> None:

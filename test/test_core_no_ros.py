@@ -1,4 +1,6 @@
-"""The core stays ROS-free so training, the CLI and the nodes share one implementation."""
+"""The core stays ROS-free so training, the CLI and the nodes share one implementation, and
+imports point one way: the core uses nothing of the nodes, the simulator or training; the nodes
+and the simulator use nothing of training."""
 
 from __future__ import annotations
 
@@ -8,10 +10,20 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 import embodied_r_ros.core as core
 
 ROS_ROOTS = {"rclpy", "rosidl_runtime_py", "sensor_msgs", "nav_msgs", "embodied_r_interfaces"}
 CORE_DIR = Path(core.__file__).parent
+PACKAGE_DIR = CORE_DIR.parent  # embodied_r_ros
+TRAINING = "embodied_r_training"
+#: package -> the packages it must not import (the one-way rule)
+FORBIDDEN = {
+    "embodied_r_ros.core": ("embodied_r_ros.nodes", "embodied_r_ros.sim", TRAINING),
+    "embodied_r_ros.nodes": (TRAINING,),
+    "embodied_r_ros.sim": (TRAINING,),
+}
 
 
 def _imported_roots(path: Path) -> set[str]:
@@ -23,6 +35,59 @@ def _imported_roots(path: Path) -> set[str]:
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
             roots.add(node.module.split(".")[0])
     return roots
+
+
+def _imported_modules(path: Path, package: str) -> set[str]:
+    """Every module ``path`` (a module of ``package``) imports, relative imports resolved."""
+    tree = ast.parse(path.read_text(), filename=str(path))
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                parts = package.split(".")
+                base = ".".join(parts[: len(parts) - node.level + 1])
+                module = f"{base}.{node.module}" if node.module else base
+            else:
+                module = node.module or ""
+            names.add(module)
+            names.update(f"{module}.{alias.name}" for alias in node.names)
+    return names
+
+
+def _package_of(path: Path) -> str:
+    """The package a file's relative imports start from (its directory, ``__init__`` too)."""
+    return ".".join(path.relative_to(PACKAGE_DIR.parent).parts[:-1])
+
+
+def _within(name: str, packages: tuple[str, ...]) -> bool:
+    return any(name == p or name.startswith(p + ".") for p in packages)
+
+
+@pytest.mark.parametrize("package", sorted(FORBIDDEN))
+def test_imports_point_one_way_statically(package: str) -> None:
+    root = PACKAGE_DIR.parent.joinpath(*package.split("."))
+    files = sorted(root.rglob("*.py"))
+    assert len(files) >= 3, root
+    offenders = {}
+    for f in files:
+        bad = {m for m in _imported_modules(f, _package_of(f)) if _within(m, FORBIDDEN[package])}
+        if bad:
+            offenders[str(f.relative_to(PACKAGE_DIR))] = sorted(bad)
+    assert offenders == {}
+
+
+def test_the_import_check_sees_relative_and_absolute_imports(tmp_path: Path) -> None:
+    """The checker itself: both spellings of a forbidden import are found."""
+    module = tmp_path / "m.py"
+    module.write_text("from ..nodes import params\nimport embodied_r_training.grpo\n"
+                      "from . import poses\ndef f():\n    from ..sim import world\n")
+    names = _imported_modules(module, "embodied_r_ros.core")
+    assert {"embodied_r_ros.nodes", "embodied_r_training.grpo", "embodied_r_ros.sim.world",
+            "embodied_r_ros.core.poses"} <= names
+    bad = {n for n in names if _within(n, FORBIDDEN["embodied_r_ros.core"])}
+    assert "embodied_r_ros.core.poses" not in bad and "embodied_r_ros.sim.world" in bad
 
 
 def test_no_core_module_imports_ros_statically() -> None:
@@ -41,8 +106,30 @@ def test_importing_every_core_module_loads_no_ros() -> None:
     code = (
         "import importlib, sys\n"
         f"for n in {names!r}: importlib.import_module(n)\n"
-        f"bad = sorted(m for m in sys.modules if m.split('.')[0] in {sorted(ROS_ROOTS)!r})\n"
-        "print('ROS:', bad)\n"
+        f"bad = sorted(m for m in sys.modules if m.split('.')[0] in {sorted(ROS_ROOTS)!r}\n"
+        f"             or m.startswith({FORBIDDEN['embodied_r_ros.core']!r}))\n"
+        "print('loaded:', bad)\n"
+        "sys.exit(1 if bad else 0)\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_importing_the_nodes_and_the_simulator_loads_no_training() -> None:
+    from ros_helpers import require_ros
+
+    require_ros()  # the nodes import rclpy
+    import embodied_r_ros.nodes as nodes
+    import embodied_r_ros.sim as sim
+
+    names = [m.name for pkg in (nodes, sim)
+             for m in pkgutil.walk_packages(pkg.__path__, prefix=pkg.__name__ + ".")]
+    assert len(names) >= 5
+    code = (
+        "import importlib, sys\n"
+        f"for n in {names!r}: importlib.import_module(n)\n"
+        f"bad = sorted(m for m in sys.modules if m.split('.')[0] == {TRAINING!r})\n"
+        "print('loaded:', bad)\n"
         "sys.exit(1 if bad else 0)\n"
     )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)

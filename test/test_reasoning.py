@@ -54,6 +54,9 @@ def test_format_is_the_whole_completion(completion: str, ok: bool) -> None:
         ("<think>x</think><answer>towel</answer>", "B"),
         ("<think>option A looks wrong</think><answer>the answer is C</answer>", "C"),
         ("<think>A is closest</think> so A.", "A"),  # no tag: a letter after the think block
+        ("<think>B or C? C is nearer</think> I cannot tell", ""),  # letters in think only
+        ("<think>not A</think> it is D", "D"),
+        ("the answer is B", "B"),  # no think block: the whole reply
         ("<think>x</think><answer>Z</answer>", ""),  # not an option
         ("no idea", ""),
     ],

@@ -29,7 +29,7 @@ def dataset(tmp_path_factory: pytest.TempPathFactory) -> Path:
 #: the shipped recipe's shape at test size (the consistency reward inside a GRPO step, with a
 #: policy that writes the format, is tested from the shipped reasoner: test_shipped_reasoner.py)
 TINY_RECIPE: dict[str, Any] = {
-    "data": {"split": "all", "max_prompt_tokens": 128},  # the question and the last frames
+    "data": {"split": "all", "max_prompt_tokens": 192},  # the question and the last frames
     "sft": {"targets": "rationale", "answer_letter": True, "learning_rate": 3.0e-3,
             "max_steps": 2, "per_device_batch": 4},
     "grpo": {"max_steps": 1, "num_generations": 4, "completions_per_step": 4,

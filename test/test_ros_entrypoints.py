@@ -31,11 +31,21 @@ require_ros()
 
 import rclpy  # noqa: E402
 from diagnostic_msgs.msg import DiagnosticArray  # noqa: E402
+from rclpy.exceptions import (  # noqa: E402
+    InvalidParameterTypeException,
+    InvalidParameterValueException,
+)
 from sensor_msgs.msg import Image  # noqa: E402
 
 from embodied_r_interfaces.srv import SpatialQuery  # noqa: E402
 from embodied_r_ros.nodes import frame_buffer, query_server  # noqa: E402
-from embodied_r_ros.nodes.params import AUTOSTART_SPEC, CONFIG_SPECS, DIAGNOSTICS_SPEC  # noqa: E402
+from embodied_r_ros.nodes.params import (  # noqa: E402
+    AUTOSTART_SPEC,
+    CONFIG_SPECS,
+    DIAGNOSTICS_SPEC,
+    Spec,
+    declare,
+)
 
 REPO = Path(__file__).resolve().parents[1]
 LAUNCH = REPO / "launch" / "embodied_r.launch.py"
@@ -205,6 +215,54 @@ def test_ros_params_yaml_only_sets_declared_parameters() -> None:
     assert set(data) == set(specs)
     for section, names in specs.items():
         assert set(data[section]["ros__parameters"]) <= names, section
+
+
+#: each node the params file has a section for, with the parameters it declares from the file
+PARAM_NODES: dict[str, tuple[Spec, ...]] = {
+    "frame_buffer": frame_buffer.SPECS,
+    "perception": (DIAGNOSTICS_SPEC, AUTOSTART_SPEC),
+    "reasoning": (DIAGNOSTICS_SPEC, AUTOSTART_SPEC),
+    "query_server": (*query_server.SPECS, *query_server.REMOTE_SPECS),
+}
+
+
+def _declared_from(ctx: Any, params_file: Path, node_name: str) -> dict[str, Any]:
+    """What a node named ``node_name`` reads for its parameters, given ``params_file`` as
+    ``--params-file`` (rcl matches the sections, rclpy checks type and range on declare)."""
+    node = rclpy.create_node(node_name, context=ctx, use_global_arguments=False,
+                             cli_args=["--ros-args", "--params-file", str(params_file)])
+    try:
+        return declare(node, PARAM_NODES[node_name])
+    finally:
+        node.destroy_node()
+
+
+@pytest.mark.parametrize("node_name", sorted(PARAM_NODES))
+def test_ros_params_yaml_values_reach_the_nodes(ctx: Any, node_name: str) -> None:
+    """Values, not only names: each node declares the file's value, of the declared type and
+    in range (a wrong type or range would make the launch fail)."""
+    path = REPO / "config" / "ros_params.yaml"
+    data = yaml.safe_load(path.read_text())
+    expected = {**data["/**"]["ros__parameters"], **data[f"/**/{node_name}"]["ros__parameters"]}
+    got = _declared_from(ctx, path, node_name)
+    assert {k: got[k] for k in expected} == expected
+    assert all(type(got[k]) is type(v) for k, v in expected.items())
+    # the file documents the defaults: a node started without it behaves the same
+    defaults = {s.name: s.default for s in PARAM_NODES[node_name]}
+    assert {k: defaults[k] for k in expected} == expected
+
+
+@pytest.mark.parametrize(("line", "error"), [
+    ("buffer_sec: 300", InvalidParameterTypeException),  # an integer for a double
+    ("jpeg_quality: 101", InvalidParameterValueException),  # outside [10, 100]
+    ("window_anchor: sometimes", ValueError),  # not one of the choices
+])
+def test_a_bad_params_file_value_is_refused(ctx: Any, tmp_path: Path, line: str,
+                                            error: type[Exception]) -> None:
+    path = tmp_path / "params.yaml"
+    path.write_text(f"/**/frame_buffer:\n  ros__parameters:\n    {line}\n")
+    with pytest.raises(error):
+        _declared_from(ctx, path, "frame_buffer")
 
 
 def test_launch_file_runs_where_launch_is_installed(

@@ -161,14 +161,20 @@ def test_cancel_and_death_of_a_perception_process_and_recovery(
             motions=[EgoMotion(valid=False) for _ in window.motions],
         )
         started = threading.Event()
-        handle = result_of(c.perceive.send_goal_async(
-            goal, feedback_callback=lambda _m: started.set()), 30)
+        done: list[int] = []  # frames described, per feedback message
+
+        def on_feedback(m: Any) -> None:
+            done.append(m.feedback.frames_done)
+            started.set()
+
+        handle = result_of(c.perceive.send_goal_async(goal, feedback_callback=on_feedback), 30)
         assert started.wait(10)
-        t0 = time.monotonic()
         result_of(handle.cancel_goal_async(), 10)
         outcome = result_of(handle.get_result_async(), 10)
         assert outcome.status == GoalStatus.STATUS_CANCELED
-        assert outcome.result.error_code == "CANCELLED" and time.monotonic() - t0 < 2.0
+        assert outcome.result.error_code == "CANCELLED"
+        # ended mid-perception (each frame is a long reply), not after describing every frame
+        assert max(done) < len(goal.key_frames), (done, len(goal.key_frames))
         # 2. a query cancelled mid-perception: CANCELED, the remote goal cancelled too
         assert c.action.wait_for_server(timeout_sec=10)
         progress = threading.Event()

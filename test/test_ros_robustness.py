@@ -130,15 +130,17 @@ QUERY_TABLE = [
 ]
 
 
-def test_hostile_queries_get_codes_and_the_node_keeps_serving(world: AllInOne) -> None:
+def test_hostile_queries_get_codes_and_the_node_keeps_serving(world: AllInOne,
+                                                              lm: ChatGate) -> None:
+    asked = lm.requests
     for fields, code in QUERY_TABLE:
         request = world.request("Where is the door?", OPTIONS)
         for key, value in fields.items():
             setattr(request, key, value)
-        start = time.monotonic()
         r = result_of(world.query.call_async(request), 30)
         assert (r.success, r.error_code) == (False, code), fields.keys()
-        assert "\n" not in r.error and len(r.error) <= 500 and time.monotonic() - start < 2.0
+        assert "\n" not in r.error and len(r.error) <= 500
+    assert lm.requests == asked  # refused up front: no question reached a model
     # the same requests as action goals: the same codes, the goals aborted
     for fields, code in QUERY_TABLE[:3]:
         goal = QueryAction.Goal(**{"question": "Where is the door?", "options": OPTIONS,
@@ -229,10 +231,9 @@ def test_cancel_during_reasoning_stops_it(world: AllInOne, lm: ChatGate) -> None
         handle = result_of(world.action.send_goal_async(
             QueryAction.Goal(question="Which way did I turn?", options=OPTIONS)), 30)
         lm.wait_requests(before + 1)  # the LM has the question
-        start = time.monotonic()
         result_of(handle.cancel_goal_async(), 10)
+        # the result comes while the gate is still closed: the LM request still hangs
         outcome = result_of(handle.get_result_async(), 10)
-        assert time.monotonic() - start < 2.0  # while the LM request still hangs
         assert outcome.status == GoalStatus.STATUS_CANCELED
         assert outcome.result.error_code == "CANCELLED"
         assert world.runner.stats.in_flight == 0

@@ -57,7 +57,9 @@ def test_config_validation_names_the_key() -> None:
     assert (paper.grpo.top_k, paper.grpo.top_p, paper.grpo.lr_scheduler) == (50, 0.9, "cosine")
     assert (paper.grpo.warmup_ratio, paper.grpo.eval_steps, paper.output.save_steps) == (
         0.05, 100, 100)
-    assert paper.output.save_only_model and paper.data.over_length == "delete"
+    # the maintainers' three resumed trainings keep the optimizer; ms-swift GRPO truncates left
+    assert not paper.output.save_only_model and paper.data.over_length == "left"
+    assert paper.rewards.stage_mode == "resumed_runs"
     assert paper.rewards.answer_mode == "official"
     official = load_train_config("official")
     assert [s.weights() for s in official.rewards.stages] == [[0.1, 0.7, 0.2]]
@@ -67,7 +69,8 @@ def test_config_validation_names_the_key() -> None:
     assert five.grpo.gradient_accumulation(4) == 1  # 16 completions = 4 per GPU x 4 GPUs
     args = grpo_args(paper, Path("/tmp/unused"), "cpu", validate=True)
     assert (args.top_k, args.top_p, args.lr_scheduler_type) == (50, 0.9, "cosine")
-    assert args.eval_strategy == "steps" and args.eval_steps == 100 and args.save_only_model
+    assert args.eval_strategy == "steps" and args.eval_steps == 100
+    assert not args.save_only_model and args.reward_weights == [1.0, 1.0, 1.0]
 
 
 def _dense(completions: list[Any], **_: Any) -> list[float]:

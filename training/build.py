@@ -27,7 +27,7 @@ from typing import Any
 
 from embodied_r_ros.core.perception import description_dicts
 from embodied_r_ros.core.pipeline import NO_FRAMES, EmbodiedR, QueryError
-from embodied_r_ros.core.reasoning import build_messages, format_question
+from embodied_r_ros.core.reasoning import format_question
 
 from .dataset_files import BuildError, write_table
 from .journal import JOURNAL, JOURNAL_DIR, Journal, read_journal, sample_key
@@ -113,15 +113,17 @@ def check_build(
 
 def perceive_sample(pipeline: EmbodiedR, sample: Sample, frames: KeyFrames) -> dict[str, Any]:
     """The table row of one sample (the journal adds its key; ``_cached`` marks a row whose
-    perception came from the cache)."""
-    result = pipeline.perceive(
-        frames.images,
-        frames.stamps,
-        sample.question,
-        sample.options,
-        motions=frames.motions,
-        motion_source=frames.motion_source,
-    )
+    perception came from the cache). ``sample.extra["question_block"]`` is the question as the
+    benchmark words it (the official route); without it the block is formatted."""
+    block = sample.extra.get("question_block") or format_question(sample.question,
+                                                                   sample.options)
+    if frames.robot:  # the robot's rule: the same call as the nodes make
+        result = pipeline.perceive_window(frames.images, frames.stamps, sample.question,
+                                          sample.options, frames.motions, camera=frames.camera)
+    else:
+        result = pipeline.perceive(frames.images, frames.stamps, sample.question,
+                                   sample.options, motions=frames.motions,
+                                   motion_source=frames.motion_source, question_block=block)
     return {
         "id": sample.id,
         "scene": sample.scene,
@@ -130,8 +132,8 @@ def perceive_sample(pipeline: EmbodiedR, sample: Sample, frames: KeyFrames) -> d
         "options": list(sample.options),
         "solution": sample.solution,
         "source": sample.source,
-        "prompt": build_messages(result.text, pipeline.prompts),
-        "question_block": format_question(sample.question, sample.options),
+        "prompt": pipeline.reasoning_messages(result.text),
+        "question_block": block,
         "frames": description_dicts(result),
         "key_frame_stamps": [float(s) for s in frames.stamps],
         "key_frame_indices": [int(i) for i in frames.indices],

@@ -127,12 +127,17 @@ def _build(args: argparse.Namespace, samples: list[Any], frames_for: Any, pipeli
 def cmd_build(args: argparse.Namespace) -> int:
     from embodied_r_ros.core.bags import POSE_TYPES, BagReader
 
-    from .bag_source import BagFrames, bag_samples, camera_info_topic, read_questions
+    from .bag_source import BagFrames, camera_info_topic, question_samples, read_questions
 
     config = _pipeline_config(args)
     rows = read_questions(args.questions)
     with BagReader(args.bag) as bag:
-        samples = bag_samples(rows, Path(args.bag), bag.start_ns)
+        samples, rejected = question_samples(rows, Path(args.bag), bag.start_ns, bag.end_ns)
+        if not samples:
+            more = f" (and {len(rejected) - 1} more bad rows)" if len(rejected) > 1 else ""
+            raise CliError(f"{rejected[0]}{more}; no usable question rows in {args.questions}")
+        for line in rejected:  # each bad row is left out, the rest builds
+            print(f"embodied-r-train: skipping {line}", file=sys.stderr)
         # before any model loads or anything is written
         bag.require_topic(args.image_topic)
         if args.odom_topic:
@@ -140,7 +145,8 @@ def cmd_build(args: argparse.Namespace) -> int:
         _preflight(args, samples)
         info_topic = args.camera_info_topic or camera_info_topic(bag)
         camera = config.perception.camera
-        if info_topic:
+        # intrinsics the config names are the robot's too (the nodes read no CameraInfo)
+        if info_topic and camera.fx is None:
             info = bag.camera_info(info_topic)
             if info is not None:
                 camera = info.to_config(camera)
@@ -149,7 +155,7 @@ def cmd_build(args: argparse.Namespace) -> int:
         manifest = _manifest(
             config, pipeline, "bag", bag=str(Path(args.bag).resolve()),
             image_topic=args.image_topic, odom_topic=args.odom_topic,
-            motion="odometry" if args.odom_topic else "visual",
+            motion="odometry" if args.odom_topic else "visual", rejected_rows=rejected,
         )
         return _build(args, samples, frames_for, pipeline, config, manifest)
 
@@ -158,19 +164,44 @@ def _cmd_import(args: argparse.Namespace, benchmark: str) -> int:
     from .importers import ImportReport, VideoFrames, urbanvideo_samples, vsibench_samples
 
     reader = urbanvideo_samples if benchmark == "UrbanVideo-Bench" else vsibench_samples
+    official = not args.robust  # the paper route: the benchmark as the official code reads it
     report = ImportReport()
-    samples = reader(args.root, all_categories=args.all_categories, report=report)
+    samples = reader(args.root, all_categories=args.all_categories, report=report,
+                     raw_question=official)
     print(f"{benchmark}: {report.summary()}", file=sys.stderr)
     if not samples:
         raise CliError(f"{benchmark}: no rows left to import ({report.summary()})")
     _preflight(args, samples)
     # benchmark videos have no odometry and no robot: the LM reads the VLM's own actions, as
-    # in the paper, unless --report-motion adds the measured visual motion beside them
-    config = _pipeline_config(args, perception={"report_motion": args.report_motion})
+    # in the paper, unless --report-motion adds the measured visual motion beside them; the
+    # official route also reads the VLM's replies as the official code does and finds key
+    # frames at the videos' full resolution (robots keep the robust reading and 640 px)
+    perception: dict[str, Any] = {"report_motion": args.report_motion}
+    sections: dict[str, Any] = {"perception": perception}
+    if official:
+        perception["reply_reading"] = "official"
+        sections["keyframes"] = {"max_side": 0}
+    config = _pipeline_config(args, **sections)
     pipeline = _pipeline(config)
     manifest = _manifest(config, pipeline, benchmark, root=str(Path(args.root).resolve()),
-                         motion="visual", import_report=report.to_dict())
+                         motion="visual", import_report=report.to_dict(),
+                         reply_reading=config.perception.reply_reading,
+                         question_text="benchmark" if official else "formatted")
     return _build(args, samples, VideoFrames(pipeline), pipeline, config, manifest)
+
+
+def cmd_pool(args: argparse.Namespace) -> int:
+    from .pool import pool_datasets
+
+    parts = _labelled(args.data)
+    if len({label for label, _ in parts}) != len(parts):
+        raise CliError("--data: each dataset needs its own label (LABEL=DIR)")
+    counts = pool_datasets([(label, Path(d)) for label, d in parts], Path(args.out),
+                           by=args.split_by, seed=args.seed, fractions=_fractions(args),
+                           folds=args.folds)
+    print(f"dataset {args.out}: {sum(counts.values())} rows pooled from {len(parts)} datasets; "
+          + ", ".join(f"{k} {v}" for k, v in counts.items()))
+    return 0
 
 
 def cmd_import_urbanvideo(args: argparse.Namespace) -> int:
@@ -188,6 +219,9 @@ def _print_result(result: Any) -> None:
     if result.deleted_rows:
         print(f"{result.deleted_rows} of {result.rows + result.deleted_rows} rows deleted: "
               "prompts over data.max_prompt_tokens")
+    if result.shortened_rows:
+        print(f"{result.shortened_rows} of {result.rows} prompts shortened to "
+              "data.max_prompt_tokens (data.over_length)")
     for key in sorted(result.metrics):
         if key.endswith("/last"):
             print(f"  {key[:-5]}: first {result.metrics[key[:-5] + '/first']:.3f}, "
@@ -223,7 +257,7 @@ def _labelled(models: list[str]) -> list[tuple[str, str]]:
 def cmd_eval(args: argparse.Namespace) -> int:
     from .eval_report import summary_table, write_reports
     from .evaluate import evaluate, generation_backend
-    from .grpo import reference_backend
+    from .reference import reference_backend
     from .scoring import BASELINES, average_folds
 
     cfg = _train_config(args)
@@ -276,6 +310,58 @@ def cmd_eval(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_questions(args: argparse.Namespace) -> int:
+    from embodied_r_ros.core.bags import BagReader
+
+    from .questions import fields_help, odometry_questions, template_rows, write_rows
+
+    if args.template:
+        if args.bag:
+            with BagReader(args.bag) as bag:
+                rows = template_rows(bag)
+        else:
+            rows = template_rows()
+        write_rows(args.out, rows)
+        print(f"example questions written: {args.out}; the fields:\n{fields_help()}")
+        return 0
+    missing = [f"--{n.replace('_', '-')}" for n in ("bag", "image_topic", "odom_topic")
+               if not getattr(args, n)]
+    if missing:
+        raise CliError(f"questions from odometry need {', '.join(missing)} (or --template)")
+    spec = args.counts if args.counts is not None else args.count
+    config = _pipeline_config(args)
+    with BagReader(args.bag) as bag:
+        try:
+            rows, report = odometry_questions(
+                bag, args.image_topic, args.odom_topic, spec, seed=args.seed,
+                tolerance_sec=config.perception.odom_tolerance_sec)
+        except ValueError as exc:
+            raise CliError(str(exc)) from None
+    if not rows:
+        raise CliError(f"no questions: {report.summary()}")
+    write_rows(args.out, rows)
+    print(f"{args.out}: {report.summary()}")
+    return 0
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    from .export import export_run, profile_lines
+
+    load_config(profile=args.profile)  # a bad --profile fails before anything is written
+    done = export_run(args.run, args.name, base=args.base, cache_dir=args.model_cache,
+                      force=args.force)
+    how = (f"LoRA adapter {done.source.path} merged into {done.source.base}"
+           if done.source.kind == "lora" else f"full weights from {done.source.path}")
+    print(f"exported {done.name}: {done.path} ({how}, {done.megabytes:.1f} MB)")
+    lines = profile_lines(done.name, args.profile)
+    if args.config_out:
+        Path(args.config_out).write_text(lines)
+        print(f"config written: {args.config_out}")
+    print("profile lines (a --config / config_file:= file):")
+    print("\n".join("  " + line for line in lines.splitlines()))
+    return 0
+
+
 # -- parser ----------------------------------------------------------------------------------------
 
 
@@ -298,6 +384,25 @@ def build_parser() -> argparse.ArgumentParser:
     _add_split_args(b)
     b.set_defaults(func=cmd_build)
 
+    q = sub.add_parser("questions", help="questions about a bag from its odometry, or a "
+                       "question-file template", description="Write multiple-choice questions "
+                       "whose answers follow from the recorded odometry (for build), or, with "
+                       "--template, an example question file to fill in by hand.")
+    q.add_argument("--bag", help="rosbag2 directory, or a .mcap / .db3 file")
+    q.add_argument("--image-topic", help="the camera (questions are about its frames)")
+    q.add_argument("--odom-topic", help="nav_msgs/Odometry or a PoseStamped topic")
+    q.add_argument("--out", required=True, help="the question file (JSONL) to write")
+    how_many = q.add_mutually_exclusive_group()
+    how_many.add_argument("--count", type=int, default=30,
+                          help="questions in all, split evenly over the categories (30)")
+    how_many.add_argument("--counts", help="per category, e.g. action_generation=10,"
+                          "route_planning=5")
+    q.add_argument("--seed", type=int, default=0, help="same seed, same questions")
+    q.add_argument("--template", action="store_true",
+                   help="write an example file to edit instead (times inside --bag if given)")
+    _add_pipeline_args(q, "offline")
+    q.set_defaults(func=cmd_questions)
+
     for name, func, text in (
         ("import-urbanvideo", cmd_import_urbanvideo, "UrbanVideo-Bench (MCQ.parquet + videos/)"),
         ("import-vsibench", cmd_import_vsibench, "VSI-Bench (parquet or jsonl + scene videos)"),
@@ -312,9 +417,24 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--report-motion", action="store_true",
                        help="write the visually measured motion beside the VLM's action "
                        "(off: the perception text is the paper's)")
+        p.add_argument("--robust", action="store_true",
+                       help="the robot route instead of the official one: VLM replies read "
+                       "leniently (action matched to the vocabulary), key frames at the "
+                       "profile's resolution (640 px), questions rewritten as 'Question: ... "
+                       "Choices: ...'")
         _add_pipeline_args(p, "offline")
         _add_split_args(p)
         p.set_defaults(func=func)
+
+    pl = sub.add_parser("pool", help="one dataset from several, split once over the pooled scenes",
+                        description="Pool built datasets (e.g. UrbanVideo-Bench and VSI-Bench "
+                        "imports) into one, shuffled once by seed and split over the pooled "
+                        "scene list as the official preprocessing does.")
+    pl.add_argument("--data", required=True, action="append",
+                    help="a built dataset directory; LABEL=DIR to name it; at least two")
+    pl.add_argument("--out", required=True, help="the pooled dataset directory (new)")
+    _add_split_args(pl)
+    pl.set_defaults(func=cmd_pool)
 
     for name, func, text in (
         ("grpo", cmd_grpo, "train the reasoning LM with GRPO (the paper's recipe)"),
@@ -350,6 +470,22 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--json", action="store_true", help="print JSON instead of the tables")
     _add_train_args(e)
     e.set_defaults(func=cmd_eval)
+
+    x = sub.add_parser("export", help="install a trained run as a named model for the robot",
+                       description="Merge a run's LoRA adapter into its base (or copy its full "
+                       "weights) into the offline model cache as NAME, so that a profile's "
+                       "reasoning.model.model can name it.")
+    x.add_argument("run", help="a grpo/sft run directory (or a checkpoint, adapter or model dir)")
+    x.add_argument("--name", required=True, help="the model's name in the cache")
+    x.add_argument("--base", help="the model a LoRA adapter is merged into (default: the one "
+                   "its adapter_config.json names)")
+    x.add_argument("--profile", default="offline",
+                   help="the profile the printed config extends (default offline)")
+    x.add_argument("--config-out", help="also write the printed config to this file")
+    x.add_argument("--model-cache", help="the model cache (default $EMBODIED_R_MODEL_CACHE or "
+                   "~/.cache/embodied_r/models)")
+    x.add_argument("--force", action="store_true", help="replace an exported model of that name")
+    x.set_defaults(func=cmd_export)
     return parser
 
 
@@ -360,10 +496,11 @@ def _user_errors() -> tuple[type[BaseException], ...]:
     from embodied_r_ros.core.video import VideoError
 
     from .dataset_files import BuildError
+    from .export import ExportError
     from .splits import SplitError
 
     return (CliError, ConfigError, BagError, BuildError, SplitError, VideoError, QueryError,
-            BackendError)
+            BackendError, ExportError)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

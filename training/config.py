@@ -1,12 +1,13 @@
 """The trainer's validated configuration: one YAML file per setting set (``training/configs``).
 
-The defaults here ARE the paper's recipe (digest §3.2 and §2.4) as the official scripts run it
-(ms-swift 3.3/3.4 defaults where the scripts say nothing): the text decoder of
-Qwen2.5-VL-3B-Instruct, group size 8, learning rate 5e-7 on a cosine schedule with 5 % warmup,
-KL beta 0.001, rollouts at temperature 1.0 with top-k 50 and top-p 0.9, 32 completions per step,
-completions up to 2048 tokens, prompts up to 6144 (longer rows deleted), validation and
-model-only checkpoints every 100 steps, 12 epochs in three reward stages, full fine-tuning in
-bf16, plain GRPO loss. ``training/README.md`` tabulates each value and where it comes from.
+The defaults here are the shared base of every shipped config, NOT the paper's recipe: the
+paper's recipe is ``configs/paper.yaml``, which sets on top of them what the official run used
+and these defaults do not (gradient checkpointing, the official answer reading, the consistency
+reference, the stage schedule run as three resumed trainings with optimizer state kept, and
+greedy evaluation of 3096 tokens one prompt at a time). Where the defaults follow the official
+run they follow ms-swift 3.3/3.4's own defaults (AdamW with weight decay 0.1 and beta2 0.95, a
+cosine schedule, top-k 50, top-p 0.9, left truncation of over-long prompts).
+``training/README.md`` tabulates each value of ``paper.yaml`` and where it comes from.
 
 A file may name another in ``base`` and override any key; unknown keys and bad values raise
 :class:`~embodied_r_ros.core.config.ConfigError` naming the key, as the core config does.
@@ -68,9 +69,10 @@ class DataSettings(StrictModel):
     split: Literal["train", "val", "test", "all"] = "train"
     fold: int | None = Field(None, ge=0, description="k-fold: train on all folds but this one")
     max_prompt_tokens: int = Field(6144, ge=64, description="ms-swift's max_length")
-    # what training does with a longer prompt: "delete" the row (ms-swift's default
-    # truncation_strategy, what the official runs did) or drop its oldest key frames until it fits
-    over_length: Literal["delete", "drop_oldest_frames"] = "delete"
+    # what training does with a longer prompt: "left" keeps its last max_prompt_tokens tokens
+    # (ms-swift's GRPO sets and asserts truncation_strategy='left': what the official runs did),
+    # "delete" leaves the row out, "drop_oldest_frames" drops its oldest key frames until it fits
+    over_length: Literal["left", "delete", "drop_oldest_frames"] = "left"
     max_rows: int | None = Field(None, ge=1, description="the split's first N rows (demos)")
     val_split: Literal["val", "test"] | None = Field(
         "val", description="the split GRPO validates on every grpo.eval_steps (None: never)"
@@ -112,6 +114,10 @@ class RewardSettings(StrictModel):
     skip_unweighted_consistency: bool = Field(
         True, description="no reference calls while the consistency weight is 0"
     )
+    # one_run: the stages switch at epoch boundaries inside one training (one cosine schedule
+    # over all epochs); resumed_runs: the maintainers' way (Embodied-R.code issue #6): one
+    # training per stage, each resuming the previous one's full checkpoint (optimizer kept)
+    stage_mode: Literal["one_run", "resumed_runs"] = "one_run"
 
 
 class GRPOSettings(StrictModel):
@@ -119,6 +125,12 @@ class GRPOSettings(StrictModel):
     completions_per_step: int = Field(32, ge=2, description="completions per optimizer step")
     per_device_batch: int = Field(8, ge=1, description="completions per device per micro-step")
     learning_rate: float = Field(5e-7, gt=0.0)
+    # AdamW as ms-swift configures it (swift/trainers/arguments.py: weight_decay 0.1, adam_beta2
+    # 0.95; beta1 and epsilon are Transformers' 0.9 and 1e-8)
+    weight_decay: float = Field(0.1, ge=0.0)
+    adam_beta1: float = Field(0.9, ge=0.0, lt=1.0)
+    adam_beta2: float = Field(0.95, ge=0.0, lt=1.0)
+    adam_epsilon: float = Field(1e-8, gt=0.0)
     beta: float = Field(0.001, ge=0.0, description="KL coefficient")
     temperature: float = Field(1.0, gt=0.0)
     top_k: int = Field(50, ge=0, description="0: no top-k filtering")
@@ -186,7 +198,8 @@ class SFTSettings(StrictModel):
 
 
 class EvalSettings(StrictModel):
-    """Generation settings for ``eval`` (the official batch inference is greedy)."""
+    """Generation settings for ``eval`` (the official batch inference is greedy, 3096 new
+    tokens, one prompt at a time: ``paper.yaml``)."""
 
     max_new_tokens: int = Field(2048, ge=1)
     temperature: float = Field(0.0, ge=0.0)
@@ -202,8 +215,9 @@ class OutputSettings(StrictModel):
     dir: str = "runs/embodied-r"
     save_steps: int = Field(100, ge=1)
     save_total_limit: int | None = Field(3, ge=1)
-    # the official scripts save weights only; a resumed run then keeps its step, epoch and reward
-    # stage but restarts the optimizer. false: optimizer and RNG state too (exact resumption)
+    # true: weights only (the official quick-start scripts); a resumed run then keeps its step,
+    # epoch and reward stage but restarts the optimizer. false: optimizer, scheduler and RNG
+    # state too (exact resumption; required by rewards.stage_mode resumed_runs)
     save_only_model: bool = True
     logging_steps: int = Field(1, ge=1)
     tensorboard: bool = True
@@ -226,6 +240,23 @@ class TrainConfig(StrictModel):
         g = self.grpo
         if g.use_vllm and g.vllm_mode == "server" and not g.vllm_server_base_url:
             raise ValueError("grpo.vllm_server_base_url is required for vllm_mode 'server'")
+        return self
+
+    @model_validator(mode="after")
+    def _resumed_runs(self) -> TrainConfig:
+        if self.rewards.stage_mode != "resumed_runs":
+            return self
+        epochs = sum(s.epochs for s in self.rewards.stages)
+        if self.output.save_only_model:
+            raise ValueError("rewards.stage_mode resumed_runs resumes each stage with its "
+                             "optimizer state: set output.save_only_model false")
+        if self.grpo.max_steps > 0:
+            raise ValueError("rewards.stage_mode resumed_runs runs whole stages: grpo.max_steps "
+                             "must be -1")
+        if self.grpo.num_epochs != epochs:
+            raise ValueError(f"grpo.num_epochs {self.grpo.num_epochs:g} differs from the "
+                             f"{epochs} epochs of rewards.stages (rewards.stage_mode "
+                             "resumed_runs)")
         return self
 
 

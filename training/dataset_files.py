@@ -19,7 +19,7 @@ log = logging.getLogger(__name__)
 TABLE = "data.jsonl"
 SPLITS_FILE = "splits.json"
 MANIFEST = "manifest.json"
-DATASET_VERSION = 1
+DATASET_VERSION = 2  # 2: bag rows perceived as the robot does (core.odometry, stored pixels)
 
 
 class BuildError(Exception):

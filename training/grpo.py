@@ -2,10 +2,14 @@
 
 The policy reads the perception text of a row and answers in ``<think>/<answer>`` form; three
 binary rewards from the core (format, accuracy, logical consistency against a frozen reference
-LM) are weighted by the paper's three-stage schedule, switched at epoch boundaries in one run.
-Checkpoints keep the optimizer state, so a killed run resumes from the last one and continues
-the same schedule (the stage is a function of the epoch). Per-reward means, completion length
-and the consistency rate go to TensorBoard, and a PNG of the curves is drawn at the end.
+LM) are weighted by the paper's three-stage schedule (:mod:`.schedule`): either switched at
+epoch boundaries in one run (``rewards.stage_mode: one_run``) or, as the maintainers run it, one
+training per stage, each resuming the previous one's full checkpoint (``resumed_runs``, the
+``paper`` recipe). The policy trains with fp32 master weights whatever ``policy.dtype`` says
+(:mod:`.precision`). TRL is used through its public surface only: reward callables (which read
+the stage and log their raw means through ``log_metric``) and ``TrainerCallback``s. Per-reward
+means, completion length and the consistency rate go to TensorBoard, and a PNG of the curves is
+drawn at the end.
 """
 
 from __future__ import annotations
@@ -14,17 +18,14 @@ import json
 import logging
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 from typing import Any
 
+from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
+
 from embodied_r_ros.core.backends.base import ChatBackend
-from embodied_r_ros.core.config import ModelConfig
-from embodied_r_ros.core.prompts import PromptSet, prompts_from
 from embodied_r_ros.core.rewards import (
-    REFERENCE_MAX_NEW_TOKENS,
-    REFERENCE_TEMPERATURE,
     REWARD_NAMES,
     ConsistencyReward,
     accuracy_reward,
@@ -32,10 +33,17 @@ from embodied_r_ros.core.rewards import (
 )
 
 from .config import TrainConfig, device_name, world_size
-from .dataset_files import load_rows
-from .policy import load_policy, lora_config, save_final
-from .prompts import FitReport, PromptLayout, dataset_layout, fit_rows
-from .schedule import RewardSchedule
+from .policy import load_policy, lora_config, policy_precision, save_final
+from .prompts import PromptLayout, dataset_layout
+from .reference import consistency_reward, reference_backend
+from .runs import (
+    TrainResult,
+    checkpoint_epoch,
+    last_checkpoint,
+    summarize_history,
+    training_rows,
+)
+from .schedule import StagedReward, StageSchedule, epoch_index, stage_at, stage_end_epoch
 
 log = logging.getLogger(__name__)
 
@@ -54,56 +62,10 @@ class NamedReward:
         return self.fn(*args, **kwargs)
 
 
-@dataclass
-class TrainResult:
-    output_dir: Path
-    final_model: Path
-    global_step: int
-    minutes: float
-    resumed_from: str | None
-    metrics: dict[str, float]
-    curves_png: Path | None
-    rows: int = 0  # training rows used
-    deleted_rows: int = 0  # left out: prompts over data.max_prompt_tokens
-
-
-def reference_backend(cfg: TrainConfig, device: str) -> ChatBackend:
-    """The frozen reference LM: the configured one, else the policy's initial weights."""
-    from embodied_r_ros.core.backends.factory import create_backend
-
-    ref = cfg.rewards.reference or ModelConfig(
-        backend="transformers",
-        model=cfg.policy.model,
-        dtype="auto" if device == "cpu" else cfg.policy.dtype,
-        device=device,
-        batch_size=32,
-    )
-    ref = ref.model_copy(
-        update={"temperature": REFERENCE_TEMPERATURE, "max_new_tokens": REFERENCE_MAX_NEW_TOKENS}
-    )
-    return create_backend(ref, text_only=True)
-
-
-def reference_prompts(cfg: TrainConfig, layout: PromptLayout | None = None) -> PromptSet:
-    """The consistency reference's wording: ``rewards.prompts``, else the dataset's."""
-    if cfg.rewards.prompts:
-        return prompts_from(cfg.rewards.prompts)
-    return layout.prompts if layout is not None else prompts_from(None)
-
-
-def consistency_reward(
-    cfg: TrainConfig, reference: ChatBackend, layout: PromptLayout | None = None
-) -> ConsistencyReward:
-    """The consistency reward as ``cfg.rewards`` configures it (training and evaluation)."""
-    r = cfg.rewards
-    return ConsistencyReward(reference, answer_mode=r.answer_mode,
-                             prompts=reference_prompts(cfg, layout), fallback=r.fallback)
-
-
 def paper_rewards(
     cfg: TrainConfig, reference: ChatBackend | None, layout: PromptLayout | None = None
 ) -> list[Callable[..., Any]]:
-    """format, accuracy, consistency, in :data:`REWARD_NAMES` order."""
+    """format, accuracy, consistency, in :data:`REWARD_NAMES` order (raw, unweighted)."""
     mode = cfg.rewards.answer_mode
     funcs: list[Callable[..., Any]] = [
         NamedReward("format", format_reward),
@@ -116,14 +78,61 @@ def paper_rewards(
     return funcs
 
 
-def grpo_args(cfg: TrainConfig, output_dir: Path, device: str, *, validate: bool = False) -> Any:
-    """TRL's GRPOConfig for this config (the paper's values unless overridden); ``validate``:
-    evaluate the validation rows every ``grpo.eval_steps``."""
+def staged_rewards(
+    cfg: TrainConfig, funcs: Sequence[Callable[..., Any]], schedule: StageSchedule
+) -> list[StagedReward]:
+    """The three raw rewards, each weighted by the schedule's current stage; the consistency
+    reference is not asked while its weight is 0 (``rewards.skip_unweighted_consistency``)."""
+    if len(funcs) != len(REWARD_NAMES):
+        raise ValueError(f"expected {len(REWARD_NAMES)} reward functions, got {len(funcs)}")
+    skip = cfg.rewards.skip_unweighted_consistency
+    return [
+        StagedReward(name, fn, i, schedule,
+                     skip_unweighted=skip and isinstance(fn, ConsistencyReward))
+        for i, (name, fn) in enumerate(zip(REWARD_NAMES, funcs, strict=True))
+    ]
+
+
+class SaveAtEnd(TrainerCallback):
+    """A checkpoint at the last step of a training, so the next stage can resume from it."""
+
+    def on_step_end(
+        self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kw: Any
+    ) -> None:
+        if state.max_steps > 0 and state.global_step >= state.max_steps:
+            control.should_save = True
+
+
+def grpo_args(
+    cfg: TrainConfig,
+    output_dir: Path,
+    device: str,
+    *,
+    validate: bool = False,
+    num_epochs: float | None = None,
+) -> Any:
+    """TRL's GRPOConfig for this config; ``validate``: evaluate the validation rows every
+    ``grpo.eval_steps``; ``num_epochs``: this training's epochs (one stage of resumed runs)."""
     from trl import GRPOConfig
 
+    return GRPOConfig(**grpo_kwargs(cfg, output_dir, device, validate=validate,
+                                    num_epochs=num_epochs))
+
+
+def grpo_kwargs(
+    cfg: TrainConfig,
+    output_dir: Path,
+    device: str,
+    *,
+    validate: bool = False,
+    num_epochs: float | None = None,
+) -> dict[str, Any]:
+    """The arguments of :func:`grpo_args` (checkable without the device they name)."""
     g, o = cfg.grpo, cfg.output
-    precision = cfg.policy.dtype if device == "cuda" else "float32"
+    precision = policy_precision(cfg, device)
     kwargs: dict[str, Any] = {}
+    if g.beta > 0 and lora_config(cfg) is None and not cfg.policy.adapter:
+        kwargs["model_init_kwargs"] = precision.frozen_model_kwargs() or None
     if g.use_vllm:
         kwargs.update(
             use_vllm=True,
@@ -133,12 +142,15 @@ def grpo_args(cfg: TrainConfig, output_dir: Path, device: str, *, validate: bool
         )
         if g.vllm_server_base_url:
             kwargs["vllm_server_base_url"] = g.vllm_server_base_url
-    return GRPOConfig(
+    return dict(
         output_dir=str(output_dir),
         use_cpu=device == "cpu",
-        bf16=precision == "bfloat16",
-        fp16=precision == "float16",
+        **precision.trainer_flags(),
         learning_rate=g.learning_rate,
+        weight_decay=g.weight_decay,
+        adam_beta1=g.adam_beta1,
+        adam_beta2=g.adam_beta2,
+        adam_epsilon=g.adam_epsilon,
         beta=g.beta,
         temperature=g.temperature,
         top_k=g.top_k,
@@ -147,7 +159,7 @@ def grpo_args(cfg: TrainConfig, output_dir: Path, device: str, *, validate: bool
         per_device_train_batch_size=g.per_device_batch,
         gradient_accumulation_steps=g.gradient_accumulation(world_size()),
         max_completion_length=g.max_completion_length,
-        num_train_epochs=g.num_epochs,
+        num_train_epochs=g.num_epochs if num_epochs is None else num_epochs,
         max_steps=g.max_steps,
         warmup_steps=g.warmup_ratio,  # a float in [0, 1) is a ratio of the total steps
         lr_scheduler_type=g.lr_scheduler,
@@ -161,7 +173,7 @@ def grpo_args(cfg: TrainConfig, output_dir: Path, device: str, *, validate: bool
         seed=g.seed,
         data_seed=g.seed,
         activation_checkpointing=cfg.policy.gradient_checkpointing,
-        reward_weights=cfg.rewards.stages[0].weights(),
+        reward_weights=[1.0] * len(REWARD_NAMES),  # the StagedRewards weigh themselves
         logging_steps=o.logging_steps,
         save_strategy="steps",
         save_steps=o.save_steps,
@@ -172,31 +184,6 @@ def grpo_args(cfg: TrainConfig, output_dir: Path, device: str, *, validate: bool
         remove_unused_columns=False,
         **kwargs,
     )
-
-
-def training_rows(
-    cfg: TrainConfig,
-    data_dir: str | Path,
-    tokenizer: Any,
-    split: str | None = None,
-    layout: PromptLayout | None = None,
-) -> tuple[list[dict[str, Any]], FitReport]:
-    """The rows of a split (default: the configured one) whose prompts fit
-    ``data.max_prompt_tokens`` (``data.over_length``: longer rows deleted or shortened)."""
-    name = split or cfg.data.split
-    rows = load_rows(data_dir, name, cfg.data.fold)[: cfg.data.max_rows]
-    if not rows:
-        raise ValueError(f"split {name!r} of {data_dir} has no rows")
-    fitted, report = fit_rows(rows, tokenizer, cfg.data.max_prompt_tokens,
-                              layout or dataset_layout(data_dir), cfg.data.over_length)
-    if report.deleted:
-        log.warning("split %s: %s", name, report.summary(cfg.data.max_prompt_tokens))
-    if not fitted:
-        raise ValueError(
-            f"split {name!r} of {data_dir}: every prompt is over data.max_prompt_tokens="
-            f"{cfg.data.max_prompt_tokens}; raise it or set data.over_length=drop_oldest_frames"
-        )
-    return fitted, report
 
 
 def validation_rows(
@@ -214,42 +201,20 @@ def validation_rows(
     return rows if usable > 0 else []
 
 
-def _trainer_class() -> type:
-    from trl import GRPOTrainer
-
-    class EmbodiedGRPOTrainer(GRPOTrainer):
-        """GRPOTrainer that also logs the consistency rate and the current reward weights."""
-
-        reward_stage: int = 0
-
-        def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
-            if self.model.training and self._metrics["train"]:
-                acc = _mean(self._metrics["train"].get("rewards/accuracy/mean"))
-                cons = _mean(self._metrics["train"].get("rewards/consistency/mean"))
-                if acc is not None and cons is not None and acc > 0:
-                    logs["consistency_rate"] = cons / acc
-                for name, weight in zip(self.reward_func_names, self.reward_weights.tolist(),
-                                        strict=False):
-                    logs[f"reward_weights/{name}"] = weight
-                logs["reward_stage"] = self.reward_stage + 1
-            super().log(logs, start_time)
-
-    return EmbodiedGRPOTrainer
-
-
 def _dataset(dataset_cls: Any, rows: Sequence[dict[str, Any]]) -> Any:
     return dataset_cls.from_list([{k: r[k] for k in COLUMNS if k in r} for r in rows])
 
 
-def _mean(values: Sequence[float] | None) -> float | None:
-    valid = [v for v in values or [] if v == v]  # drop NaN
-    return sum(valid) / len(valid) if valid else None
 
+def _save_history(out: Path, history: list[dict[str, Any]], name: str) -> Path | None:
+    (out / "log_history.json").write_text(json.dumps(history, indent=1))
+    try:
+        from .plots import training_curves
 
-def last_checkpoint(output_dir: Path) -> str | None:
-    from transformers.trainer_utils import get_last_checkpoint
-
-    return get_last_checkpoint(str(output_dir)) if output_dir.is_dir() else None
+        return training_curves(history, out / "curves.png", title=f"GRPO ({name})")
+    except Exception as exc:  # noqa: BLE001 - a plot must never lose a finished run
+        log.warning("could not draw the training curves: %s", exc)
+        return None
 
 
 def run_grpo(
@@ -261,11 +226,15 @@ def run_grpo(
     resume: bool = True,
     callbacks: Sequence[Any] = (),
 ) -> TrainResult:
-    """Train with GRPO; ``reward_funcs`` (three, positionally weighted by the stages) replaces
-    the paper's rewards, e.g. with a dense reward for smoke tests of random models."""
+    """Train with GRPO; ``reward_funcs`` (three raw rewards, weighted by the stages) replaces
+    the paper's rewards, e.g. with a dense reward for smoke tests of random models.
+
+    ``rewards.stage_mode: resumed_runs`` trains stage after stage as separate trainings over
+    the cumulative epochs, each resuming the previous one's last checkpoint (weights, optimizer,
+    scheduler step, RNG); the learning-rate schedule of each is rebuilt for its own length and
+    continues from the restored step. A killed run resumes inside the stage it was in."""
     import torch
     from datasets import Dataset
-    from transformers.integrations import TensorBoardCallback
 
     start = time.perf_counter()
     out = Path(output_dir or cfg.output.dir)
@@ -280,68 +249,58 @@ def run_grpo(
         rows = random.Random(cfg.grpo.seed).sample(rows, cfg.grpo.max_rows)
     val_rows = validation_rows(cfg, data_dir, tokenizer, layout)
     dataset = _dataset(Dataset, rows)
+    eval_dataset = _dataset(Dataset, val_rows) if val_rows else None
 
     if reward_funcs is None:
         needs_reference = any(s.consistency > 0 for s in cfg.rewards.stages)
         reference = reference_backend(cfg, device) if needs_reference else None
-        funcs = paper_rewards(cfg, reference, layout)
+        raw = paper_rewards(cfg, reference, layout)
     else:
-        funcs = list(reward_funcs)
-    if len(funcs) != len(REWARD_NAMES):
-        raise ValueError(f"expected {len(REWARD_NAMES)} reward functions, got {len(funcs)}")
-
-    args = grpo_args(cfg, out, device, validate=bool(val_rows))
-    trainer = _trainer_class()(
-        model=model,
-        reward_funcs=funcs,
-        args=args,
-        train_dataset=dataset,
-        eval_dataset=_dataset(Dataset, val_rows) if val_rows else None,
-        processing_class=tokenizer,
-        peft_config=lora_config(cfg),
-        callbacks=list(callbacks),
-    )
-    consistency = next((f for f in funcs if isinstance(f, ConsistencyReward)), None)
-
-    def apply(stage: int, weights: list[float]) -> None:
-        trainer.reward_weights = torch.tensor(weights, dtype=torch.float32)
-        trainer.reward_stage = stage
-        if consistency is not None:
-            consistency.enabled = weights[2] > 0 or not cfg.rewards.skip_unweighted_consistency
-
-    trainer.add_callback(RewardSchedule(cfg.rewards.stages, apply))
-    if cfg.output.tensorboard:
-        from torch.utils.tensorboard import SummaryWriter
-
-        trainer.add_callback(TensorBoardCallback(SummaryWriter(str(out / "tensorboard"))))
+        raw = list(reward_funcs)
+    schedule = StageSchedule(cfg.rewards.stages, REWARD_NAMES)
+    funcs = staged_rewards(cfg, raw, schedule)
 
     checkpoint = last_checkpoint(out) if resume else None
     if checkpoint:
         log.info("resuming from %s", checkpoint)
-    trainer.train(resume_from_checkpoint=checkpoint)
+    stages = cfg.rewards.stages
+    if cfg.rewards.stage_mode == "resumed_runs":
+        first = stage_at(stages, epoch_index(checkpoint_epoch(checkpoint)))
+        runs = [(stage_end_epoch(stages, k), k) for k in range(first, len(stages))]
+    else:
+        runs = [(None, None)]
+    trainer: Any = None
+    resume_from = checkpoint
+    for epochs, stage in runs:
+        if trainer is not None:  # the next stage starts from the weights just saved
+            model, tokenizer = load_policy(cfg, device)
+        args = grpo_args(cfg, out, device, validate=bool(val_rows), num_epochs=epochs)
+        trainer = _trainer(cfg, model, tokenizer, funcs, args, dataset, eval_dataset, out,
+                           [schedule, *callbacks, *([SaveAtEnd()] if stage is not None else [])])
+        if stage is not None:
+            log.info("reward stage %d of %d: epochs up to %d, weights %s", stage + 1,
+                     len(stages), epochs, stages[stage].weights())
+        trainer.train(resume_from_checkpoint=resume_from)
+        if stage is not None:
+            if (trainer.state.epoch or 0.0) < epochs - 1e-6:
+                break  # a callback stopped the run: the remaining stages wait for a resume
+            resume_from = last_checkpoint(out)
 
     final = out / "final"
     save_final(trainer, tokenizer, final, cfg)
     history = trainer.state.log_history
-    (out / "log_history.json").write_text(json.dumps(history, indent=1))
-    curves = None
-    try:
-        from .plots import training_curves
-
-        curves = training_curves(history, out / "curves.png", title=f"GRPO ({cfg.name})")
-    except Exception as exc:  # noqa: BLE001 - a plot must never lose a finished run
-        log.warning("could not draw the training curves: %s", exc)
-    minutes = (time.perf_counter() - start) / 60.0
+    curves = _save_history(out, history, cfg.name)
     result = TrainResult(
         output_dir=out,
         final_model=final,
         global_step=trainer.state.global_step,
-        minutes=minutes,
+        minutes=(time.perf_counter() - start) / 60.0,
         resumed_from=checkpoint,
         metrics=summarize_history(history),
         curves_png=curves,
         rows=len(rows),
         deleted_rows=fit.deleted,
+        shortened_rows=fit.shortened,
     )
     (out / "train_summary.json").write_text(
         json.dumps({**result.__dict__, "output_dir": str(out), "final_model": str(final),
@@ -350,21 +309,32 @@ def run_grpo(
     return result
 
 
-def summarize_history(history: Sequence[dict[str, Any]]) -> dict[str, float]:
-    """First and last logged value of the curves the README reports."""
-    keys = [
-        "reward",
-        *(f"rewards/{n}/mean" for n in REWARD_NAMES),
-        "completions/mean_length",
-        "consistency_rate",
-        "loss",
-    ]
-    out: dict[str, float] = {}
-    steps = [h for h in history if "reward" in h or "loss" in h]
-    for key in keys:
-        values = [h[key] for h in steps if isinstance(h.get(key), (int, float))]
-        if values:
-            out[f"{key}/first"] = float(values[0])
-            out[f"{key}/last"] = float(values[-1])
-            out[f"{key}/mean"] = float(sum(values) / len(values))
-    return out
+def _trainer(
+    cfg: TrainConfig,
+    model: Any,
+    tokenizer: Any,
+    funcs: Sequence[StagedReward],
+    args: Any,
+    dataset: Any,
+    eval_dataset: Any,
+    out: Path,
+    callbacks: Sequence[Any],
+) -> Any:
+    from trl import GRPOTrainer
+
+    trainer = GRPOTrainer(
+        model=model,
+        reward_funcs=list(funcs),
+        args=args,
+        train_dataset=dataset,
+        eval_dataset=eval_dataset,
+        processing_class=tokenizer,
+        peft_config=lora_config(cfg),
+        callbacks=list(callbacks),  # the schedule first: its on_log reaches TensorBoard
+    )
+    if cfg.output.tensorboard:
+        from torch.utils.tensorboard import SummaryWriter
+        from transformers.integrations import TensorBoardCallback
+
+        trainer.add_callback(TensorBoardCallback(SummaryWriter(str(out / "tensorboard"))))
+    return trainer

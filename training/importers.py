@@ -5,7 +5,9 @@ categories (digest §4.1); ``all_categories`` keeps every multiple-choice catego
 UrbanVideo-Bench puts the options inside the question text after a label that varies
 ("Choices:", "Choice:", "choose:", sometimes "Answer:" or none); :func:`split_question_text`
 finds them by their letters in order, whatever the label. Rows whose video is missing are
-counted and skipped, so a partial download still imports.
+counted and skipped, so a partial download still imports. With ``raw_question`` (the paper
+route) the question block the VLM and the LM read is the benchmark's own text, as the official
+preprocessing passes it on (:func:`official_question_block`), not the project's rewording.
 """
 
 from __future__ import annotations
@@ -109,6 +111,19 @@ def split_question_text(text: str) -> tuple[str, list[str]]:
     # a stray "Answer:" between the label and option A belongs to neither
     question = _QUESTION_RE.sub("", question.strip(_QUOTES), count=1)
     return re.sub(r"\s+", " ", question).strip(), options
+
+
+def official_question_block(text: str) -> str:
+    """The question block as the official code writes it into the LM prompt: ``"Question: "``
+    and the text after the first ``Question:`` stripped (``extract_qa`` in
+    VLM_perception_*.py), the whole text when it has none."""
+    index = text.find("Question:")
+    return "Question: " + (text[index + len("Question:"):].strip() if index != -1 else text)
+
+
+def vsibench_question_text(question: str, options: Iterable[str]) -> str:
+    """A VSI-Bench row's question as dataset/data_preprocess.py formats it."""
+    return f"Question: {question}\nChoices:\n" + "\n".join(options)
 
 
 def _stable_id(*parts: Any) -> str:
@@ -215,9 +230,11 @@ def urbanvideo_scene(video_id: str) -> str:
 
 
 def urbanvideo_samples(
-    root: str | Path, *, all_categories: bool = False, report: ImportReport | None = None
+    root: str | Path, *, all_categories: bool = False, report: ImportReport | None = None,
+    raw_question: bool = False,
 ) -> list[Sample]:
-    """UrbanVideo-Bench: ``root/MCQ.parquet`` (or a jsonl of its rows) and ``root/videos/``."""
+    """UrbanVideo-Bench: ``root/MCQ.parquet`` (or a jsonl of its rows) and ``root/videos/``;
+    ``raw_question``: the LM and VLM read the benchmark's question text as it is."""
     base = Path(root)
     if not base.is_dir():
         raise BenchmarkError(f"UrbanVideo-Bench folder not found: {base}")
@@ -233,6 +250,7 @@ def urbanvideo_samples(
         try:
             question, options = split_question_text(str(row["question"]))
             video_id = str(row["video_id"])
+            block = {"question_block": official_question_block(str(row["question"]))}
             sample = Sample(
                 id=f"uv-{row.get('Question_id', _stable_id(video_id, row['question']))}",
                 scene=urbanvideo_scene(video_id),
@@ -241,7 +259,8 @@ def urbanvideo_samples(
                 options=options,
                 solution=str(row["answer"]).strip().upper()[:1],
                 source=video_id,
-                extra={"benchmark": "UrbanVideo-Bench", "video_id": video_id},
+                extra={"benchmark": "UrbanVideo-Bench", "video_id": video_id,
+                       **(block if raw_question else {})},
             )
             check_sample(sample)
         except (KeyError, ValueError) as exc:
@@ -264,10 +283,12 @@ def urbanvideo_samples(
 
 
 def vsibench_samples(
-    root: str | Path, *, all_categories: bool = False, report: ImportReport | None = None
+    root: str | Path, *, all_categories: bool = False, report: ImportReport | None = None,
+    raw_question: bool = False,
 ) -> list[Sample]:
     """VSI-Bench: a parquet or jsonl table and scene videos under ``root/<dataset>/<scene>.mp4``
-    (the layout of its zips), ``root/videos/`` or ``root/``."""
+    (the layout of its zips), ``root/videos/`` or ``root/``; ``raw_question``: the question
+    block exactly as the official preprocessing formats it."""
     base = Path(root)
     if not base.is_dir():
         raise BenchmarkError(f"VSI-Bench folder not found: {base}")
@@ -287,6 +308,8 @@ def vsibench_samples(
             continue
         try:
             scene, dataset = str(row["scene_name"]), str(row.get("dataset", ""))
+            text = vsibench_question_text(str(row["question"]), options)
+            block = {"question_block": official_question_block(text)} if raw_question else {}
             sample = Sample(
                 id=f"vsi-{row['id']}" if row.get("id") is not None else
                 f"vsi-{_stable_id(dataset, scene, row['question'], options)}",
@@ -296,7 +319,8 @@ def vsibench_samples(
                 options=options,
                 solution=str(row["ground_truth"]).strip().upper()[:1],
                 source=f"{dataset}/{scene}",
-                extra={"benchmark": "VSI-Bench", "dataset": dataset, "question_type": raw_type},
+                extra={"benchmark": "VSI-Bench", "dataset": dataset, "question_type": raw_type,
+                       **block},
             )
             check_sample(sample)
         except (KeyError, ValueError) as exc:

@@ -36,7 +36,7 @@ def training_curves(
     fig, axes = plt.subplots(1, 4, figsize=(19, 4))
     ax = axes[0]
     for name in REWARD_NAMES:
-        steps, values = _series(history, f"rewards/{name}/mean")
+        steps, values = _series(history, f"rewards/{name}/raw_mean")  # unweighted
         if steps:
             ax.plot(steps, values, marker=".", label=name)
     steps, values = _series(history, "reward")

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from .config import TrainConfig
+from .precision import Precision, master_dtype, training_precision
 
 log = logging.getLogger(__name__)
 
@@ -27,10 +28,10 @@ def local_model(name: str) -> str:
     return resolve_model(name)
 
 
-def train_dtype(dtype: str, device: str) -> Any:
-    from embodied_r_ros.core.backends.transformers_backend import resolve_dtype
-
-    return resolve_dtype(dtype, device, training=True)
+def policy_precision(cfg: TrainConfig, device: str) -> Precision:
+    """The run's precision (:mod:`.precision`): fp32 master weights, ``policy.dtype`` compute."""
+    adapters_only = cfg.policy.lora is not None or bool(cfg.policy.adapter)
+    return training_precision(cfg.policy.dtype, device, adapters_only=adapters_only)
 
 
 def load_tokenizer(path: str) -> Any:
@@ -51,7 +52,8 @@ def load_base(cfg: TrainConfig, device: str) -> tuple[Any, Any]:
     from embodied_r_ros.core.backends.text_decoder import decoder_checkpoint
 
     path = decoder_checkpoint(local_model(cfg.policy.model))
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=train_dtype(cfg.policy.dtype, device))
+    dtype = master_dtype(policy_precision(cfg, device))
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
     return model, load_tokenizer(path)
 
 

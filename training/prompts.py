@@ -1,12 +1,18 @@
 """Fitting a row's LM prompt into the token budget (the paper's 6144 tokens).
 
-Training does what the official runs did with a longer prompt (ms-swift's default
-``truncation_strategy: delete``): the row is left out, and how many is reported. The other
-policy, ``drop_oldest_frames``, never cuts the question block (without it the reward has nothing
-to check): the oldest key frames' descriptions go first, and the prompt is re-assembled by the
-core from the row's stored frames with the wording the dataset was built with, so a shortened
-prompt has exactly the shape of a full one (the first kept frame becomes "Frame 0", the agent's
-starting point). Evaluation keeps prompts whole unless ``eval.max_prompt_tokens`` asks otherwise.
+``left`` is what the official runs did: ms-swift's GRPO sets and asserts
+``truncation_strategy='left'`` (swift/llm/argument/rlhf_args.py, 3.3.1 and 3.4.0), so a rollout
+prompt keeps its LAST ``max_length`` tokens of the chat-templated text and no row is deleted;
+what goes first is the start of the text: the system prompt, the instruction and the earliest
+frames. Such a prompt is no longer a conversation, so in this mode every row's prompt is the
+chat-templated text (what TRL would have rendered from the messages), cut where needed.
+``delete`` leaves a longer row out (ms-swift's default for its other trainers), and how many is
+reported. ``drop_oldest_frames`` never cuts the question block (without it the reward has
+nothing to check): the oldest key frames' descriptions go first, and the prompt is re-assembled
+by the core from the row's stored frames with the wording the dataset was built with, so a
+shortened prompt has exactly the shape of a full one (the first kept frame becomes "Frame 0",
+the agent's starting point). Evaluation keeps prompts whole unless ``eval.max_prompt_tokens``
+asks otherwise.
 """
 
 from __future__ import annotations
@@ -28,7 +34,7 @@ from .dataset_files import load_manifest
 log = logging.getLogger(__name__)
 
 CountFn = Callable[[Conversation], int]
-OverLength = Literal["delete", "drop_oldest_frames"]
+OverLength = Literal["left", "delete", "drop_oldest_frames"]
 
 
 @dataclass(frozen=True)
@@ -53,7 +59,8 @@ def dataset_layout(data_dir: str | Path) -> PromptLayout:
 
 @dataclass(frozen=True)
 class FitReport:
-    """What fitting did to a split: rows in, rows deleted, rows that lost frames."""
+    """What fitting did to a split: rows in, rows deleted, rows shortened (frames dropped or
+    left-truncated)."""
 
     rows: int
     deleted: int = 0
@@ -62,6 +69,27 @@ class FitReport:
     def summary(self, max_tokens: int) -> str:
         return (f"{self.deleted} of {self.rows} rows deleted and {self.shortened} shortened "
                 f"(prompts over {max_tokens} tokens)")
+
+
+def chat_text(tokenizer: Any, messages: Conversation) -> str:
+    """A conversation as the model reads it: chat template + generation prompt."""
+    return str(tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True))
+
+
+def left_truncate(tokenizer: Any, messages: Conversation, max_tokens: int) -> tuple[str, bool]:
+    """``(text, cut)``: the chat-templated prompt, keeping its last ``max_tokens`` tokens
+    (ms-swift's ``input_ids[-max_length:]``); re-encoding the cut text never exceeds them."""
+    text = chat_text(tokenizer, messages)
+    ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+    if len(ids) <= max_tokens:
+        return text, False
+    keep = max_tokens
+    while keep > 0:
+        cut = tokenizer.decode(ids[-keep:], skip_special_tokens=False)
+        if len(tokenizer(cut, add_special_tokens=False)["input_ids"]) <= max_tokens:
+            return cut, True
+        keep -= 1  # a token boundary that re-encodes longer: cut one more
+    raise ValueError(f"cannot fit a prompt into {max_tokens} tokens")
 
 
 def token_counter(tokenizer: Any) -> CountFn:
@@ -113,12 +141,17 @@ def fit_rows(
     layout: PromptLayout,
     over_length: OverLength = "delete",
 ) -> tuple[list[dict[str, Any]], FitReport]:
-    """The rows whose prompts fit ``max_tokens``: longer ones deleted, or shortened by dropping
-    their oldest frames (``over_length``)."""
+    """The rows whose prompts fit ``max_tokens``: longer ones left-truncated (every prompt then
+    as text), deleted, or shortened by dropping their oldest frames (``over_length``)."""
     count = token_counter(tokenizer)
     out: list[dict[str, Any]] = []
     deleted = shortened = 0
     for row in rows:
+        if over_length == "left":
+            text, cut = left_truncate(tokenizer, row["prompt"], max_tokens)
+            shortened += cut
+            out.append({**row, "prompt": text})
+            continue
         if over_length == "delete":
             if count(row["prompt"]) > max_tokens:
                 deleted += 1

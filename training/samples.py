@@ -11,9 +11,12 @@ from typing import Any
 import numpy as np
 
 from embodied_r_ros.core.actions import Motion
-from embodied_r_ros.core.bags import odometry_motions
+from embodied_r_ros.core.backends.images import as_stored, resize_max_side
+from embodied_r_ros.core.config import CameraConfig
+from embodied_r_ros.core.odometry import odometry_motions, poses_at
 from embodied_r_ros.core.perception import MotionSource
 from embodied_r_ros.core.pipeline import EmbodiedR, QueryError, validate_query
+from embodied_r_ros.core.poses import Pose
 from embodied_r_ros.core.reasoning import parse_options
 
 
@@ -40,6 +43,10 @@ class KeyFrames:
     motions: list[Motion | None]
     indices: list[int] = field(default_factory=list)
     motion_source: MotionSource = "visual"
+    #: as the robot's frame buffer gives them (:func:`bag_keyframes`): ``motions`` from
+    #: odometry, None where a key frame has no pose, completed visually at perception
+    robot: bool = False
+    camera: CameraConfig | None = None
 
 
 FramesFn = Callable[[Sample], KeyFrames]
@@ -62,24 +69,44 @@ def check_sample(sample: Sample) -> None:
 
 
 def keyframes_of(
-    frames: Iterable[tuple[np.ndarray, float]],
-    pipeline: EmbodiedR,
-    camera: Any,
-    poses: Sequence[tuple[float, Any]] | None = None,
+    frames: Iterable[tuple[np.ndarray, float]], pipeline: EmbodiedR, camera: Any
 ) -> KeyFrames:
-    """Key frames of a frame stream and the motions between them (odometry when given)."""
+    """Key frames of a video with the visual ego-motion between them (benchmark clips: no
+    robot, no odometry; the extractor's own matches are reused)."""
     selection = pipeline.select(frames)
     if not selection.images:
         raise SkipSample("no frames")
-    if poses:
-        motions: list[Motion | None] = list(odometry_motions(poses, selection.stamps))
-        source = "odometry"
-    else:
-        motions, source = pipeline.keyframe_motions(selection, camera), "visual"
     return KeyFrames(
         images=list(selection.images),
         stamps=list(selection.stamps),
-        motions=motions,
+        motions=pipeline.keyframe_motions(selection, camera),
         indices=list(selection.indices),
-        motion_source=source,
+        motion_source="visual",
+    )
+
+
+def bag_keyframes(
+    frames: Iterable[tuple[np.ndarray, float]],
+    pipeline: EmbodiedR,
+    track: Sequence[tuple[float, Pose]],
+    camera: CameraConfig | None = None,
+) -> KeyFrames:
+    """Key frames of a bag window as the robot's frame buffer has them: frames shrunk to the
+    processing resolution before key-framing, key frames as stored (JPEG), odometry motions by
+    the core's tolerance rule (``core.odometry``; None where a key frame has no pose, which
+    perception fills with visual ego-motion, as the robot does)."""
+    max_side = pipeline.config.keyframes.max_side
+    selection = pipeline.select((resize_max_side(image, max_side), stamp)
+                                for image, stamp in frames)
+    if not selection.images:
+        raise SkipSample("no frames")
+    poses = poses_at(track, selection.stamps, pipeline.config.perception.odom_tolerance_sec)
+    return KeyFrames(
+        images=[as_stored(image, max_side)[0] for image in selection.images],
+        stamps=list(selection.stamps),
+        motions=odometry_motions(poses),
+        indices=list(selection.indices),
+        motion_source="odometry" if track else "visual",
+        robot=True,
+        camera=camera,
     )

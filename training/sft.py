@@ -18,8 +18,8 @@ from typing import Any
 from embodied_r_ros.core.reasoning import parse_options
 
 from .config import SFTSettings, TrainConfig, device_name
-from .grpo import TrainResult, last_checkpoint, training_rows
-from .policy import load_policy, lora_config, save_final
+from .policy import load_policy, lora_config, policy_precision, save_final
+from .runs import TrainResult, last_checkpoint, training_rows
 
 log = logging.getLogger(__name__)
 
@@ -33,8 +33,9 @@ def target_text(row: dict[str, Any], think: str) -> str:
 
 
 def sft_rows(rows: list[dict[str, Any]], cfg: SFTSettings) -> list[dict[str, Any]]:
-    """Conversational prompt-completion rows for TRL (rationale rows the oracle does not
-    support are left out when ``cfg.supported_only``)."""
+    """Prompt-completion rows for TRL, conversational or, for prompts that are chat-templated
+    text (``data.over_length: left``), text (rationale rows the oracle does not support are
+    left out when ``cfg.supported_only``)."""
     from .rationales import rationale
 
     out = []
@@ -46,8 +47,9 @@ def sft_rows(rows: list[dict[str, Any]], cfg: SFTSettings) -> list[dict[str, Any
             target = why.completion
         else:
             target = target_text(r, cfg.think_template)
-        out.append({"prompt": r["prompt"],
-                    "completion": [{"role": "assistant", "content": target}]})
+        completion: Any = target if isinstance(r["prompt"], str) else [
+            {"role": "assistant", "content": target}]
+        out.append({"prompt": r["prompt"], "completion": completion})
     return out
 
 
@@ -73,12 +75,10 @@ def run_sft(
         raise ValueError("no SFT rows: every rationale is unsupported (sft.supported_only)")
     log.info("SFT on %d of %d rows (%s targets)", len(targets), len(rows), s.targets)
     dataset = Dataset.from_list(targets)
-    precision = cfg.policy.dtype if device == "cuda" else "float32"
     args = SFTConfig(
         output_dir=str(out),
         use_cpu=device == "cpu",
-        bf16=precision == "bfloat16",
-        fp16=precision == "float16",
+        **policy_precision(cfg, device).trainer_flags(),
         learning_rate=s.learning_rate,
         num_train_epochs=s.num_epochs,
         max_steps=s.max_steps,
@@ -126,4 +126,5 @@ def run_sft(
         curves_png=None,
         rows=len(targets),
         deleted_rows=fit.deleted,
+        shortened_rows=fit.shortened,
     )

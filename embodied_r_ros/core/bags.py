@@ -19,9 +19,8 @@ from typing import Any, Literal
 
 import numpy as np
 
-from embodied_r_ros.core.actions import Motion
 from embodied_r_ros.core.config import CameraConfig
-from embodied_r_ros.core.poses import Pose, nearest_index, relative_motion
+from embodied_r_ros.core.poses import Pose
 
 log = logging.getLogger(__name__)
 
@@ -254,6 +253,13 @@ class BagReader:
                 ) from None
             yield np.ascontiguousarray(image, dtype=np.uint8), stamp
 
+    def image_stamps_ns(self, topic: str, *, time_base: TimeBase = "header") -> list[int]:
+        """Sorted stamps of ``topic``'s frames, without decoding an image."""
+        conns = self._connections(topic, IMAGE_TYPES)
+        stamps = [(_stamp_ns(msg) or log_ns) if time_base == "header" else log_ns
+                  for log_ns, msg in self._messages(conns)]
+        return sorted(stamps)
+
     def _header_offset(self, topic: str, conns: list[Any]) -> int:
         """Header stamp minus recording time of the topic's first message (0 without headers)."""
         if topic not in self._offsets:
@@ -309,19 +315,3 @@ class BagReader:
                 frame_id=str(msg.header.frame_id),
             )
         return None
-
-
-def nearest_pose(poses: Sequence[tuple[float, Pose]], stamp: float) -> Pose:
-    """The pose whose stamp is closest to ``stamp`` (``poses`` sorted by stamp)."""
-    best = nearest_index([s for s, _ in poses], stamp)
-    if best is None:
-        raise ValueError("no poses")
-    return poses[best][1]
-
-
-def odometry_motions(
-    poses: Sequence[tuple[float, Pose]], stamps: Sequence[float]
-) -> list[Motion]:
-    """Motions between consecutive key frames from the poses nearest to their stamps."""
-    at = [nearest_pose(poses, s) for s in stamps]
-    return [relative_motion(a, b) for a, b in zip(at, at[1:], strict=False)]

@@ -67,7 +67,8 @@ class KeyframeConfig(StrictModel):
 class ModelConfig(StrictModel):
     """A chat model behind one of the backends in ``core/backends``."""
 
-    backend: Literal["transformers", "openai", "vllm"] = "transformers"
+    # ctranslate2: the model converted once to a CPU engine; transformers if not installed
+    backend: Literal["transformers", "openai", "vllm", "ctranslate2"] = "transformers"
     # A hub id, a local directory, or an offline model name (``tiny-qwen2``,
     # ``tiny-qwen2.5-vl``, ``smollm2-135m``) built by ``core/backends/offline.py``.
     model: str = Field(min_length=1)
@@ -78,6 +79,9 @@ class ModelConfig(StrictModel):
     top_p: float = Field(1.0, gt=0.0, le=1.0)
     batch_size: int = Field(4, ge=1)
     seed: int = 0
+    # ctranslate2 backend: weight quantisation and CPU threads (0: the engine's default)
+    quantization: Literal["int8", "int8_float32", "int16", "float32"] = "int8"
+    threads: int = Field(0, ge=0)
     # openai backend
     base_url: str | None = None
     api_key_env: str | None = Field(None, description="name of the env var holding the key")
@@ -131,6 +135,13 @@ class PerceptionConfig(StrictModel):
     vlm: ModelConfig | None = None
     camera: CameraConfig = CameraConfig()
     report_motion: bool = Field(True, description="write measured motion beside the VLM's action")
+    # one rule for the robot and for datasets built from bags (core/odometry.py): a key frame
+    # takes the odometry pose nearest in time within this, else visual ego-motion is used
+    odom_tolerance_sec: float = Field(0.2, ge=0.0, le=10.0, description="max seconds between "
+                                      "a key frame and its odometry pose")
+    # robust: numbering read leniently, the action matched to the vocabulary (robots);
+    # official: the official split_points reading (the paper route and benchmark imports)
+    reply_reading: Literal["robust", "official"] = "robust"
     # per_query: the paper (every VLM call sees the question); streaming: key frames are
     # described question-agnostically as they arrive, a query mostly reads stored descriptions
     mode: Literal["per_query", "streaming"] = "per_query"

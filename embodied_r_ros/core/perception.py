@@ -46,6 +46,9 @@ from embodied_r_ros.core.prompts import PromptSet, default_prompts
 log = logging.getLogger(__name__)
 
 MotionSource = Literal["odometry", "visual"]
+#: how a VLM reply is read: ``robust`` (:func:`parse_reply`, robots) or ``official``
+#: (:func:`parse_reply_official`, the paper route and benchmark imports)
+ReplyReading = Literal["robust", "official"]
 
 # "1." / "1)" / "(1)" / "1:" / "**1.**" / "Item 1:" at the start of a line.
 _ITEM_RE = re.compile(
@@ -90,6 +93,35 @@ def parse_reply(reply: str, first: bool = False) -> FrameReply:
         view = " ".join(items[n] for n in (2, 3) if items.get(n))
         return FrameReply(action, _squash(view))
     return FrameReply(action_of(text), _squash(text))
+
+
+_OFFICIAL_ITEMS = (
+    re.compile(r"(?:###\s*1\.|1\.)(.*?)(?=\n\s*(?:###\s*2\.|2\.))", re.DOTALL),
+    re.compile(r"(?:###\s*2\.|2\.)(.*?)(?=\n\s*(?:###\s*3\.|3\.))", re.DOTALL),
+    re.compile(r"(?:###\s*3\.|3\.)(.*)", re.DOTALL),
+)
+
+
+def parse_reply_official(reply: str, first: bool = False) -> FrameReply:
+    """A VLM reply read as the official code reads it (``split_points`` in
+    train/conver_format/VLM_perception_*.py of Embodied-R.code): frame 0 and any reply without
+    all of "1.", "2." and "3." keep the whole reply as the view and no action ("After None");
+    otherwise item 1 (stripped, verbatim: not matched to the vocabulary) is the action and
+    items 2 and 3 joined by a space the view. Whitespace is kept as the VLM wrote it."""
+    if first or not all(mark in reply for mark in ("1.", "2.", "3.")):
+        return FrameReply(None, reply)
+    found = [m.search(reply) for m in _OFFICIAL_ITEMS]
+    action, view, objects = (m.group(1).strip() if m else None for m in found)
+    if objects is None:
+        return FrameReply(action, str(view))  # "None" when item 2 is missing too, as printed
+    if view is None:
+        return FrameReply(None, reply)  # the official join fails and falls back to the reply
+    return FrameReply(action, f"{view} {objects}")
+
+
+def read_reply(reply: str, first: bool, reading: ReplyReading = "robust") -> FrameReply:
+    """A reply read the configured way (``perception.reply_reading``)."""
+    return (parse_reply_official if reading == "official" else parse_reply)(reply, first)
 
 
 def _squash(text: str) -> str:
@@ -290,7 +322,7 @@ class Perceiver:
                 replies[i] = completion.text
                 if self.cache is not None:
                     self.cache.put(keys[i], completion.text)
-        return parse_reply(replies[-1] or "", first=previous is None)
+        return read_reply(replies[-1] or "", previous is None, self.cfg.reply_reading)
 
     def describe(
         self,
@@ -323,7 +355,8 @@ class Perceiver:
         calls = 0
         if self.vlm is not None:
             replies, calls = self._vlm_replies(images, question_block, on_progress, cancel)
-            parsed = [parse_reply(r, first=i == 0) for i, r in enumerate(replies)]
+            parsed = [read_reply(r, i == 0, self.cfg.reply_reading)
+                      for i, r in enumerate(replies)]
             report = self.cfg.report_motion
             frames = [
                 FrameDescription(

@@ -19,6 +19,7 @@ from embodied_r_ros.core.backends.base import (
     BACKEND_FAILED,
     BackendError,
     ChatBackend,
+    Conversation,
 )
 from embodied_r_ros.core.cache import ReplyCache
 from embodied_r_ros.core.cancel import CancelToken
@@ -227,9 +228,11 @@ class EmbodiedR:
         motion_source: MotionSource | Sequence[MotionSource] = "odometry",
         on_progress: ProgressFn | None = None,
         cancel: CancelToken | None = None,
+        question_block: str | None = None,
     ) -> PerceptionResult:
         """Describe key frames; ``motions`` measured by ``motion_source`` (visual ego-motion
-        is computed here when none are given)."""
+        is computed here when none are given). ``question_block``: the question as a benchmark
+        words it, options included (default: ``format_question(question, options)``)."""
         if not images:
             raise QueryError(NO_FRAMES, "no frames to perceive")
         if self.perceiver is None:
@@ -240,7 +243,7 @@ class EmbodiedR:
             result = self.perceiver.describe(
                 images,
                 stamps,
-                format_question(question, options),
+                question_block or format_question(question, options),
                 motions,
                 motion_source=motion_source,
                 on_progress=on_progress,
@@ -253,6 +256,55 @@ class EmbodiedR:
                              f"{len(result.text)} characters; at most {MAX_PERCEPTION_CHARS}")
         return result
 
+    def complete_motions(
+        self,
+        images: Sequence[np.ndarray],
+        motions: Sequence[Motion | None],
+        camera: CameraConfig | None = None,
+    ) -> tuple[list[Motion | None], list[MotionSource]]:
+        """``motions`` (odometry; None where a key frame had no pose) with each missing one
+        measured visually from its two images (None where that fails too), and each one's
+        source: the one fallback, for the robot and for datasets alike."""
+        if len(motions) != max(len(images) - 1, 0):
+            raise QueryError(BAD_REQUEST,
+                             f"{len(images)} key frames need {len(images) - 1} motions")
+        from embodied_r_ros.core.egomotion import motion_between
+
+        cam = camera or self.config.perception.camera
+        sources: list[MotionSource] = ["odometry" if m is not None else "visual"
+                                       for m in motions]
+        out = [m if m is not None else motion_between(images[i], images[i + 1],
+                                                       self.config.keyframes, cam)
+               for i, m in enumerate(motions)]
+        log.debug("motions: %d from odometry, %d visual", sources.count("odometry"),
+                  sources.count("visual"))
+        return out, sources
+
+    def perceive_window(
+        self,
+        images: Sequence[np.ndarray],
+        stamps: Sequence[float],
+        question: str,
+        options: Sequence[str],
+        motions: Sequence[Motion | None],
+        *,
+        camera: CameraConfig | None = None,
+        on_progress: ProgressFn | None = None,
+        cancel: CancelToken | None = None,
+    ) -> PerceptionResult:
+        """The perception text of a window's key frames (as the frame buffer stores them) and
+        the odometry motions between them (``core.odometry``: None where a pose was missing),
+        completed visually. The nodes and ``embodied-r-train build`` both call this, so the
+        LM trains on exactly the text the robot writes."""
+        completed, sources = self.complete_motions(images, motions, camera)
+        return self.perceive(images, stamps, question, options, motions=completed,
+                             motion_source=sources, on_progress=on_progress, cancel=cancel)
+
+    def reasoning_messages(self, perception_text: str) -> Conversation:
+        """The chat the reasoning LM is given for a perception text (a dataset row's
+        ``prompt`` is this, so training and serving prompt the LM alike)."""
+        return build_messages(perception_text, self.prompts)
+
     def reason(
         self, perception_text: str, options: Sequence[str], cancel: CancelToken | None = None
     ) -> Reasoning:
@@ -263,7 +315,7 @@ class EmbodiedR:
             raise QueryError(BACKEND_DOWN, "no reasoning model is loaded")
         try:
             raw = self.lm.complete(
-                [build_messages(perception_text, self.prompts)], cancel=cancel
+                [self.reasoning_messages(perception_text)], cancel=cancel
             )[0].text
         except BackendError as exc:
             raise QueryError(exc.code, f"reasoning model: {exc}") from None

@@ -113,7 +113,9 @@ def extract_answer(
     """The answer of a completion: a letter for multiple choice, text for an open question.
 
     ``tag`` (default): the ``<answer>`` contents first (a leading letter, an option's text, or a
-    standalone letter), else a letter anywhere in the reply; ``""`` when none is found.
+    standalone letter), else a letter in the text after the last ``</think>`` (the whole reply
+    when there is none: letters inside the think block are reasoning about options, not the
+    answer); ``""`` when none is found.
     ``official``: the official evaluation extractor (:func:`official_eval_letter`), for numbers
     comparable with the paper's. (Training rewards read answers with the official *training*
     normalisation instead; see :mod:`embodied_r_ros.core.rewards`.)

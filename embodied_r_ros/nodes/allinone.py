@@ -77,7 +77,7 @@ def build_nodes(
                 lambda stamp, image, key, cam=buffer.camera_name: perception.submit_frame(
                     cam, stamp, image, key))
     query.attach(LocalEngine({b.camera_name: b.window for b in buffers},
-                             perception.serving, reasoning.serving))
+                             perception.serving, reasoning.reason))
     return [perception, reasoning, query, *buffers]
 
 

@@ -69,8 +69,9 @@ SPECS: tuple[Spec, ...] = (
     Spec("buffer_sec", 300.0, "seconds of pre-sampled frames kept", 1.0, 86400.0),
     Spec("buffer_max_mb", 64.0, "memory bound of the JPEG frame store in MiB", 1.0, 65536.0),
     Spec("jpeg_quality", 90, "JPEG quality of stored frames", 10, 100),
-    Spec("odom_tolerance_sec", 0.2, "max time between a key frame and its odometry pose",
-         0.0, 10.0),
+    Spec("odom_tolerance_sec", -1.0, "max time between a key frame and its odometry pose; "
+         "-1: the config's perception.odom_tolerance_sec, which datasets built from bags use "
+         "too", -1.0, 10.0),
     Spec("window_anchor", "latest_frame", "end of a query window: the newest frame's stamp, or "
          "this node's clock (use_sim_time aware)", choices=("latest_frame", "clock")),
     Spec("publish_key_frames", True, "republish key frames on ~/key_frames"),
@@ -108,7 +109,8 @@ class FrameBufferNode(Node):
             buffer_sec=p["buffer_sec"],
             buffer_max_bytes=int(p["buffer_max_mb"] * 2**20),
             jpeg_quality=p["jpeg_quality"],
-            odom_tolerance_sec=p["odom_tolerance_sec"],
+            odom_tolerance_sec=(p["odom_tolerance_sec"] if p["odom_tolerance_sec"] >= 0
+                                else self.config.perception.odom_tolerance_sec),
             stamp_jump_sec=p["stamp_jump_sec"],
             stamp_confirm=p["stamp_confirm_frames"],
             # streaming perception describes key frames: windows start at one

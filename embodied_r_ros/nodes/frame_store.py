@@ -5,7 +5,7 @@ processing resolution, run through the core's streaming key-frame extractor and 
 bytes, bounded by a time span and a byte budget; the newest key frames are also kept decoded,
 so a query does not decode its window again. A question's window is answered with the key frames
 inside it, clamped by the core's :func:`finalize_positions`, and the odometry motion between
-consecutive ones where poses are known.
+consecutive ones where poses are known (``core.odometry``: the rule ``build`` applies to bags).
 
 Stamps are checked by a :class:`StampGate`: a single frame stamped far in the future or the past
 (a bad driver clock, a corrupt header) is dropped and counted (``BAD_STAMP``), while a sustained
@@ -29,8 +29,9 @@ from embodied_r_ros.core.actions import Motion
 from embodied_r_ros.core.backends.images import decode_image, encode_jpeg, resize_max_side
 from embodied_r_ros.core.config import KeyframeConfig
 from embodied_r_ros.core.keyframes import KeyframeDecision, KeyframeExtractor, finalize_positions
+from embodied_r_ros.core.odometry import odometry_motions, pose_near
 from embodied_r_ros.core.pipeline import NO_FRAMES, QueryError
-from embodied_r_ros.core.poses import Pose, nearest_index, relative_motion
+from embodied_r_ros.core.poses import Pose
 
 log = logging.getLogger(__name__)
 
@@ -191,10 +192,8 @@ class PoseBuffer:
             self._poses.popleft()
 
     def nearest(self, stamp: float, tolerance: float) -> Pose | None:
-        best = nearest_index(self._stamps, stamp)
-        if best is None or abs(self._stamps[best] - stamp) > tolerance:
-            return None
-        return self._poses[best]
+        """The core's rule (``core.odometry``), as datasets built from bags apply it."""
+        return pose_near(self._stamps, self._poses, stamp, tolerance)
 
 
 @dataclass
@@ -429,10 +428,7 @@ class FrameStore:
             cached = [self._decoded.get(f.stamp) for f in chosen]
         images = [img if img is not None else decode_image(f.jpeg)
                   for img, f in zip(cached, chosen, strict=True)]
-        motions = [
-            relative_motion(a, b) if a is not None and b is not None else None
-            for a, b in zip(poses, poses[1:], strict=False)
-        ]
+        motions = odometry_motions(poses)
         return Window(
             stamps=[f.stamp for f in chosen],
             jpegs=[f.jpeg for f in chosen],

@@ -1,6 +1,8 @@
 """The in-process :class:`~embodied_r_ros.nodes.query.Engine` of the all-in-one process: frames
 straight from the frame buffers' stores (already decoded), models straight from the perception
-and reasoning nodes of the same process (``BACKEND_DOWN`` while one is not active)."""
+and reasoning nodes of the same process (``BACKEND_DOWN`` while one is not active). Perception
+is the core's :meth:`~embodied_r_ros.core.pipeline.EmbodiedR.perceive_window`, the call that
+``embodied-r-train build`` makes for a bag window."""
 
 from __future__ import annotations
 
@@ -11,10 +13,11 @@ from embodied_r_ros.core.perception import ProgressFn
 from embodied_r_ros.core.pipeline import EmbodiedR
 from embodied_r_ros.core.reasoning import Reasoning
 from embodied_r_ros.nodes.frame_store import Window
-from embodied_r_ros.nodes.motion import perceive_window
 
 WindowFn = Callable[[float], Window]
 PipelineFn = Callable[[], EmbodiedR]
+#: the reasoning node's ``reason`` (publishes the prompt on its debug topic)
+ReasonFn = Callable[[str, Sequence[str], CancelToken], Reasoning]
 
 
 class LocalEngine:
@@ -22,7 +25,7 @@ class LocalEngine:
         self,
         windows: Mapping[str, WindowFn],
         perception: PipelineFn,
-        reasoning: PipelineFn,
+        reasoning: ReasonFn,
     ) -> None:
         self.windows = dict(windows)
         self.perception = perception
@@ -39,8 +42,7 @@ class LocalEngine:
         on_progress: ProgressFn | None,
         cancel: CancelToken,
     ) -> str:
-        result = perceive_window(
-            self.perception(),
+        result = self.perception().perceive_window(
             window.decoded(),
             window.stamps,
             question,
@@ -52,4 +54,4 @@ class LocalEngine:
         return result.text
 
     def reason(self, perception: str, options: Sequence[str], cancel: CancelToken) -> Reasoning:
-        return self.reasoning().reason(perception, options, cancel)
+        return self.reasoning(perception, options, cancel)

@@ -37,7 +37,6 @@ from embodied_r_ros.nodes.conversions import (
 )
 from embodied_r_ros.nodes.guard import guard_subscription
 from embodied_r_ros.nodes.model_node import SUCCESS, ModelNode, model_status
-from embodied_r_ros.nodes.motion import perceive_window
 from embodied_r_ros.nodes.params import Spec, declare
 from embodied_r_ros.nodes.transport import stored_frames_topic
 
@@ -180,8 +179,7 @@ class PerceptionNode(ModelNode):
         def work(pipeline: EmbodiedR, token: CancelToken) -> None:
             question, options = validate_query(goal.question, list(goal.options), MAX_TEXT_CHARS)
             images = self._images(goal)
-            res = perceive_window(
-                pipeline,
+            res = pipeline.perceive_window(
                 images,
                 [stamp_to_sec(m.header.stamp) for m in goal.key_frames],
                 question,

@@ -4,17 +4,24 @@ Serves the internal ``Reason`` action at ``~/reason``: an action so that a cance
 query stops the generation here too, with a feedback heartbeat twice a second while the LM
 works. A managed node: ``configure`` loads the LM.
 
+Debug topic ``~/prompts`` (``std_msgs/String``, published only while someone subscribes): the
+JSON chat messages the LM is given for each question, byte for byte the ``prompt`` column of a
+dataset that ``embodied-r-train build`` makes of the same window, so that what the robot asks
+the LM can be compared with what it was trained on.
+
 Run alone: ``ros2 run embodied_r_ros reasoning_node --ros-args -p profile:=offline``.
 """
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Sequence
 from typing import Any
 
 from embodied_r_ros.core.cancel import CancelToken
 from embodied_r_ros.core.pipeline import EmbodiedR
+from embodied_r_ros.core.reasoning import Reasoning
 from embodied_r_ros.nodes.model_node import ModelNode, model_status
 
 
@@ -23,10 +30,24 @@ class ReasoningNode(ModelNode):
 
     def __init__(self, node_name: str = "reasoning", **kwargs: Any) -> None:
         super().__init__(node_name, **kwargs)
+        from std_msgs.msg import String
+
         from embodied_r_interfaces.action import Reason
 
         self._action = Reason
+        self._string = String
+        self._prompts = self.create_publisher(String, "~/prompts", 10)
         self._server = self.create_goal_server(Reason, "~/reason", self._execute)
+
+    def reason(self, perception: str, options: Sequence[str], cancel: CancelToken,
+               pipeline: EmbodiedR | None = None) -> Reasoning:
+        """The LM's answer to a perception text (the Reason action's and the all-in-one's
+        path), its prompt published on ``~/prompts`` while subscribed."""
+        pipeline = pipeline or self.serving()
+        if self._prompts.get_subscription_count() > 0:
+            messages = pipeline.reasoning_messages(perception)
+            self._prompts.publish(self._string(data=json.dumps(messages)))
+        return pipeline.reason(perception, options, cancel)
 
     def _execute(self, goal_handle: Any) -> Any:
         goal = goal_handle.request
@@ -34,7 +55,7 @@ class ReasoningNode(ModelNode):
         start = time.perf_counter()
 
         def work(pipeline: EmbodiedR, token: CancelToken) -> None:
-            r = pipeline.reason(goal.perception, list(goal.options), token)
+            r = self.reason(goal.perception, list(goal.options), token, pipeline)
             result.think, result.answer, result.answer_text, result.raw = (
                 r.think, r.answer, r.answer_text, r.raw
             )

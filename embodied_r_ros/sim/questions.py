@@ -15,15 +15,31 @@ from __future__ import annotations
 
 import itertools
 import math
-import string
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping
 
 import numpy as np
 
-from embodied_r_ros.core.actions import ACTIONS, primary_action
-from embodied_r_ros.core.poses import Pose, heading_deg, quadrant, relative_motion, wrap_deg
-from embodied_r_ros.sim.trajectory import OPPOSITE
+from embodied_r_ros.core.actions import primary_action
+from embodied_r_ros.core.poses import heading_deg, relative_motion, wrap_deg
+from embodied_r_ros.sim import pose_questions
+from embodied_r_ros.sim.pose_questions import (
+    ACTION_QUESTION,
+    DISTANCE_MARGIN_M,
+    MIN_CLIP_S,
+    QUADRANTS,
+    SEQUENCE_QUESTION,
+    Draft,
+    action_choices,
+    bearing_deg,
+    clear_quadrant,
+    draft_rows,
+    progress_choices,
+    progress_question,
+    sentence,
+    sequence_choices,
+    side_of,
+    turn_of,
+)
 from embodied_r_ros.sim.visibility import Visibility
 from embodied_r_ros.sim.world import World
 
@@ -36,95 +52,12 @@ CATEGORIES: tuple[str, ...] = (
     "progress_evaluation",
 )
 
-# Margins that keep answers away from decision boundaries.
-DIRECTION_MARGIN_DEG = 15.0
-DISTANCE_MARGIN_M = 0.3
 APPEARANCE_GAP_S = 1.0
-MIN_CLIP_S = 1.0
-
-
-@dataclass(frozen=True)
-class Draft:
-    """A question before its options are lettered; ``choices[0]`` is the correct one."""
-
-    category: str
-    question: str
-    choices: tuple[str, ...]
-    i_start: int
-    i_end: int
 
 
 def parse_counts(spec: str | int | Mapping[str, int]) -> dict[str, int]:
-    """Per-category counts from a total (split evenly) or ``"cat=N,cat=N"`` / a mapping.
-
-    Raises ``ValueError`` naming an unknown category or a bad number.
-    """
-    if isinstance(spec, Mapping):
-        items = list(spec.items())
-    elif isinstance(spec, int) or (isinstance(spec, str) and spec.strip().isdigit()):
-        total = int(spec)
-        base, extra = divmod(total, len(CATEGORIES))
-        return {c: base + (1 if i < extra else 0) for i, c in enumerate(CATEGORIES)}
-    else:
-        items = []
-        for part in str(spec).split(","):
-            name, sep, value = part.partition("=")
-            if not sep:
-                raise ValueError(
-                    f"bad question count {part.strip()!r}: use a total (30) or category=N pairs"
-                )
-            items.append((name.strip(), value.strip()))
-    counts = {c: 0 for c in CATEGORIES}
-    for name, value in items:
-        if name not in counts:
-            raise ValueError(
-                f"unknown question category {name!r}; known: {', '.join(CATEGORIES)}"
-            )
-        try:
-            n = int(value)
-        except (TypeError, ValueError):
-            msg = f"question count for {name} must be an integer, got {value!r}"
-            raise ValueError(msg) from None
-        if n < 0:
-            raise ValueError(f"question count for {name} must be >= 0, got {n}")
-        counts[name] = n
-    return counts
-
-
-# ---------------------------------------------------------------- geometry
-
-
-def bearing_deg(pose: Pose, point: Sequence[float]) -> float:
-    """Horizontal angle of ``point`` from the camera's heading; positive to the left."""
-    return wrap_deg(heading_deg((pose.x, pose.y), point) - pose.yaw_deg)
-
-
-def _boundary_distance(angle: float, boundaries: Sequence[float]) -> float:
-    return min(abs(wrap_deg(angle - b)) for b in boundaries)
-
-
-def side_of(angle: float) -> str | None:
-    """VSI 'left/right/back' (back: a turn of at least 135 degrees); None when ambiguous."""
-    a = abs(angle)
-    if a >= 135.0 + DIRECTION_MARGIN_DEG:
-        return "back"
-    if 20.0 <= a <= 135.0 - DIRECTION_MARGIN_DEG:
-        return "left" if angle > 0 else "right"
-    return None
-
-
-def turn_of(angle: float) -> str | None:
-    """Route-planning turn at a waypoint: Turn Left / Turn Right / Turn Back; None if unclear."""
-    a = abs(angle)
-    if a >= 150.0:
-        return "Turn Back"
-    if 40.0 <= a <= 120.0:
-        return "Turn Left" if angle > 0 else "Turn Right"
-    return None
-
-
-def _sentence(action: str) -> str:
-    return f"I {action}."
+    """Per-category counts of the world's questions (see :func:`pose_questions.parse_counts`)."""
+    return pose_questions.parse_counts(spec, CATEGORIES)
 
 
 # ---------------------------------------------------------------- generators
@@ -162,32 +95,15 @@ class _Generator:
             motion = relative_motion(self.world.poses[clip[0]], self.world.poses[clip[1]])
             if primary_action(motion) != seg.action:
                 continue
-            others = [a for a in ACTIONS if a not in (seg.action, OPPOSITE[seg.action])]
-            picks = [OPPOSITE[seg.action], *rng.choice(others, 2, replace=False).tolist()]
-            single.append(Draft(
-                "action_generation",
-                "What did you do between the first frame and the last frame of the video?",
-                tuple(_sentence(a) for a in [seg.action, *picks]),
-                *clip,
-            ))
+            single.append(Draft("action_generation", ACTION_QUESTION,
+                                action_choices(seg.action, rng), *clip))
         for a, b in itertools.pairwise(segs):
             i0 = math.ceil(a.t0 * self.rate - 1e-9)
             i1 = min(self.last, math.floor(b.t1 * self.rate + 1e-9))
             if (a.t1 - a.t0) < MIN_CLIP_S or (min(b.t1, self.world.duration) - b.t0) < MIN_CLIP_S:
                 continue
-            right = (a.action, b.action)
-            wrong = {(b.action, a.action), (OPPOSITE[a.action], b.action),
-                     (a.action, OPPOSITE[b.action]), (OPPOSITE[a.action], OPPOSITE[b.action])}
-            wrong.discard(right)
-            wrong_list = sorted(wrong)
-            chosen = [wrong_list[i] for i in rng.permutation(len(wrong_list))[:3]]
-            double.append(Draft(
-                "action_generation",
-                "Which sequence of actions did you perform from the first frame to the last "
-                "frame of the video?",
-                tuple(f"I {x}, then I {y}." for x, y in [right, *chosen]),
-                i0, i1,
-            ))
+            double.append(Draft("action_generation", SEQUENCE_QUESTION,
+                                sequence_choices(a.action, b.action, rng), i0, i1))
         for i in self._every(3.0, 1.5):
             pose = self.world.poses[i]
             for k in self.vis.seen_by(i):
@@ -208,7 +124,7 @@ class _Generator:
                     "action_generation",
                     f"You are asked to navigate to the {obj.name}. At your current position "
                     "(the last frame of the video), what is your next move?",
-                    tuple(_sentence(a) for a in [answer, *rest, str(extra)]),
+                    tuple(sentence(a) for a in [answer, *rest, str(extra)]),
                     0, i,
                 ))
         return [single, nxt, double]
@@ -223,11 +139,10 @@ class _Generator:
                 if obj.distance_to_point(pose.x, pose.y) < 0.8:
                     continue
                 angle = bearing_deg(pose, obj.centre)
-                if _boundary_distance(angle, (0.0, 90.0, -90.0, 180.0)) < DIRECTION_MARGIN_DEG:
+                answer = clear_quadrant(angle)
+                if answer is None:
                     continue
-                answer = quadrant(angle)
-                rest = [q for q in ("front-left", "front-right", "back-left", "back-right")
-                        if q != answer]
+                rest = [q for q in QUADRANTS if q != answer]
                 ego.append(Draft(
                     "relative_direction",
                     f"Where is the {obj.name} relative to you now (at the last frame of the "
@@ -353,91 +268,32 @@ class _Generator:
                 continue
             i = round(float(rng.choice(times)) * self.rate)
             steps = segs[: min(len(segs), k + 3)]
-            plan = "; ".join(f"{j + 1}. {s.describe()}" for j, s in enumerate(steps))
-            near = [j for j in (k - 1, k + 1) if 0 <= j < len(steps)]
-            far = [j for j in rng.permutation(len(steps)).tolist() if j not in (k, *near)]
-            picks = (near + far)[:3]
-            if len(picks) < 2:
+            described = [s.describe() for s in steps]
+            choices = progress_choices(k, described, rng)
+            if choices is None:
                 continue
-            out.append(Draft(
-                "progress_evaluation",
-                f"Navigation instruction given at initial position: [{plan}]. You move "
-                "according to this series of instructions. What are you doing now (at the "
-                "last frame of the video)?",
-                tuple(f"I am on step {j + 1}: {steps[j].describe()}." for j in [k, *picks]),
-                0, i,
-            ))
+            out.append(Draft("progress_evaluation", progress_question(described), choices,
+                             0, i))
         return [out]
-
-
-def _pick(pools: list[list[Draft]], n: int, rng: np.random.Generator) -> list[Draft]:
-    """Round-robin over shuffled pools (question variants), skipping duplicates."""
-    queues = [[pool[j] for j in rng.permutation(len(pool))] for pool in pools]
-    out: list[Draft] = []
-    keys: set[tuple[str, int, int]] = set()
-    while len(out) < n and any(queues):
-        for q in queues:
-            while q:
-                d = q.pop(0)
-                key = (d.question, d.i_start, d.i_end)
-                if key not in keys:
-                    keys.add(key)
-                    out.append(d)
-                    break
-            if len(out) >= n:
-                break
-    return out
-
-
-class _Letters:
-    """Balanced answer positions: consecutive random permutations per option count."""
-
-    def __init__(self, rng: np.random.Generator) -> None:
-        self.rng = rng
-        self.queues: dict[int, list[int]] = {}
-
-    def next(self, n: int) -> int:
-        q = self.queues.setdefault(n, [])
-        if not q:
-            q.extend(self.rng.permutation(n).tolist())
-        return q.pop(0)
 
 
 def generate_questions(world: World, vis: Visibility, counts: Mapping[str, int]) -> list[dict]:
     """Question rows (see the module notes) for ``world``; fewer when geometry allows fewer."""
     gen = _Generator(world, vis)
     seed = world.spec.seed
-    rows: list[dict] = []
-    for ci, category in enumerate(CATEGORIES):
-        n = int(counts.get(category, 0))
-        if n <= 0:
-            continue
-        rng = np.random.default_rng([seed, 0x9E5, ci])
-        drafts = _pick(getattr(gen, category)(rng), n, rng)
-        drafts.sort(key=lambda d: (d.i_end, d.i_start, d.question))
-        letters = _Letters(rng)
-        for d in drafts:
-            qid = f"seed{seed}-q{len(rows):03d}"
-            rows.append(_row(world, d, letters.next(len(d.choices)), rng, qid))
-    return rows
-
-
-def _row(world: World, d: Draft, position: int, rng: np.random.Generator, qid: str) -> dict:
-    wrong = [d.choices[j] for j in 1 + rng.permutation(len(d.choices) - 1)]
-    ordered = wrong[:position] + [d.choices[0]] + wrong[position:]
-    letters = string.ascii_uppercase
     rate = world.spec.rate_hz
-    return {
-        "id": qid,
-        "scene_seed": world.spec.seed,
-        "category": d.category,
-        "question": d.question,
-        "options": [f"{letters[j]}. {text}" for j, text in enumerate(ordered)],
-        "answer": letters[position],
-        "answer_text": d.choices[0],
-        "t_start": round(d.i_start / rate, 3),
-        "t_end": round(d.i_end / rate, 3),
-        "stamp_start_ns": world.stamp_ns(d.i_start),
-        "stamp_end_ns": world.stamp_ns(d.i_end),
-    }
 
+    def row(d: Draft, fields: dict, number: int) -> dict:
+        start, end = int(d.start), int(d.end)
+        return {
+            "id": f"seed{seed}-q{number:03d}",
+            "scene_seed": seed,
+            **fields,
+            "t_start": round(start / rate, 3),
+            "t_end": round(end / rate, 3),
+            "stamp_start_ns": world.stamp_ns(start),
+            "stamp_end_ns": world.stamp_ns(end),
+        }
+
+    return draft_rows(lambda category, rng: getattr(gen, category)(rng), CATEGORIES, counts,
+                      seed, row)

@@ -6,10 +6,13 @@ remote VLM never need torch, transformers or vLLM installed.
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 from embodied_r_ros.core.backends.base import ChatBackend
 from embodied_r_ros.core.config import ModelConfig
+
+logger = logging.getLogger(__name__)
 
 
 def create_backend(
@@ -20,6 +23,14 @@ def create_backend(
     ``text_only``: the model only ever reads text (the reasoning LM, the consistency
     reference), so an in-process VL checkpoint loads without its vision part."""
     cache = None if cache_dir is None else str(cache_dir)
+    if cfg.backend == "ctranslate2":
+        from embodied_r_ros.core.backends import ctranslate2_backend
+
+        if ctranslate2_backend.is_installed():
+            return ctranslate2_backend.CTranslate2Backend(cfg, cache_dir=cache)
+        logger.warning("ctranslate2 is not installed: %s runs on transformers (slower; "
+                       "pip install ctranslate2 for the fast CPU engine)", cfg.model)
+        cfg = cfg.model_copy(update={"backend": "transformers"})
     if cfg.backend == "transformers":
         from embodied_r_ros.core.backends.transformers_backend import TransformersBackend
 

@@ -134,3 +134,16 @@ def to_openai_messages(conversation: Conversation, image_max_side: int = 0) -> l
             ]
         out.append({"role": msg["role"], "content": content})
     return out
+
+
+#: JPEG quality the robot's frame buffer stores frames at (its ``jpeg_quality`` default)
+STORED_JPEG_QUALITY = 90
+
+
+def as_stored(image: np.ndarray, max_side: int, quality: int = STORED_JPEG_QUALITY
+              ) -> tuple[np.ndarray, bytes]:
+    """``(pixels, jpeg)`` of a frame as the frame buffer keeps it: shrunk to the processing
+    resolution, JPEG-encoded, and decoded again, which is what perception sees on the robot
+    (datasets built from bags perceive the same pixels)."""
+    jpeg = encode_jpeg(resize_max_side(image, max_side), quality)
+    return decode_image(jpeg), jpeg

@@ -141,13 +141,36 @@ def is_offline_model(name: str) -> bool:
 
 
 def resolve_model(name_or_path: str, cache_dir: str | Path | None = None) -> str:
-    """A local directory for an offline model name (built on first use); other strings pass.
+    """A local directory for an offline model name (built on first use) or for a model
+    installed by ``embodied-r-train export``; other strings pass.
 
     Hub ids and paths are returned unchanged: loading them is the backend's business.
     """
     if is_offline_model(name_or_path):
         return str(ensure_offline_model(name_or_path, cache_dir))
-    return name_or_path
+    exported = exported_model(name_or_path, cache_dir)
+    return str(exported) if exported is not None else name_or_path
+
+
+def exported_marker(name: str, source: str, kind: str, base: str, sha256: str
+                    ) -> dict[str, Any]:
+    """The marker of a model that ``embodied-r-train export`` installed in the cache."""
+    return {"name": name, "exported_from": source, "kind": kind, "base": base,
+            "weights_sha256": sha256}
+
+
+def exported_model(name: str, cache_dir: str | Path | None = None) -> Path | None:
+    """The cache directory of the exported model ``name``, or None when there is none (names
+    with a path separator are paths, never looked up)."""
+    if not name or "/" in name or name.startswith("."):
+        return None
+    path = model_cache_dir(cache_dir) / name
+    try:
+        marker = json.loads((path / MARKER_FILE).read_text())
+    except (OSError, ValueError):
+        return None
+    ok = isinstance(marker, dict) and marker.get("name") == name and "exported_from" in marker
+    return path if ok else None
 
 
 def ensure_offline_model(name: str, cache_dir: str | Path | None = None, *, seed: int = 0) -> Path:

@@ -65,16 +65,13 @@ def resolve_device(device: str) -> torch.device:
     return torch.device(device)
 
 
-def resolve_dtype(dtype: str, device: torch.device | str, *, training: bool = False
-                  ) -> torch.dtype:
-    """The one dtype rule: ``auto`` is bf16 on CUDA and fp32 elsewhere; when training on CPU,
-    half precisions become fp32 (CPU kernels train them slowly and imprecisely)."""
+def resolve_dtype(dtype: str, device: torch.device | str) -> torch.dtype:
+    """The one dtype rule: ``auto`` is bf16 on CUDA and fp32 elsewhere; a named dtype is used
+    as is. Training derives its compute dtype from this and keeps fp32 master weights
+    whatever it says (``embodied_r_training.precision``)."""
     kind = device.type if isinstance(device, torch.device) else str(device)
     if dtype == "auto":
         return torch.bfloat16 if kind == "cuda" else torch.float32
-    if training and kind == "cpu" and dtype in ("bfloat16", "float16"):
-        logger.info("training on CPU: %s weights are trained in float32", dtype)
-        return torch.float32
     return getattr(torch, dtype)
 
 

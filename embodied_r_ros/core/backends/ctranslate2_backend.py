@@ -1,0 +1,339 @@
+"""CTranslate2 backend: a local causal LM converted once to an int8/int16 CPU engine.
+
+Plain ``transformers`` ``generate`` runs a 135M model at about 130 ms a token on two cores;
+CTranslate2's quantised CPU kernels run the same weights several times faster (the measured
+table is in the README, ``bench/lm_engines.py``). The engine cannot read a Transformers
+checkpoint directly, so :func:`ensure_converted` converts the local model (an offline model
+name such as the LoRA-merged ``smollm2-135m-embodied-r``, or a directory) once into the model
+cache with CTranslate2's own ``TransformersConverter`` and no hub; the build is keyed by the
+source files, the quantisation and the engine version, so a changed source is rebuilt.
+
+Generation streams tokens (``Generator.generate_tokens``), so a cancel token or a deadline stops
+it at the next token and ``stop`` strings end it as soon as they appear. The prompt's fixed
+prefix (the system prompt and any instruction every question shares) is the longest token
+prefix shared by the prompts seen so far; it is handed to the engine as its ``static_prompt``,
+whose model state CTranslate2 caches, so later questions only prefill their own text.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import shutil
+import tempfile
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+from embodied_r_ros.core.backends.base import (
+    BACKEND_DOWN,
+    BACKEND_FAILED,
+    BackendError,
+    ChatBackend,
+    Completion,
+    Conversation,
+    ReplyFn,
+    raise_if_stopped,
+)
+from embodied_r_ros.core.backends.images import content_parts
+from embodied_r_ros.core.backends.offline import (
+    install_atomically,
+    is_offline_model,
+    model_cache_dir,
+    resolve_model,
+)
+from embodied_r_ros.core.cancel import CancelToken
+from embodied_r_ros.core.config import ModelConfig
+
+logger = logging.getLogger(__name__)
+
+MISSING = "backend 'ctranslate2' needs: pip install ctranslate2 (in requirements.txt)"
+MARKER_FILE = "embodied_r_ctranslate2.json"
+#: bump when the conversion recipe changes so that cached conversions are rebuilt
+CONVERT_VERSION = 1
+#: a shared prefix shorter than this is not worth a cached engine state
+MIN_PREFIX_TOKENS = 8
+_LOCK_POLL_S = 0.05
+
+
+def is_installed() -> bool:
+    """Whether the engine imports (it is small: no torch)."""
+    try:
+        _import()
+    except BackendError:
+        return False
+    return True
+
+
+def _import() -> Any:
+    try:
+        import ctranslate2
+    except ImportError:
+        raise BackendError(BACKEND_DOWN, MISSING) from None
+    return ctranslate2
+
+
+def source_digest(source: Path) -> str:
+    """What the conversion depends on: every file's name, size and modification time (cheap on
+    a 500 MB checkpoint; a rebuilt offline model gets new files, hence a new digest)."""
+    digest = hashlib.sha256()
+    for path in sorted(p for p in source.rglob("*") if p.is_file()):
+        stat = path.stat()
+        digest.update(f"{path.relative_to(source)}\0{stat.st_size}\0{stat.st_mtime_ns}\n".encode())
+    return digest.hexdigest()
+
+
+def converted_dir(model: str, source: Path, quantization: str,
+                  cache_dir: str | Path | None = None) -> Path:
+    """Where the conversion of ``model`` lives: ``<model cache>/ctranslate2/<name>-<quant>``;
+    a directory source is told apart by a hash of its absolute path."""
+    if is_offline_model(model):
+        name = model
+    else:
+        where = hashlib.sha256(str(source.resolve()).encode()).hexdigest()[:10]
+        name = f"{source.name}-{where}"
+    return model_cache_dir(cache_dir) / "ctranslate2" / f"{name}-{quantization}"
+
+
+def _marker(source: Path, quantization: str, engine_version: str) -> dict[str, Any]:
+    return {"source": str(source.resolve()), "source_digest": source_digest(source),
+            "quantization": quantization, "engine": engine_version,
+            "convert_version": CONVERT_VERSION}
+
+
+def _is_current(dest: Path, marker: dict[str, Any]) -> bool:
+    try:
+        return json.loads((dest / MARKER_FILE).read_text()) == marker
+    except (OSError, ValueError):
+        return False
+
+
+def ensure_converted(model: str, quantization: str = "int8",
+                     cache_dir: str | Path | None = None) -> Path:
+    """The engine directory of ``model`` (an offline model name or a local checkpoint
+    directory), converting it first if it is missing or its source changed.
+
+    The tokenizer is saved beside the engine weights, so loading needs nothing else."""
+    ctranslate2 = _import()
+    source = Path(resolve_model(model, cache_dir))
+    if not (source / "config.json").is_file():
+        raise BackendError(
+            BACKEND_FAILED,
+            f"backend 'ctranslate2' converts local models only: '{model}' is neither an offline "
+            "model name nor a directory with config.json",
+        )
+    dest = converted_dir(model, source, quantization, cache_dir)
+    marker = _marker(source, quantization, ctranslate2.__version__)
+    if _is_current(dest, marker):
+        return dest
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.", dir=dest.parent))
+    try:
+        start = time.perf_counter()
+        _convert(source, tmp, quantization)
+        (tmp / MARKER_FILE).write_text(json.dumps(marker))
+        tmp.chmod(0o755)
+        logger.info("converted %s to CTranslate2 %s in %.1f s", model, quantization,
+                    time.perf_counter() - start)
+        install_atomically(tmp, dest, lambda: _is_current(dest, marker))
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return dest
+
+
+def _convert(source: Path, out: Path, quantization: str) -> None:
+    from ctranslate2.converters import TransformersConverter
+    from transformers import AutoTokenizer
+
+    try:
+        TransformersConverter(str(source)).convert(str(out), quantization=quantization,
+                                                   force=True)
+    except (ValueError, NotImplementedError, KeyError) as exc:  # unsupported architecture
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise BackendError(BACKEND_FAILED, f"cannot convert {source} to CTranslate2: {first}"
+                           ) from None
+    AutoTokenizer.from_pretrained(source).save_pretrained(out)
+    for extra in ("generation_config.json", "MODEL_CARD.md"):
+        if (source / extra).is_file():
+            shutil.copy(source / extra, out / extra)
+
+
+def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
+    """The number of leading tokens ``a`` and ``b`` share."""
+    n = 0
+    for x, y in zip(a, b, strict=False):
+        if x != y:
+            break
+        n += 1
+    return n
+
+
+class CTranslate2Backend(ChatBackend):
+    """A converted text LM in this process (see the module docstring)."""
+
+    def __init__(self, cfg: ModelConfig, *, cache_dir: str | None = None) -> None:
+        ctranslate2 = _import()
+        from transformers import AutoTokenizer, GenerationConfig
+
+        self.cfg = cfg
+        self.model_id = cfg.model
+        self._ct2 = ctranslate2
+        self.path = ensure_converted(cfg.model, cfg.quantization, cache_dir)
+        device = "cpu" if cfg.device == "auto" else cfg.device
+        try:
+            self.generator = ctranslate2.Generator(
+                str(self.path), device=device, compute_type=cfg.quantization,
+                intra_threads=cfg.threads,
+            )
+        except (RuntimeError, ValueError) as exc:
+            raise BackendError(BACKEND_FAILED, f"cannot load {self.path}: {exc}") from None
+        self.tokenizer = AutoTokenizer.from_pretrained(self.path)
+        if not self.tokenizer.chat_template:
+            raise BackendError(BACKEND_FAILED, f"model '{cfg.model}' has no chat template")
+        eos: set[int] = set()
+        if (self.path / "generation_config.json").is_file():
+            ids = GenerationConfig.from_pretrained(self.path).eos_token_id
+            eos.update(ids if isinstance(ids, list) else [] if ids is None else [ids])
+        for tok_id in (self.tokenizer.eos_token_id, self.tokenizer.pad_token_id):
+            if tok_id is not None:
+                eos.add(int(tok_id))
+        self._end_ids = sorted(eos)
+        self._prefix: list[int] | None = None  # the shared prompt prefix, once two are seen
+        self._last: list[int] | None = None
+        self._lock = threading.Lock()  # one generation at a time; the seed is engine-wide
+        logger.info("loaded %s on CTranslate2 %s (%s, %s)", cfg.model, ctranslate2.__version__,
+                    device, cfg.quantization)
+
+    # -- prompts -----------------------------------------------------------------------------
+
+    def prompt_ids(self, conversation: Conversation) -> list[int]:
+        messages = []
+        for msg in conversation:
+            content = content_parts(msg)
+            if not isinstance(content, str):
+                if any(part["type"] == "image" for part in content):
+                    raise BackendError(BACKEND_FAILED,
+                                       f"model '{self.model_id}' does not accept images")
+                content = "\n".join(part["text"] for part in content)
+            messages.append({"role": msg["role"], "content": content})
+        ids = self.tokenizer.apply_chat_template(
+            messages, add_generation_prompt=True, tokenize=True, return_dict=False
+        )
+        return [int(i) for i in ids]
+
+    def _split(self, ids: list[int]) -> tuple[list[int], list[int]]:
+        """``(static prefix, rest)``: the prefix shrinks to what every prompt so far shares
+        (at least one token of ``rest`` is always left for the engine to prefill)."""
+        if self._prefix is None and self._last is not None:
+            self._prefix = self._last[: common_prefix(self._last, ids)]
+        self._last = ids
+        if self._prefix is None:
+            return [], ids
+        shared = min(common_prefix(self._prefix, ids), len(ids) - 1)
+        self._prefix = self._prefix[:shared]
+        if shared < MIN_PREFIX_TOKENS:
+            return [], ids
+        return ids[:shared], ids[shared:]
+
+    @property
+    def cached_prefix_tokens(self) -> int:
+        """How many leading prompt tokens the engine's cached state covers (0: none yet)."""
+        prefix = self._prefix or []
+        return len(prefix) if len(prefix) >= MIN_PREFIX_TOKENS else 0
+
+    # -- generation --------------------------------------------------------------------------
+
+    def _exclusive(self, cancel: CancelToken | None) -> None:
+        while not self._lock.acquire(timeout=_LOCK_POLL_S):
+            raise_if_stopped(cancel)
+
+    def _stream(self, ids: list[int], max_new: int, temperature: float, top_p: float,
+                seed: int | None, cancel: CancelToken | None) -> Iterator[int]:
+        """The generated token ids (end tokens excluded); the engine's own decoding thread
+        also checks ``cancel`` after every step, so a stop never waits for the consumer."""
+        prefix, rest = self._split(ids)
+        tokens = self.tokenizer.convert_ids_to_tokens
+        kwargs: dict[str, Any] = {"max_length": max_new, "end_token": self._end_ids}
+        if temperature > 0:
+            kwargs.update(sampling_topk=0, sampling_topp=top_p,
+                          sampling_temperature=temperature)
+            if seed is not None:
+                self._ct2.set_random_seed(seed)
+        else:
+            kwargs["sampling_topk"] = 1
+        if prefix:
+            kwargs.update(static_prompt=tokens(prefix), cache_static_prompt=True)
+        if cancel is not None:
+            kwargs["callback"] = lambda _step: cancel.stopped
+        for step in self.generator.generate_tokens(tokens(rest), **kwargs):
+            if step.token_id not in self._end_ids:
+                yield int(step.token_id)
+
+    def _one(self, ids: list[int], max_new: int, temperature: float, top_p: float,
+             seed: int | None, stop: Sequence[str], cancel: CancelToken | None) -> Completion:
+        from embodied_r_ros.core.backends.transformers_backend import cut_at_stop
+
+        out: list[int] = []
+        cut: str | None = None
+        stream = self._stream(ids, max_new, temperature, top_p, seed, cancel)
+        try:
+            for token in stream:
+                raise_if_stopped(cancel)
+                out.append(token)
+                if stop:
+                    cut = cut_at_stop(self.tokenizer.decode(out, skip_special_tokens=True), stop)
+                    if cut is not None:
+                        break
+            raise_if_stopped(cancel)  # stopped mid-generation: the reply is incomplete
+        except BackendError:
+            raise
+        except (RuntimeError, ValueError) as exc:
+            raise BackendError(BACKEND_FAILED, f"generation failed: {exc}") from exc
+        finally:
+            stream.close()  # ends the engine's decoding at its next step
+        text = self.tokenizer.decode(out, skip_special_tokens=True) if cut is None else cut
+        finish = "stop" if cut is not None or len(out) < max_new else "length"
+        return Completion(text=text, finish_reason=finish, prompt_tokens=len(ids),
+                          completion_tokens=len(out))
+
+    def complete(
+        self,
+        conversations: Sequence[Conversation],
+        *,
+        max_new_tokens: int | None = None,
+        temperature: float | None = None,
+        top_p: float | None = None,
+        seed: int | None = None,
+        stop: Sequence[str] = (),
+        cancel: CancelToken | None = None,
+        on_reply: ReplyFn | None = None,
+    ) -> list[Completion]:
+        max_new = max_new_tokens if max_new_tokens is not None else self.cfg.max_new_tokens
+        temp = self.cfg.temperature if temperature is None else temperature
+        p = self.cfg.top_p if top_p is None else top_p
+        seeds = self.call_seeds(self.cfg.seed, temp, seed, len(conversations))
+        out: list[Completion] = []
+        try:
+            for i, conversation in enumerate(conversations):
+                raise_if_stopped(cancel)
+                ids = self.prompt_ids(conversation)
+                self._exclusive(cancel)
+                try:
+                    completion = self._one(ids, max_new, temp, p, seeds[i], stop, cancel)
+                finally:
+                    self._lock.release()
+                out.append(completion)
+                if on_reply is not None:
+                    on_reply(i, completion)
+        except BackendError as exc:
+            self._record(exc)
+            raise
+        self._record(None)
+        return out
+
+    def close(self) -> None:
+        """Free the engine's weights (e.g. on a lifecycle cleanup)."""
+        self.generator = None

@@ -1,0 +1,147 @@
+"""The CTranslate2 backend on the tiny offline model: conversion, greedy parity with
+transformers, stop strings, cancellation, deadlines, and the fallback when it is missing."""
+
+from __future__ import annotations
+
+import logging
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from embodied_r_ros.core.backends import create_backend
+from embodied_r_ros.core.backends.base import BACKEND_FAILED, BACKEND_TIMEOUT, BackendError
+from embodied_r_ros.core.backends.transformers_backend import TransformersBackend
+from embodied_r_ros.core.cancel import CANCELLED, CancelToken
+from embodied_r_ros.core.config import ModelConfig, load_config
+
+SYSTEM = "You are a helpful assistant. Observe the scene and answer."
+QUESTIONS = ["How far is the chair from the table?", "Which object is closest to the agent?",
+             "After rotate left, what appears ahead?"]
+
+
+def _conv(question: str) -> list[dict[str, str]]:
+    return [{"role": "system", "content": SYSTEM}, {"role": "user", "content": question}]
+
+
+class StopsAfter(CancelToken):
+    """A token that reports ``why`` from its ``after``-th check on, as a cancel or a deadline
+    arriving mid-generation would; ``checks`` counts how often generation looked at it."""
+
+    def __init__(self, after: int, why: tuple[str, str]) -> None:
+        super().__init__()
+        self.after, self.why, self.checks = after, why, 0
+
+    def reason(self) -> tuple[str, str] | None:
+        self.checks += 1
+        return self.why if self.checks >= self.after else None
+
+
+@pytest.fixture(scope="module")
+def ct2() -> object:
+    return pytest.importorskip("ctranslate2")
+
+
+@pytest.fixture(scope="module")
+def fast_lm(ct2: object, tiny_models_dir: Path, tiny_config: Callable[..., ModelConfig]):
+    cfg = tiny_config("tiny-qwen2", backend="ctranslate2", quantization="float32",
+                      max_new_tokens=24)
+    return create_backend(cfg, cache_dir=tiny_models_dir, text_only=True)
+
+
+def test_converts_once_and_rebuilds_when_the_source_changes(
+    ct2: object, tiny_models_dir: Path, tmp_path: Path
+) -> None:
+    import shutil
+
+    from embodied_r_ros.core.backends.ctranslate2_backend import MARKER_FILE, ensure_converted
+
+    source = tmp_path / "my-lm"
+    shutil.copytree(tiny_models_dir / "tiny-qwen2", source)
+    cache = tmp_path / "cache"
+    first = ensure_converted(str(source), "int8", cache)
+    weights = first / "model.bin"
+    assert weights.is_file() and (first / MARKER_FILE).is_file()
+    assert (first / "tokenizer.json").is_file()  # loads without the source
+    built = weights.stat().st_mtime_ns
+    assert ensure_converted(str(source), "int8", cache) == first
+    assert weights.stat().st_mtime_ns == built  # reused, not converted again
+    (source / "generation_config.json").write_text(
+        (source / "generation_config.json").read_text().replace("false", "false "))
+    again = ensure_converted(str(source), "int8", cache)
+    assert again == first and (again / "model.bin").stat().st_mtime_ns != built
+    assert ensure_converted(str(source), "int16", cache) != first  # one build per quantisation
+
+
+def test_a_name_that_is_not_local_is_one_clear_error(ct2: object, tmp_path: Path) -> None:
+    from embodied_r_ros.core.backends.ctranslate2_backend import ensure_converted
+
+    with pytest.raises(BackendError) as err:
+        ensure_converted("someone/some-hub-model", "int8", tmp_path)
+    assert err.value.code == BACKEND_FAILED
+    assert "local models only" in str(err.value) and "\n" not in str(err.value)
+
+
+def test_greedy_replies_equal_transformers_with_the_prefix_cached(
+    fast_lm, tiny_lm: TransformersBackend
+) -> None:
+    convs = [_conv(q) for q in QUESTIONS]
+    ours = fast_lm.complete(convs, max_new_tokens=24)
+    ref = tiny_lm.complete(convs, max_new_tokens=24)
+    assert [c.text for c in ours] == [c.text for c in ref]
+    assert [c.completion_tokens for c in ours] == [c.completion_tokens for c in ref]
+    # the system turn (and the user header) is shared: later questions reuse its engine state
+    assert fast_lm.cached_prefix_tokens >= 8
+    assert [c.text for c in fast_lm.complete(convs[:1], max_new_tokens=24)] == [ref[0].text]
+
+
+def test_stop_string_ends_generation(fast_lm, tiny_lm: TransformersBackend) -> None:
+    full = tiny_lm.complete([_conv(QUESTIONS[0])], max_new_tokens=24)[0]
+    assert len(full.text) > 6
+    stop = full.text[4:7]
+    first = full.text.find(stop)
+    reply = fast_lm.complete([_conv(QUESTIONS[0])], max_new_tokens=24, stop=[stop])[0]
+    assert reply.text == full.text[:first]
+    assert reply.finish_reason == "stop"
+    assert reply.completion_tokens < full.completion_tokens
+
+
+@pytest.mark.parametrize("why", [(CANCELLED, "cancelled"), (BACKEND_TIMEOUT, "time is up")])
+def test_cancel_or_deadline_mid_generation_stops_the_engine(fast_lm, why) -> None:
+    token = StopsAfter(after=5, why=why)
+    with pytest.raises(BackendError) as err:
+        fast_lm.complete([_conv(QUESTIONS[1])], max_new_tokens=2000, cancel=token)
+    assert err.value.code == why[0]
+    # the engine's own decoding loop saw the stop: not 2000 tokens of checks
+    assert token.checks < 40
+    assert fast_lm.complete([_conv(QUESTIONS[1])], max_new_tokens=4)[0].completion_tokens == 4
+
+
+def test_a_passed_deadline_generates_nothing(fast_lm) -> None:
+    token = CancelToken(deadline=time.monotonic() - 1.0)
+    with pytest.raises(BackendError) as err:
+        fast_lm.complete([_conv(QUESTIONS[2])], cancel=token)
+    assert err.value.code == BACKEND_TIMEOUT
+    assert fast_lm.healthy()  # a spent budget says nothing about the engine
+
+
+def test_falls_back_to_transformers_with_one_log_line(
+    tiny_models_dir: Path, tiny_config: Callable[..., ModelConfig],
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture,
+) -> None:
+    monkeypatch.setitem(sys.modules, "ctranslate2", None)  # import ctranslate2 -> ImportError
+    cfg = tiny_config("tiny-qwen2", backend="ctranslate2")
+    with caplog.at_level(logging.INFO, logger="embodied_r_ros.core.backends.factory"):
+        backend = create_backend(cfg, cache_dir=tiny_models_dir, text_only=True)
+    assert isinstance(backend, TransformersBackend)
+    lines = [r for r in caplog.records if r.name == "embodied_r_ros.core.backends.factory"]
+    assert len(lines) == 1 and "ctranslate2 is not installed" in lines[0].getMessage()
+    assert backend.complete([_conv(QUESTIONS[0])], max_new_tokens=3)[0].completion_tokens == 3
+
+
+def test_the_offline_profile_reasons_on_the_fast_engine() -> None:
+    model = load_config("offline").reasoning.model
+    assert model.backend == "ctranslate2" and model.quantization == "int8"
+    assert model.model == "smollm2-135m-embodied-r"

@@ -1,0 +1,53 @@
+"""The frozen reference LM of the consistency reward, as training and evaluation both build it.
+
+The reference is ``rewards.reference`` when configured (an in-process model or a server, as the
+official 5-GPU layout), else the policy's initial weights in-process; it always decodes at the
+paper's temperature 0.1 for at most 10 new tokens, whatever the config says.
+"""
+
+from __future__ import annotations
+
+from embodied_r_ros.core.backends.base import ChatBackend
+from embodied_r_ros.core.config import ModelConfig
+from embodied_r_ros.core.prompts import PromptSet, prompts_from
+from embodied_r_ros.core.rewards import (
+    REFERENCE_MAX_NEW_TOKENS,
+    REFERENCE_TEMPERATURE,
+    ConsistencyReward,
+)
+
+from .config import TrainConfig
+from .prompts import PromptLayout
+
+
+def reference_backend(cfg: TrainConfig, device: str) -> ChatBackend:
+    """The frozen reference LM: the configured one, else the policy's initial weights."""
+    from embodied_r_ros.core.backends.factory import create_backend
+
+    ref = cfg.rewards.reference or ModelConfig(
+        backend="transformers",
+        model=cfg.policy.model,
+        dtype="auto" if device == "cpu" else cfg.policy.dtype,
+        device=device,
+        batch_size=32,
+    )
+    ref = ref.model_copy(
+        update={"temperature": REFERENCE_TEMPERATURE, "max_new_tokens": REFERENCE_MAX_NEW_TOKENS}
+    )
+    return create_backend(ref, text_only=True)
+
+
+def reference_prompts(cfg: TrainConfig, layout: PromptLayout | None = None) -> PromptSet:
+    """The consistency reference's wording: ``rewards.prompts``, else the dataset's."""
+    if cfg.rewards.prompts:
+        return prompts_from(cfg.rewards.prompts)
+    return layout.prompts if layout is not None else prompts_from(None)
+
+
+def consistency_reward(
+    cfg: TrainConfig, reference: ChatBackend, layout: PromptLayout | None = None
+) -> ConsistencyReward:
+    """The consistency reward as ``cfg.rewards`` configures it (training and evaluation)."""
+    r = cfg.rewards
+    return ConsistencyReward(reference, answer_mode=r.answer_mode,
+                             prompts=reference_prompts(cfg, layout), fallback=r.fallback)

@@ -1,0 +1,97 @@
+"""What a training run (GRPO or SFT) reads and leaves: its rows, its checkpoints, its result.
+
+Both trainers take their rows here (the configured split, fitted to ``data.max_prompt_tokens``
+by ``data.over_length``), find the checkpoint to resume from here, and return a
+:class:`TrainResult`.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from embodied_r_ros.core.rewards import REWARD_NAMES
+
+from .config import TrainConfig
+from .dataset_files import load_rows
+from .prompts import FitReport, PromptLayout, dataset_layout, fit_rows
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class TrainResult:
+    output_dir: Path
+    final_model: Path
+    global_step: int
+    minutes: float
+    resumed_from: str | None
+    metrics: dict[str, float]
+    curves_png: Path | None
+    rows: int = 0  # training rows used
+    deleted_rows: int = 0  # left out: prompts over data.max_prompt_tokens (over_length delete)
+    shortened_rows: int = 0  # left-truncated or with frames dropped to fit
+
+
+def training_rows(
+    cfg: TrainConfig,
+    data_dir: str | Path,
+    tokenizer: Any,
+    split: str | None = None,
+    layout: PromptLayout | None = None,
+) -> tuple[list[dict[str, Any]], FitReport]:
+    """The rows of a split (default: the configured one) fitted to ``data.max_prompt_tokens``
+    (``data.over_length``: left-truncated, deleted or with their oldest frames dropped)."""
+    name = split or cfg.data.split
+    rows = load_rows(data_dir, name, cfg.data.fold)[: cfg.data.max_rows]
+    if not rows:
+        raise ValueError(f"split {name!r} of {data_dir} has no rows")
+    fitted, report = fit_rows(rows, tokenizer, cfg.data.max_prompt_tokens,
+                              layout or dataset_layout(data_dir), cfg.data.over_length)
+    if report.deleted or report.shortened:
+        log.warning("split %s: %s", name, report.summary(cfg.data.max_prompt_tokens))
+    if not fitted:
+        raise ValueError(
+            f"split {name!r} of {data_dir}: every prompt is over data.max_prompt_tokens="
+            f"{cfg.data.max_prompt_tokens}; raise it or set data.over_length=left"
+        )
+    return fitted, report
+
+
+def last_checkpoint(output_dir: Path) -> str | None:
+    from transformers.trainer_utils import get_last_checkpoint
+
+    return get_last_checkpoint(str(output_dir)) if output_dir.is_dir() else None
+
+
+def checkpoint_epoch(checkpoint: str | None) -> float:
+    """The epoch a checkpoint was saved at (``trainer_state.json``), 0 without one."""
+    if checkpoint is None:
+        return 0.0
+    state = json.loads((Path(checkpoint) / "trainer_state.json").read_text())
+    return float(state.get("epoch") or 0.0)
+
+
+def summarize_history(history: Sequence[dict[str, Any]]) -> dict[str, float]:
+    """First, last and mean logged value of the curves the README reports (raw reward means)."""
+    keys = [
+        "reward",
+        *(f"rewards/{n}/raw_mean" for n in REWARD_NAMES),
+        "completions/mean_length",
+        "consistency_rate",
+        "learning_rate",
+        "loss",
+    ]
+    out: dict[str, float] = {}
+    steps = [h for h in history if "reward" in h or "loss" in h]
+    for key in keys:
+        values = [h[key] for h in steps if isinstance(h.get(key), (int, float))]
+        if values:
+            out[f"{key}/first"] = float(values[0])
+            out[f"{key}/last"] = float(values[-1])
+            out[f"{key}/mean"] = float(sum(values) / len(values))
+    return out
