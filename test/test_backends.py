@@ -941,3 +941,14 @@ def test_health_probes_log_at_debug_not_info(
     lines = [r for r in caplog.records if r.name == "httpx2"]
     assert [r.levelno for r in lines] == [logging.DEBUG] and "/v1/models" in lines[0].getMessage()
     client.close()
+
+
+def test_a_deactivation_stop_is_not_recorded_as_the_models_failure(tiny_lm: ChatBackend) -> None:
+    """A node deactivated mid-call stops it with BACKEND_DOWN for its client; the in-process
+    model did nothing wrong and must not read unhealthy after reactivation."""
+    token = CancelToken()
+    token.cancel(BACKEND_DOWN, "the perception node was deactivated")
+    with pytest.raises(BackendError) as err:
+        tiny_lm.complete(text_convs(1), cancel=token)
+    assert err.value.code == BACKEND_DOWN and "deactivated" in str(err.value)
+    assert tiny_lm.healthy(), tiny_lm.health()

@@ -293,10 +293,10 @@ class OpenAIBackend(ChatBackend):
         except BaseException as exc:
             for future in pending:  # not sent yet: dropped; in flight: aborted
                 future.cancel()
-            # a stop of the caller's (a cancel, the question's budget, a node deactivated)
-            # says nothing about the server; anything else is the server's last word
-            if isinstance(exc, BackendError) and not (cancel is not None and cancel.stopped):
-                self._record(exc if exc.code != BACKEND_TIMEOUT else str(exc))
+            # a stop of the caller's says nothing about the server (see _record); a timeout
+            # that is not the caller's is the server's: recorded as text
+            if isinstance(exc, BackendError):
+                self._record(exc if exc.code != BACKEND_TIMEOUT else str(exc), cancel)
             raise
         self._record(None)
         return [r for r in results if r is not None]
