@@ -38,12 +38,13 @@ def bench_env() -> dict[str, str]:
 class NodeProcess:
     """``python -m <module> --ros-args ...`` with CPU and memory readings from /proc."""
 
-    def __init__(self, module: str, ros_args: Sequence[str], log: Path) -> None:
+    def __init__(self, module: str, ros_args: Sequence[str], log: Path,
+                 env: dict[str, str] | None = None) -> None:
         self._log = log.open("w")
         # a native crash (abort) prints every Python thread's stack into the log
         self.proc = subprocess.Popen(
             [sys.executable, "-m", module, "--ros-args", *ros_args],
-            env={**bench_env(), "PYTHONFAULTHANDLER": "1"}, stdout=self._log,
+            env={**bench_env(), "PYTHONFAULTHANDLER": "1", **(env or {})}, stdout=self._log,
             stderr=subprocess.STDOUT,
         )
 
@@ -58,6 +59,16 @@ class NodeProcess:
             .splitlines() if ":" in line
         )
         return (int(status["VmRSS"].split()[0]) / 1024, int(status["VmHWM"].split()[0]) / 1024)
+
+    def memory_split_mb(self) -> dict[str, float]:
+        """RSS by kind in MiB: ``anon`` (heap, malloc), ``file`` (code), ``shmem`` (shared
+        memory mapped in, e.g. a Fast DDS sender's segment)."""
+        status = dict(
+            line.split(":", 1) for line in Path(f"/proc/{self.proc.pid}/status").read_text()
+            .splitlines() if ":" in line
+        )
+        return {kind: int(status[f"Rss{kind.capitalize()}"].split()[0]) / 1024
+                for kind in ("anon", "file", "shmem")}
 
     def stop(self) -> int:
         if self.proc.poll() is None:

@@ -921,3 +921,34 @@ def test_an_oversize_perception_text_is_the_models_failure_not_a_bad_request() -
     with pytest.raises(QueryError) as err:
         pipeline.perceive(images, [0.0, 1.0, 2.0], "Which way?", [], motions=[None, None])
     assert err.value.code == BACKEND_FAILED and "perception model" in str(err.value)
+
+
+def test_health_probes_log_at_debug_not_info(
+    vlm_server: tuple[OpenAIServer, Recorder], caplog: pytest.LogCaptureFixture
+) -> None:
+    """A node on the openai backend probes GET /v1/models once a second: that was an INFO
+    line of the HTTP library each time."""
+    server, recorder = vlm_server
+    client = OpenAIBackend(openai_cfg(server.url))
+    caplog.set_level(logging.INFO)
+    assert all(client.healthy() for _ in range(3))
+    probes = [p for m, p, _ in recorder.requests if m == "GET" and p == "/v1/models"]
+    assert len(probes) == 3
+    assert not [r for r in caplog.records if r.name == "httpx2"]
+    caplog.clear()
+    caplog.set_level(logging.DEBUG)
+    assert client.healthy()
+    lines = [r for r in caplog.records if r.name == "httpx2"]
+    assert [r.levelno for r in lines] == [logging.DEBUG] and "/v1/models" in lines[0].getMessage()
+    client.close()
+
+
+def test_a_deactivation_stop_is_not_recorded_as_the_models_failure(tiny_lm: ChatBackend) -> None:
+    """A node deactivated mid-call stops it with BACKEND_DOWN for its client; the in-process
+    model did nothing wrong and must not read unhealthy after reactivation."""
+    token = CancelToken()
+    token.cancel(BACKEND_DOWN, "the perception node was deactivated")
+    with pytest.raises(BackendError) as err:
+        tiny_lm.complete(text_convs(1), cancel=token)
+    assert err.value.code == BACKEND_DOWN and "deactivated" in str(err.value)
+    assert tiny_lm.healthy(), tiny_lm.health()

@@ -187,10 +187,14 @@ def test_an_image_of_huge_dimensions_is_refused_from_its_header(recording) -> No
 
 def test_images_per_request_are_bounded() -> None:
     frame = to_data_url(np.zeros((8, 8, 3), np.uint8))
-    with serve(Recording(), limits=Limits(max_images=3)) as server:
+    with serve(Recording(), limits=Limits(max_images=3, max_request_pixels=200)) as server:
         assert exchange(server, request(image_request([frame] * 3)))[0] == 200
         status, body = exchange(server, request(image_request([frame] * 4)))
-    assert status == 400 and "4 images in one request; at most 3" in body
+        assert status == 400 and "4 images in one request; at most 3" in body
+        big = to_data_url(np.zeros((10, 10, 3), np.uint8))  # 100 + 100 pixels fit, 3 do not
+        assert exchange(server, request(image_request([big] * 2)))[0] == 200
+        status, body = exchange(server, request(image_request([big] * 3)))
+    assert status == 400 and "over 200 pixels in all" in body
 
 
 # -- 1.3 max_tokens and clients that leave ------------------------------------------------------

@@ -58,7 +58,7 @@ from embodied_r_ros.nodes.params import (
     declare,
     load_node_config,
 )
-from embodied_r_ros.nodes.transport import stored_frames_topic, window_service_name
+from embodied_r_ros.nodes.transport import IMAGE_QOS, stored_frames_topic, window_service_name
 
 M = TypeVar("M", Image, CompressedImage)
 INTERNAL_ERROR = "INTERNAL"  # a frame that broke something unexpected (counted, dropped)
@@ -120,7 +120,7 @@ class FrameBufferNode(Node):
         ingest = MutuallyExclusiveCallbackGroup()  # frames in order, one at a time
         odom = MutuallyExclusiveCallbackGroup()  # poses keep flowing while a frame is processed
         self._io = ReentrantCallbackGroup()
-        image_qos = (qos_profile_sensor_data if p["image_qos"] == "sensor_data"
+        image_qos = (IMAGE_QOS if p["image_qos"] == "sensor_data"  # a 2-frame history
                      else QoSProfile(depth=5, reliability=ReliabilityPolicy.RELIABLE))
         log = self.get_logger()
         self._image_qos, self._ingest_group = image_qos, ingest

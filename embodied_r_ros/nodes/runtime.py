@@ -21,6 +21,7 @@ from rclpy.node import Node
 from embodied_r_ros.core.config import ConfigError
 from embodied_r_ros.nodes.guard import one_line
 from embodied_r_ros.nodes.model_node import StartError
+from embodied_r_ros.nodes.transport import return_large_buffers_to_the_os
 
 log = logging.getLogger(__name__)
 
@@ -56,6 +57,7 @@ def spin_nodes(nodes: Sequence[Node], context: Context, num_threads: int | None 
 def run_nodes(build: Callable[[Context], Sequence[Node]], args: Sequence[str] | None = None) -> int:
     """``rclpy.init`` with ``args`` (``--ros-args`` ...), build the nodes, spin until shutdown."""
     logging.basicConfig(level=logging.INFO, format="[%(levelname)s] [%(name)s]: %(message)s")
+    return_large_buffers_to_the_os()  # frame-sized buffers must not pile up in the heap
     # The default context: rclpy installs its SIGINT/SIGTERM handlers only for that one.
     try:
         rclpy.init(args=list(sys.argv if args is None else args))

@@ -183,17 +183,18 @@ class Handler(BaseHTTPRequestHandler):
     def _watch_disconnect(self) -> CancelToken:
         """A token cancelled when the client closes its connection while the reply is made."""
         token = CancelToken()
-        conn = self.connection
+        conn, replied = self.connection, self._replied  # this request's, not the next one's
+        poller = select.poll()  # not select(): any fd number
+        poller.register(conn, select.POLLIN | select.POLLRDHUP)
 
         def watch() -> None:
-            while not self._replied.wait(_DISCONNECT_POLL_S):
+            while not replied.wait(_DISCONNECT_POLL_S):
                 try:
-                    readable, _, _ = select.select([conn], [], [], 0)
-                    if not readable:
+                    if not poller.poll(0):
                         continue
                     if conn.recv(1, socket.MSG_PEEK) == b"":
                         token.cancel(CANCELLED, "the client went away")
-                except (OSError, ValueError):
+                except OSError:
                     token.cancel(CANCELLED, "the client went away")
                 return  # gone, or it sent more (a pipelined request): stop watching
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from embodied_r_ros.core.backends.base import MAX_CHARS_PER_TOKEN, Conversation
-from embodied_r_ros.core.backends.images import from_data_url
+from embodied_r_ros.core.backends.images import data_url_bytes, decode_image, image_size
 
 #: request keys understood (others are refused, not silently ignored)
 KNOWN_KEYS = frozenset({
@@ -33,6 +33,8 @@ class Limits:
     max_images: int = 16
     #: an image's header is read first: a 1 MB PNG of 16000 x 16000 is refused undecoded
     max_image_pixels: int = 4096 * 4096
+    #: all images of a request together (decoded RGB is 3 bytes a pixel: 192 MiB here)
+    max_request_pixels: int = 4 * 4096 * 4096
     #: a configured maximum; the model's context bounds it too (see ``prompt_char_limit``)
     max_prompt_chars: int | None = None
 
@@ -67,6 +69,7 @@ def from_openai_messages(messages: object, limits: Limits | None = None) -> Conv
     if images > limits.max_images:
         raise RequestError(400, f"{images} images in one request; at most {limits.max_images}")
     conversation: Conversation = []
+    budget = [limits.max_request_pixels]  # pixels the request's images may still decode to
     for msg in messages:
         if not isinstance(msg, dict) or not isinstance(msg.get("role"), str):
             raise RequestError(400, "each message must be an object with a string 'role'")
@@ -78,7 +81,7 @@ def from_openai_messages(messages: object, limits: Limits | None = None) -> Conv
             continue
         if not isinstance(content, list):
             raise RequestError(400, "message 'content' must be a string or a list of parts")
-        parts = [_part(p, limits.max_image_pixels) for p in content]
+        parts = [_part(p, limits, budget) for p in content]
         conversation.append({"role": msg["role"], "content": parts})
     return conversation
 
@@ -95,7 +98,7 @@ def prompt_chars(conversation: Conversation) -> int:
     return total
 
 
-def _part(part: object, max_pixels: int) -> dict[str, Any]:
+def _part(part: object, limits: Limits, budget: list[int]) -> dict[str, Any]:
     if not isinstance(part, dict):
         raise RequestError(400, "content parts must be objects")
     kind = part.get("type")
@@ -107,7 +110,16 @@ def _part(part: object, max_pixels: int) -> dict[str, Any]:
         if not isinstance(url, str):
             raise RequestError(400, "image_url part needs a 'url'")
         try:
-            return {"type": "image", "image": from_data_url(url, max_pixels)}
+            data = data_url_bytes(url)
+            width, height = image_size(data)
+            if width * height > limits.max_image_pixels:
+                raise ValueError(f"{width}x{height} is larger than {limits.max_image_pixels} "
+                                 "pixels")
+            budget[0] -= width * height
+            if budget[0] < 0:
+                raise ValueError(f"the request's images are over {limits.max_request_pixels} "
+                                 "pixels in all")
+            return {"type": "image", "image": decode_image(data)}
         except ValueError as exc:
             raise RequestError(400, f"image_url: {exc}") from None
     raise RequestError(400, f"unsupported content part type {kind!r}")

@@ -153,10 +153,15 @@ class ChatBackend(ABC):
 
     _last_error: str | None = None
 
-    def _record(self, error: BaseException | str | None) -> None:
-        """Remember the outcome of a call: the error, or None for success. Cancelled calls and
-        spent question budgets say nothing about the backend and are not recorded."""
+    def _record(self, error: BaseException | str | None,
+                cancel: CancelToken | None = None) -> None:
+        """Remember the outcome of a call: the error, or None for success. Cancelled calls,
+        spent question budgets and any stop of the caller's ``cancel`` (a node deactivated
+        mid-call is ``BACKEND_DOWN`` to its client) say nothing about the backend and are not
+        recorded."""
         if isinstance(error, BackendError) and error.code in (CANCELLED, BACKEND_TIMEOUT):
+            return
+        if error is not None and cancel is not None and cancel.stopped:
             return
         self._last_error = None if error is None else " ".join(str(error).split())
 

@@ -329,7 +329,7 @@ class CTranslate2Backend(ChatBackend):
                 if on_reply is not None:
                     on_reply(i, completion)
         except BackendError as exc:
-            self._record(exc)
+            self._record(exc, cancel)
             raise
         self._record(None)
         return out

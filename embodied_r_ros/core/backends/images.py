@@ -102,16 +102,19 @@ def to_data_url(image: np.ndarray, max_side: int = 0, quality: int = 90) -> str:
     return DATA_URL_PREFIX + base64.b64encode(jpeg).decode("ascii")
 
 
-def from_data_url(url: str, max_pixels: int | None = None) -> np.ndarray:
-    """Decode a base64 image data URL (any image media type); other URLs are refused.
-    ``max_pixels``: see :func:`decode_image`."""
+def data_url_bytes(url: str) -> bytes:
+    """The bytes of a base64 image data URL (any image media type); other URLs are refused."""
     if not url.startswith("data:image/") or ";base64," not in url:
         raise ValueError("only base64 image data URLs are supported")
     try:
-        data = base64.b64decode(url.split(";base64,", 1)[1], validate=True)
+        return base64.b64decode(url.split(";base64,", 1)[1], validate=True)
     except (binascii.Error, ValueError):
         raise ValueError("image data URL is not valid base64") from None
-    return decode_image(data, max_pixels)
+
+
+def from_data_url(url: str, max_pixels: int | None = None) -> np.ndarray:
+    """Decode a base64 image data URL; ``max_pixels``: see :func:`decode_image`."""
+    return decode_image(data_url_bytes(url), max_pixels)
 
 
 def to_openai_messages(conversation: Conversation, image_max_side: int = 0) -> list[dict[str, Any]]:

@@ -61,6 +61,23 @@ _ERROR_BODY_CHARS = 300
 NO_KEY = "no-key"
 
 
+class _RequestLinesAtDebug(logging.Filter):
+    """The HTTP library logs every request at INFO, a node's health probe once a second among
+    them: its request lines are demoted to DEBUG (where a user asking for them finds them)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno == logging.INFO and str(record.msg).startswith("HTTP Request:"):
+            record.levelno, record.levelname = logging.DEBUG, "DEBUG"
+            return logging.getLogger(record.name).isEnabledFor(logging.DEBUG)
+        return True
+
+
+def _quiet_request_lines(name: str = "httpx2") -> None:
+    http_log = logging.getLogger(name)
+    if not any(isinstance(f, _RequestLinesAtDebug) for f in http_log.filters):
+        http_log.addFilter(_RequestLinesAtDebug())
+
+
 class _Attempt(Exception):
     """One failed attempt: the error, and whether another attempt may help."""
 
@@ -95,6 +112,8 @@ class OpenAIBackend(ChatBackend):
 
     async def _make_client(self, key: str) -> openai.AsyncOpenAI:
         import httpx2
+
+        _quiet_request_lines()
 
         limits = httpx2.Limits(
             max_connections=self.cfg.max_concurrency,
@@ -274,10 +293,10 @@ class OpenAIBackend(ChatBackend):
         except BaseException as exc:
             for future in pending:  # not sent yet: dropped; in flight: aborted
                 future.cancel()
-            if isinstance(exc, BackendError) and exc.code != BACKEND_TIMEOUT:
-                self._record(exc)
-            elif isinstance(exc, BackendError) and not (cancel and cancel.stopped):
-                self._record(str(exc))  # the server itself did not answer in time
+            # a stop of the caller's says nothing about the server (see _record); a timeout
+            # that is not the caller's is the server's: recorded as text
+            if isinstance(exc, BackendError):
+                self._record(exc if exc.code != BACKEND_TIMEOUT else str(exc), cancel)
             raise
         self._record(None)
         return [r for r in results if r is not None]

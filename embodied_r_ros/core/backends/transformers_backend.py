@@ -387,7 +387,7 @@ class TransformersBackend(ChatBackend):
                 seed=seed, cancel=cancel, on_batch=deliver,
             )
         except BackendError as exc:
-            self._record(exc)
+            self._record(exc, cancel)
             raise
         self._record(None)
         return out

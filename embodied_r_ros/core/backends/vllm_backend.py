@@ -94,7 +94,7 @@ class VLLMBackend(ChatBackend):
         try:
             outputs = self._llm.chat(messages, sampling_params=params, use_tqdm=False)
         except Exception as exc:  # noqa: BLE001
-            self._record(exc)
+            self._record(exc, cancel)
             raise BackendError(BACKEND_FAILED, f"vLLM generation failed: {exc}") from exc
         self._record(None)
         raise_if_stopped(cancel)
