@@ -108,4 +108,13 @@ def test_rationale_think_texts_are_what_sft_trains_on(dataset: Path) -> None:
         assert f"<answer>{row['solution'][:1]}." in text
     supported = load_train_config("cpu-tiny", {"sft": {"targets": "rationale",
                                                        "supported_only": True}})
-    assert len(sft_rows(rows, supported.sft)) <= len(rows)
+    # a row whose text supports its answer, and the same row with an answer the text refutes
+    from test_rationales import APPEARANCE
+
+    refuted = {**APPEARANCE, "id": "refuted", "solution": "A"}
+    mixed = [APPEARANCE, refuted]
+    assert [t["prompt"] for t in sft_rows(mixed, cfg.sft)] == [r["prompt"] for r in mixed]
+    kept = sft_rows(mixed, supported.sft)
+    assert len(kept) == 1
+    assert kept[0]["completion"][0]["content"].endswith(
+        "<answer>C. red box, green box, blue cone</answer>")
