@@ -9,7 +9,6 @@ from typing import Any
 
 import pytest
 import torch
-from bagdata import built_dataset
 from embodied_r_training.cli import main
 from embodied_r_training.config import load_train_config
 from embodied_r_training.demo import export_adapter
@@ -18,13 +17,6 @@ from embodied_r_training.sft import run_sft
 
 from embodied_r_ros.core.reasoning import extract_think
 from embodied_r_ros.core.rewards import completion_text
-
-
-@pytest.fixture(scope="module")
-def dataset(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    root = tmp_path_factory.mktemp("recipe")
-    return built_dataset(root)
-
 
 #: the shipped recipe's shape at test size (the consistency reward inside a GRPO step, with a
 #: policy that writes the format, is tested from the shipped reasoner: test_shipped_reasoner.py)

@@ -9,7 +9,6 @@ from typing import Any
 
 import pytest
 import torch
-from bagdata import built_dataset
 from embodied_r_training.cli import main
 from embodied_r_training.config import PAPER_STAGES, load_train_config
 from embodied_r_training.evaluate import (
@@ -28,12 +27,6 @@ from torch import Tensor
 from transformers import AutoModelForCausalLM, TrainerCallback
 
 from embodied_r_ros.core.rewards import ConsistencyReward, completion_text
-
-
-@pytest.fixture(scope="module")
-def dataset(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    root = tmp_path_factory.mktemp("grpo")
-    return built_dataset(root)
 
 
 def test_schedule_follows_epochs() -> None:
