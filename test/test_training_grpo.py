@@ -319,3 +319,9 @@ def test_gpu_bench_runs_in_tiny_cpu_mode(tmp_path: Path) -> None:
     assert result["mode"] == "tiny-cpu" and result["steps"] == 2
     assert result["steps_per_minute"] > 0 and result["completions_per_step"] == 4
     assert result["parameters"] > 0 and len(result["step_seconds"]) == 2
+    assert result["bound_met"] is True and result["min_steps_per_minute"] == 0.0
+    # a missed bound is exit 1, the figures still written
+    assert bench.main(["--tiny", "--steps", "1", "--min-steps-per-minute", "1e9",
+                       "--json", str(out)]) == 1
+    missed = json.loads(out.read_text())
+    assert missed["bound_met"] is False and missed["steps"] == 1
