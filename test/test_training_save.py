@@ -14,17 +14,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
 import torch
-from bagdata import built_dataset
 from embodied_r_training.policy import local_model
 from safetensors.torch import load_file
-
-
-@pytest.fixture(scope="module")
-def dataset(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    root = tmp_path_factory.mktemp("save")
-    return built_dataset(root)
 
 
 def torchrun(*args: str, cwd: Path) -> str:

@@ -7,9 +7,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-import pytest
 import torch
-from bagdata import built_dataset
 from embodied_r_training.config import load_train_config
 from embodied_r_training.evaluate import evaluate
 from embodied_r_training.grpo import NamedReward, run_grpo
@@ -23,12 +21,6 @@ from embodied_r_ros.core.config import ModelConfig
 from embodied_r_ros.core.rewards import completion_text
 
 VL = "tiny-qwen2.5-vl"
-
-
-@pytest.fixture(scope="module")
-def dataset(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    root = tmp_path_factory.mktemp("vl")
-    return built_dataset(root)
 
 
 def _vl_config(**sections: Any) -> Any:
