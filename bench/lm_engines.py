@@ -14,17 +14,22 @@ peak RSS is its own. Per engine:
              and each engine's accuracy with its 95 % bootstrap interval
 
 Engines: ``transformers`` (fp32, today's backend), ``ct2-int8`` / ``ct2-int16`` / ``ct2-float32``
-(the ``ctranslate2`` backend), ``llama.cpp`` (``llama-cpp-python`` on a GGUF of the merged model
-given with ``--gguf``; measured here, not a backend). Engines whose package is not installed
-are listed as such.
+(the ``ctranslate2`` backend), ``llama.cpp`` (``llama-cpp-python``, compiled on install, on a
+GGUF of the merged model made with llama.cpp's ``convert_hf_to_gguf.py``: ``--gguf``) and
+``ort-genai`` (ONNX Runtime GenAI on its own builder's int4 CPU model: ``--onnx``); the last two
+are measured here, not project backends, and read the same token ids (the reasoner's chat
+template). Engines whose package is not installed are listed as such.
 
 Prompts: the demo's sample world (seed 7, 30 questions) and the ID test split (seeds 3000+,
-30 a category), built with ``embodied-r-train build --profile offline`` into ``--data`` once
-(the same perception code the demo's pipeline runs). transformers' ID answers are cached in
-``--data`` keyed by the model's files and the prompts, since they take the longest.
+30 a category; ``--id-per-category`` takes the first N of each), built with ``embodied-r-train
+build --profile offline`` into ``--data`` once (the perception code the demo's pipeline runs).
+transformers' ID replies, the agreement reference, are generated in batches and cached in
+``--data`` keyed by the model's files and the prompts (``--id-only`` builds just them,
+resumably), since they take the longest.
 
 Targets (the chosen engine, ``--target``): p50 <= 3 s, p99 <= 6 s, agreement >= 95 %.
-Run: ``.venv/bin/python bench/lm_engines.py [--engines transformers,ct2-int8,ct2-int16]``
+Run: ``.venv/bin/python bench/lm_engines.py [--engines transformers,ct2-int8,ct2-int16]
+[--gguf reasoner-q8_0.gguf] [--onnx DIR] [--measure-install]``
 """
 
 from __future__ import annotations
@@ -81,6 +86,17 @@ def build_data(data: Path, id_per_category: int) -> tuple[list[dict], list[dict]
 
 def _rows(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def balanced(rows: Sequence[dict], per_category: int) -> list[dict]:
+    """The first ``per_category`` rows of each category, in the table's order."""
+    seen: dict[str, int] = {}
+    out = []
+    for row in rows:
+        if seen.get(row["category"], 0) < per_category:
+            seen[row["category"]] = seen.get(row["category"], 0) + 1
+            out.append(row)
+    return out
 
 
 def prompts_digest(rows: Sequence[dict]) -> str:
@@ -194,7 +210,6 @@ def run_engine(args: argparse.Namespace) -> dict[str, Any]:
 
     engine = args.worker
     demo, id_rows = (_rows(Path(p)) for p in (args.demo_rows, args.id_rows))
-    id_rows = id_rows[: args.id_questions]
     model_dir = ensure_offline_model(REASONER, args.model_cache)
     result: dict[str, Any] = {"engine": engine}
     with tempfile.TemporaryDirectory(prefix="lm-engine-") as tmp:
@@ -219,21 +234,24 @@ def run_engine(args: argparse.Namespace) -> dict[str, Any]:
         convs = [r["prompt"] for r in demo]
         backend.complete(convs[:1], max_new_tokens=MAX_NEW)  # warm-up (not timed)
         prefill_s, prompt_tokens = [], 0
-        for conv in convs:
+        for conv in convs[: args.prefill_prompts]:
             t0 = time.perf_counter()
             c = backend.complete([conv], max_new_tokens=1)[0]
             prefill_s.append(time.perf_counter() - t0)
             prompt_tokens += c.prompt_tokens or 0
-        latency, new_tokens, replies = [], [], []
+        per_token_prefill = sum(prefill_s) / max(1, prompt_tokens)
+        latency, new_tokens, replies, prefill_est = [], [], [], []
         for conv in convs:
             t0 = time.perf_counter()
             c = backend.complete([conv], max_new_tokens=MAX_NEW)[0]
             latency.append(time.perf_counter() - t0)
             new_tokens.append(c.completion_tokens or 0)
             replies.append(c.text)
-        decode_s = sum(max(1e-6, t - p) for t, p in zip(latency, prefill_s, strict=True))
+            prefill_est.append((c.prompt_tokens or 0) * per_token_prefill)
+        # decode time: the reply's time minus its prompt's prefill at the measured rate
+        decode_s = sum(max(1e-6, t - p) for t, p in zip(latency, prefill_est, strict=True))
         result.update(
-            prompt_tokens_mean=prompt_tokens / len(convs),
+            prompt_tokens_mean=prompt_tokens / len(prefill_s),
             prefill_tok_s=prompt_tokens / sum(prefill_s),
             decode_tok_s=sum(max(0, n - 1) for n in new_tokens) / decode_s,
             new_tokens_mean=statistics.mean(new_tokens),
@@ -246,13 +264,15 @@ def run_engine(args: argparse.Namespace) -> dict[str, Any]:
         if engine == "transformers":
             texts = reference_texts(Path(args.reference), id_rows, model_dir, args.ref_batch)
             result["id_from_cache"] = True
+        elif engine in args.skip_id.split(","):
+            texts = []
         else:
             t0 = time.perf_counter()
             texts = [backend.complete([row["prompt"]], max_new_tokens=MAX_NEW)[0].text
                      for row in id_rows]
             result["id_s"] = time.perf_counter() - t0
         result["id_answers"] = [parse_reasoning(t, r["options"]).answer
-                                for t, r in zip(texts, id_rows, strict=True)]
+                                for t, r in zip(texts, id_rows, strict=False)]
         backend.close()
     result["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     return result
@@ -263,11 +283,16 @@ def reference_texts(path: Path, rows: Sequence[dict], model_dir: Path, batch: in
     """transformers fp32 greedy replies to the ID rows, the agreement reference: generated
     ``batch`` rows at a time (left-padded; the slowest part of the benchmark) and saved after
     every batch, so an interrupted run resumes and later runs reuse them."""
+    import fcntl
+
     from embodied_r_ros.core.backends.factory import create_backend
     from embodied_r_ros.core.config import ModelConfig
 
+    lock = path.with_suffix(".lock").open("w")
+    fcntl.flock(lock, fcntl.LOCK_EX)  # one builder at a time; the others then read its file
     texts: list[str] = json.loads(path.read_text())["texts"] if path.is_file() else []
     if len(texts) >= len(rows):
+        lock.close()
         return texts[: len(rows)]
     cfg = ModelConfig(backend="transformers", model=str(model_dir), dtype="float32",
                       device="cpu", max_new_tokens=MAX_NEW, batch_size=batch)
@@ -278,6 +303,7 @@ def reference_texts(path: Path, rows: Sequence[dict], model_dir: Path, batch: in
         path.write_text(json.dumps({"texts": texts, "batch": batch}))
         print(f"transformers reference: {len(texts)}/{len(rows)}", flush=True)
     backend.close()
+    lock.close()
     return texts
 
 
@@ -331,13 +357,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--data", type=Path, default=DEFAULT_DATA)
     parser.add_argument("--model-cache", type=Path, default=None,
                         help="offline model cache (default: $EMBODIED_R_MODEL_CACHE)")
-    parser.add_argument("--id-questions", type=int, default=180)
+    parser.add_argument("--id-per-category", type=int, default=30,
+                        help="ID test questions per category (30: all 180)")
     parser.add_argument("--gguf", type=Path, default=None, help="GGUF of the merged reasoner")
     parser.add_argument("--onnx", type=Path, default=None,
                         help="ONNX Runtime GenAI build of the merged reasoner")
     parser.add_argument("--threads", type=int, default=0)
     parser.add_argument("--ref-batch", type=int, default=8,
                         help="rows per transformers call for the ID reference")
+    parser.add_argument("--prefill-prompts", type=int, default=30,
+                        help="demo prompts timed for prefill (one new token each)")
+    parser.add_argument("--skip-id", default="",
+                        help="engines (comma-separated) whose ID agreement is not measured")
     parser.add_argument("--id-only", action="store_true",
                         help="only build the transformers ID reference (resumable)")
     parser.add_argument("--measure-install", action="store_true")
@@ -358,7 +389,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args.data.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
     demo, id_rows = build_data(args.data, id_per_category=30)
-    id_rows = id_rows[: args.id_questions]
+    id_rows = balanced(id_rows, args.id_per_category)
     model_dir = ensure_offline_model(REASONER, args.model_cache)
     print(f"data ready in {time.perf_counter() - t0:.0f} s: {len(demo)} demo questions, "
           f"{len(id_rows)} ID test questions; model {model_dir}", flush=True)
@@ -377,7 +408,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         with tempfile.NamedTemporaryFile(suffix=".json") as out:
             cmd = [sys.executable, __file__, "--worker", engine, "--demo-rows",
                    str(args.data / "demo" / "data.jsonl"), "--id-rows", str(rows_file),
-                   "--id-questions", str(len(id_rows)), "--out", out.name,
+                   "--out", out.name, "--prefill-prompts", str(args.prefill_prompts),
+                   "--skip-id", args.skip_id,
                    "--threads", str(args.threads)]
             if args.model_cache:
                 cmd += ["--model-cache", str(args.model_cache)]
@@ -421,13 +453,17 @@ def report(results: dict[str, dict[str, Any]], args: argparse.Namespace, id_rows
         if "skipped" in r:
             print(f"{engine:<13}skipped: {r['skipped']}")
             continue
-        agree = (sum(a == b for a, b in zip(r["id_answers"], ref, strict=True)) / len(ref)
-                 if ref else None)
-        correct = [float(a == t) for a, t in zip(r["id_answers"], truth, strict=True)]
-        low, high = bootstrap_ci(correct)
+        answers = r["id_answers"]
+        agree = (sum(a == b for a, b in zip(answers, ref, strict=True)) / len(ref)
+                 if ref and answers else None)
+        correct = [float(a == t) for a, t in zip(answers, truth, strict=False)]
+        low, high = bootstrap_ci(correct) if correct else (0.0, 0.0)
         demo_ok = sum(a == t for a, t in zip(r["demo_answers"], r["demo_truth"], strict=True))
-        r.update(agreement=agree, id_accuracy=statistics.mean(correct), id_ci=[low, high],
+        accuracy = statistics.mean(correct) if correct else None
+        r.update(agreement=agree, id_accuracy=accuracy, id_ci=[low, high],
                  demo_correct=demo_ok)
+        acc_text = "-" if accuracy is None else f"{100 * accuracy:.1f} [{100 * low:.0f}, " \
+                                                 f"{100 * high:.0f}]"
 
         def f(key: str, fmt: str, r: dict = r) -> str:
             value = r.get(key)
@@ -437,7 +473,7 @@ def report(results: dict[str, dict[str, Any]], args: argparse.Namespace, id_rows
               f"{f('load_s', '8.2f')}{f('prefill_tok_s', '12.0f')}{f('decode_tok_s', '11.1f')}"
               f"{f('p50_s', '7.2f')}{f('p99_s', '7.2f')}{f('peak_rss_mb', '8.0f')}"
               f"{'-' if agree is None else format(100 * agree, '.1f'):>9}"
-              f"{f'{100 * statistics.mean(correct):.1f} [{100 * low:.0f}, {100 * high:.0f}]':>20}"
+              f"{acc_text:>20}"
               f"{f'{demo_ok}/{len(demo)}':>9}")
     base = results.get("transformers", {})
     target = results.get(args.target, {})
