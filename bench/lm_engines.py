@@ -56,6 +56,7 @@ PACKAGES = {"transformers": "transformers", "ct2": "ctranslate2", "llama.cpp": "
             "ort-genai": "onnxruntime-genai"}
 MODULES = {"transformers": "transformers", "ct2": "ctranslate2", "llama.cpp": "llama_cpp",
            "ort-genai": "onnxruntime_genai"}
+DEMO_TRUTH = "demo_truth"
 DEFAULT_DATA = Path("~/.cache/embodied_r/bench-lm").expanduser()
 
 
@@ -210,6 +211,7 @@ def run_engine(args: argparse.Namespace) -> dict[str, Any]:
 
     engine = args.worker
     demo, id_rows = (_rows(Path(p)) for p in (args.demo_rows, args.id_rows))
+    id_rows = id_rows[: args.id_limit or None]
     model_dir = ensure_offline_model(REASONER, args.model_cache)
     result: dict[str, Any] = {"engine": engine}
     with tempfile.TemporaryDirectory(prefix="lm-engine-") as tmp:
@@ -229,8 +231,11 @@ def run_engine(args: argparse.Namespace) -> dict[str, Any]:
         result["load_s"] = time.perf_counter() - t0
         if args.id_only:  # the transformers reference alone (resumable, batched)
             backend.close()
-            reference_texts(Path(args.reference), id_rows, model_dir, args.ref_batch)
+            reference_texts(Path(args.reference), id_rows, model_dir, args.ref_batch,
+                            generate=True)
             return result
+        if engine == "transformers":  # the slow baseline: timed on the first N questions
+            demo = demo[: args.baseline_questions]
         convs = [r["prompt"] for r in demo]
         backend.complete(convs[:1], max_new_tokens=MAX_NEW)  # warm-up (not timed)
         prefill_s, prompt_tokens = [], 0
@@ -259,10 +264,12 @@ def run_engine(args: argparse.Namespace) -> dict[str, Any]:
             max_s=max(latency), latency_s=latency,
             demo_answers=[parse_reasoning(t, r["options"]).answer for t, r in zip(replies, demo,
                                                                                   strict=True)],
-            demo_truth=[r["solution"] for r in demo],
+            **{DEMO_TRUTH: [r["solution"] for r in demo]},
         )
         if engine == "transformers":
-            texts = reference_texts(Path(args.reference), id_rows, model_dir, args.ref_batch)
+            # what the reference run (--id-only) has made so far: agreement is over those
+            texts = reference_texts(Path(args.reference), id_rows, model_dir, args.ref_batch,
+                                    generate=False)
             result["id_from_cache"] = True
         elif engine in args.skip_id.split(","):
             texts = []
@@ -278,11 +285,12 @@ def run_engine(args: argparse.Namespace) -> dict[str, Any]:
     return result
 
 
-def reference_texts(path: Path, rows: Sequence[dict], model_dir: Path, batch: int
-                    ) -> list[str]:
+def reference_texts(path: Path, rows: Sequence[dict], model_dir: Path, batch: int, *,
+                    generate: bool) -> list[str]:
     """transformers fp32 greedy replies to the ID rows, the agreement reference: generated
-    ``batch`` rows at a time (left-padded; the slowest part of the benchmark) and saved after
-    every batch, so an interrupted run resumes and later runs reuse them."""
+    (``generate``) ``batch`` rows at a time (left-padded; the slowest part of the benchmark)
+    and saved after every batch, so an interrupted run resumes and later runs reuse them;
+    without ``generate``, the replies saved so far."""
     import fcntl
 
     from embodied_r_ros.core.backends.factory import create_backend
@@ -291,7 +299,7 @@ def reference_texts(path: Path, rows: Sequence[dict], model_dir: Path, batch: in
     lock = path.with_suffix(".lock").open("w")
     fcntl.flock(lock, fcntl.LOCK_EX)  # one builder at a time; the others then read its file
     texts: list[str] = json.loads(path.read_text())["texts"] if path.is_file() else []
-    if len(texts) >= len(rows):
+    if len(texts) >= len(rows) or not generate:
         lock.close()
         return texts[: len(rows)]
     cfg = ModelConfig(backend="transformers", model=str(model_dir), dtype="float32",
@@ -359,6 +367,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="offline model cache (default: $EMBODIED_R_MODEL_CACHE)")
     parser.add_argument("--id-per-category", type=int, default=30,
                         help="ID test questions per category (30: all 180)")
+    parser.add_argument("--id-limit", type=int, default=0,
+                        help="only the first N of those (0: all)")
     parser.add_argument("--gguf", type=Path, default=None, help="GGUF of the merged reasoner")
     parser.add_argument("--onnx", type=Path, default=None,
                         help="ONNX Runtime GenAI build of the merged reasoner")
@@ -367,12 +377,16 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="rows per transformers call for the ID reference")
     parser.add_argument("--prefill-prompts", type=int, default=30,
                         help="demo prompts timed for prefill (one new token each)")
+    parser.add_argument("--baseline-questions", type=int, default=10,
+                        help="demo questions timed on transformers (the slow baseline)")
     parser.add_argument("--skip-id", default="",
                         help="engines (comma-separated) whose ID agreement is not measured")
     parser.add_argument("--id-only", action="store_true",
                         help="only build the transformers ID reference (resumable)")
     parser.add_argument("--measure-install", action="store_true")
     parser.add_argument("--json", type=Path, default=None, help="write all figures here")
+    parser.add_argument("--from-json", type=Path, default=None,
+                        help="print the table of an earlier run's --json file")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     parser.add_argument("--demo-rows", help=argparse.SUPPRESS)
     parser.add_argument("--id-rows", help=argparse.SUPPRESS)
@@ -386,16 +400,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     from embodied_r_ros.core.backends.offline import ensure_offline_model
     from embodied_r_ros.core.intervals import bootstrap_ci
 
+    if args.from_json:
+        results = json.loads(args.from_json.read_text())
+        _, id_rows = build_data(args.data, id_per_category=30)
+        args.json = None
+        id_rows = balanced(id_rows, args.id_per_category)[: args.id_limit or None]
+        return report(results, args, id_rows, bootstrap_ci)
     args.data.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
     demo, id_rows = build_data(args.data, id_per_category=30)
     id_rows = balanced(id_rows, args.id_per_category)
     model_dir = ensure_offline_model(REASONER, args.model_cache)
+    ref = reference_path(args.data, model_dir, id_rows)  # keyed by the whole balanced set
     print(f"data ready in {time.perf_counter() - t0:.0f} s: {len(demo)} demo questions, "
           f"{len(id_rows)} ID test questions; model {model_dir}", flush=True)
     rows_file = args.data / "id-rows.jsonl"
     rows_file.write_text("".join(json.dumps(r) + "\n" for r in id_rows))
-    ref = reference_path(args.data, model_dir, id_rows)
+    id_rows = id_rows[: args.id_limit or None]
     results: dict[str, dict[str, Any]] = {}
     for engine in args.engines.split(","):
         model_file = {"llama.cpp": args.gguf, "ort-genai": args.onnx}
@@ -410,6 +431,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                    str(args.data / "demo" / "data.jsonl"), "--id-rows", str(rows_file),
                    "--out", out.name, "--prefill-prompts", str(args.prefill_prompts),
                    "--skip-id", args.skip_id,
+                   "--baseline-questions", str(args.baseline_questions),
+                   "--id-limit", str(args.id_limit),
                    "--threads", str(args.threads)]
             if args.model_cache:
                 cmd += ["--model-cache", str(args.model_cache)]
@@ -433,18 +456,19 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 0
         if args.measure_install:
             results[engine]["install_s"] = measure_install(package_of(engine))
-    return report(results, args, id_rows, demo, bootstrap_ci)
+    return report(results, args, id_rows, bootstrap_ci)
 
 
 def report(results: dict[str, dict[str, Any]], args: argparse.Namespace, id_rows: list[dict],
-           demo: list[dict], bootstrap_ci: Any) -> int:
+           bootstrap_ci: Any) -> int:
     truth = [r["solution"] for r in id_rows]
     ref = results.get("transformers", {}).get("id_answers")
-    print(f"\n{len(demo)} demo questions (latency), {len(id_rows)} ID test questions "
+    timed = {e: len(r[DEMO_TRUTH]) for e, r in results.items() if DEMO_TRUTH in r}
+    print(f"\ndemo questions timed {timed}, {len(id_rows)} ID test questions "
           f"(agreement with transformers fp32), {MAX_NEW} new tokens max, greedy, "
           f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}")
     head = (f"{'engine':<13}{'install s':>10}{'convert s':>10}{'load s':>8}{'prefill t/s':>12}"
-            f"{'decode t/s':>11}{'p50 s':>7}{'p99 s':>7}{'RSS MB':>8}{'agree %':>9}"
+            f"{'decode t/s':>11}{'p50 s':>7}{'p99 s':>7}{'RSS MB':>8}{'agree % (n)':>13}"
             f"{'ID acc % [95% CI]':>20}{'demo acc':>9}")
     print(head)
     print("-" * len(head))
@@ -454,11 +478,12 @@ def report(results: dict[str, dict[str, Any]], args: argparse.Namespace, id_rows
             print(f"{engine:<13}skipped: {r['skipped']}")
             continue
         answers = r["id_answers"]
-        agree = (sum(a == b for a, b in zip(answers, ref, strict=True)) / len(ref)
-                 if ref and answers else None)
+        n = min(len(answers), len(ref or []))
+        agree = sum(a == b for a, b in zip(answers, ref or [], strict=False)) / n if n else None
+        r["agreement_n"] = n
         correct = [float(a == t) for a, t in zip(answers, truth, strict=False)]
         low, high = bootstrap_ci(correct) if correct else (0.0, 0.0)
-        demo_ok = sum(a == t for a, t in zip(r["demo_answers"], r["demo_truth"], strict=True))
+        demo_ok = sum(a == t for a, t in zip(r["demo_answers"], r[DEMO_TRUTH], strict=True))
         accuracy = statistics.mean(correct) if correct else None
         r.update(agreement=agree, id_accuracy=accuracy, id_ci=[low, high],
                  demo_correct=demo_ok)
@@ -472,9 +497,9 @@ def report(results: dict[str, dict[str, Any]], args: argparse.Namespace, id_rows
         print(f"{engine:<13}{f('install_s', '10.1f')}{f('convert_s', '10.1f')}"
               f"{f('load_s', '8.2f')}{f('prefill_tok_s', '12.0f')}{f('decode_tok_s', '11.1f')}"
               f"{f('p50_s', '7.2f')}{f('p99_s', '7.2f')}{f('peak_rss_mb', '8.0f')}"
-              f"{'-' if agree is None else format(100 * agree, '.1f'):>9}"
+              f"{'-' if agree is None else f'{100 * agree:.1f} ({n})':>13}"
               f"{acc_text:>20}"
-              f"{f'{demo_ok}/{len(demo)}':>9}")
+              f"{f'{demo_ok}/{len(r[DEMO_TRUTH])}':>9}")
     base = results.get("transformers", {})
     target = results.get(args.target, {})
     if "p50_s" in base and "p50_s" in target:
