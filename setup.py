@@ -64,6 +64,7 @@ setup(
             "tokenizers>=0.20",
             "gguf>=0.10",  # the smollm2-135m offline model is converted from a GGUF file
             "peft>=0.21",  # merges the shipped adapter of smollm2-135m-embodied-r
+            "ctranslate2>=4.5",  # the offline profile's fast CPU engine for the reasoning LM
         ],
         "bags": ["rosbags>=0.10", "rosbags-image>=0.9"],
         "train": [
