@@ -136,7 +136,7 @@ def _token_nll(model: Any, tokenizer: Any, target: dict[str, Any]) -> tuple[Tens
 
 def test_sft_baseline_loss_is_the_completion_only_and_moves(dataset: Path, tmp_path: Path,
                                                             tiny_models_dir: Path) -> None:
-    from embodied_r_training.datasets_build import load_rows
+    from embodied_r_training.dataset_files import load_rows
     from embodied_r_training.sft import run_sft, sft_rows, target_text
     from transformers import AutoTokenizer
 
@@ -258,7 +258,7 @@ def test_eval_command_writes_json_markdown_and_png(dataset: Path, tmp_path: Path
 
 def test_evaluate_scores_known_replies_to_hand_computed_figures(dataset: Path) -> None:
     """A scripted policy whose replies are known: every figure below is counted by hand."""
-    from embodied_r_training.datasets_build import load_rows
+    from embodied_r_training.dataset_files import load_rows
     from embodied_r_training.evaluate import evaluate
     from scripted import ScriptedVLM
 
