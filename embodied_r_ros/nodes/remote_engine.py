@@ -154,11 +154,17 @@ class RemoteEngine:
                 on_feedback(msg.feedback)
 
         presence = _Presence(client.server_is_ready, what)
+        gone: list[bool] = []  # set when the peer is found gone (left the graph, or silent)
 
         def alive() -> None:
-            presence.check()
+            try:
+                presence.check()
+            except QueryError:
+                gone.append(True)
+                raise
             silent = time.monotonic() - last_sign[0]
             if silent > HEARTBEAT_TIMEOUT_SEC:
+                gone.append(True)
                 raise QueryError(BACKEND_DOWN, f"{what} stopped answering (no sign of life "
                                  f"for {silent:.1f} s)")
 
@@ -178,9 +184,11 @@ class RemoteEngine:
                 raise_if_stopped(cancel)
                 alive()
         except BaseException:
-            # stop the work there too (a timed-out or cancelled question, or a stuck peer)
+            # stop the work there too (a timed-out or cancelled question, or a stuck peer); a
+            # peer that alive() found gone cannot answer the cancel, so it is not waited for
             handle.cancel_goal_async()
-            finished.wait(CANCEL_WAIT_SEC)
+            if not gone:
+                finished.wait(CANCEL_WAIT_SEC)
             raise
         res = result.result().result
         if not res.success:
