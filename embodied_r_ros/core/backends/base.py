@@ -13,9 +13,10 @@ really happened: a backend whose last call failed reports that error until a cal
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -44,8 +45,13 @@ __all__ = [
     "Conversation",
     "Health",
     "Message",
+    "cut_at_stop",
+    "exclusive",
     "raise_if_stopped",
 ]
+
+#: how often a caller waiting for an in-process model checks its cancel token
+_LOCK_POLL_S = 0.05
 
 
 class BackendError(RuntimeError):
@@ -61,6 +67,24 @@ def raise_if_stopped(cancel: CancelToken | None) -> None:
     why = cancel.reason() if cancel is not None else None
     if why is not None:
         raise BackendError(*why)
+
+
+@contextlib.contextmanager
+def exclusive(lock: threading.Lock, cancel: CancelToken | None) -> Iterator[None]:
+    """Hold an in-process model's ``lock``; a caller stopped while waiting for it stops waiting
+    (raises through :func:`raise_if_stopped`)."""
+    while not lock.acquire(timeout=_LOCK_POLL_S):
+        raise_if_stopped(cancel)
+    try:
+        yield
+    finally:
+        lock.release()
+
+
+def cut_at_stop(text: str, stop: Sequence[str]) -> str | None:
+    """``text`` up to the first of the ``stop`` strings, or None if none occurs."""
+    hits = [i for i in (text.find(s) for s in stop if s) if i >= 0]
+    return text[: min(hits)] if hits else None
 
 
 @dataclass(frozen=True)

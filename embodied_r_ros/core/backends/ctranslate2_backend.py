@@ -36,6 +36,8 @@ from embodied_r_ros.core.backends.base import (
     Completion,
     Conversation,
     ReplyFn,
+    cut_at_stop,
+    exclusive,
     raise_if_stopped,
 )
 from embodied_r_ros.core.backends.images import content_parts
@@ -56,7 +58,6 @@ MARKER_FILE = "embodied_r_ctranslate2.json"
 CONVERT_VERSION = 1
 #: a shared prefix shorter than this is not worth a cached engine state
 MIN_PREFIX_TOKENS = 8
-_LOCK_POLL_S = 0.05
 
 
 def is_installed() -> bool:
@@ -246,10 +247,6 @@ class CTranslate2Backend(ChatBackend):
 
     # -- generation --------------------------------------------------------------------------
 
-    def _exclusive(self, cancel: CancelToken | None) -> None:
-        while not self._lock.acquire(timeout=_LOCK_POLL_S):
-            raise_if_stopped(cancel)
-
     def _stream(self, ids: list[int], max_new: int, temperature: float, top_p: float,
                 seed: int | None, cancel: CancelToken | None) -> Iterator[int]:
         """The generated token ids (end tokens excluded); the engine's own decoding thread
@@ -274,8 +271,6 @@ class CTranslate2Backend(ChatBackend):
 
     def _one(self, ids: list[int], max_new: int, temperature: float, top_p: float,
              seed: int | None, stop: Sequence[str], cancel: CancelToken | None) -> Completion:
-        from embodied_r_ros.core.backends.transformers_backend import cut_at_stop
-
         out: list[int] = []
         cut: str | None = None
         stream = self._stream(ids, max_new, temperature, top_p, seed, cancel)
@@ -320,11 +315,8 @@ class CTranslate2Backend(ChatBackend):
             for i, conversation in enumerate(conversations):
                 raise_if_stopped(cancel)
                 ids = self.prompt_ids(conversation)
-                self._exclusive(cancel)
-                try:
+                with exclusive(self._lock, cancel):
                     completion = self._one(ids, max_new, temp, p, seeds[i], stop, cancel)
-                finally:
-                    self._lock.release()
                 out.append(completion)
                 if on_reply is not None:
                     on_reply(i, completion)

@@ -45,6 +45,8 @@ from embodied_r_ros.core.backends.base import (
     Completion,
     Conversation,
     ReplyFn,
+    cut_at_stop,
+    exclusive,
     raise_if_stopped,
 )
 from embodied_r_ros.core.backends.images import content_parts, resize_max_side
@@ -56,7 +58,6 @@ from embodied_r_ros.core.config import ModelConfig
 logger = logging.getLogger(__name__)
 
 IMAGE_TOKEN = "<|image_pad|>"
-_LOCK_POLL_S = 0.05
 
 
 def resolve_device(device: str) -> torch.device:
@@ -159,12 +160,6 @@ class _StopWhenCancelled(StoppingCriteria):
         return torch.full(
             (input_ids.shape[0],), self.cancel.stopped, dtype=torch.bool, device=input_ids.device
         )
-
-
-def cut_at_stop(text: str, stop: Sequence[str]) -> str | None:
-    """``text`` up to the first of the ``stop`` strings, or None if none occurs."""
-    hits = [i for i in (text.find(s) for s in stop if s) if i >= 0]
-    return text[: min(hits)] if hits else None
 
 
 class TransformersBackend(ChatBackend):
@@ -289,16 +284,6 @@ class TransformersBackend(ChatBackend):
             torch.manual_seed(seed)
             yield
 
-    @contextlib.contextmanager
-    def _exclusive(self, cancel: CancelToken | None) -> Iterator[None]:
-        """The model, one batch at a time; a cancelled caller stops waiting for it."""
-        while not self._lock.acquire(timeout=_LOCK_POLL_S):
-            raise_if_stopped(cancel)
-        try:
-            yield
-        finally:
-            self._lock.release()
-
     def generate_ids(
         self,
         conversations: Sequence[Conversation],
@@ -336,7 +321,7 @@ class TransformersBackend(ChatBackend):
             enc = self.encode(conversations[start : start + size])
             prompt_len = enc["input_ids"].shape[1]
             batch_seed = seeds[start] if sample else None
-            with self._exclusive(cancel), torch.inference_mode(), self._rng(batch_seed):
+            with exclusive(self._lock, cancel), torch.inference_mode(), self._rng(batch_seed):
                 try:
                     out = self.model.generate(**enc, **gen_kwargs)
                 except (RuntimeError, ValueError) as exc:  # OOM is a RuntimeError too
