@@ -252,4 +252,6 @@ def test_a_truncated_message_is_dropped_counted_and_the_stream_goes_on(world: Wo
     wait_until(lambda: world.store.stats.received > received, what="the truncated message")
     assert world.store.stats.dropped["CORRUPT_FRAME"] == before + 1
     world.feed_frames([FRAMES[1]], [newest + 2.0])
-    assert world.store.newest_stamp == newest + 2.0 and world.ask().success
+    # feed_frames returns once the frame is counted (before it is decoded and stored)
+    wait_until(lambda: world.store.newest_stamp == newest + 2.0, what="the next frame stored")
+    assert world.ask().success
