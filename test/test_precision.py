@@ -10,7 +10,7 @@ import torch
 from embodied_r_training.config import load_train_config
 from embodied_r_training.grpo import grpo_kwargs
 from embodied_r_training.policy import load_base, local_model, policy_precision
-from embodied_r_training.precision import training_precision
+from embodied_r_training.precision import Precision, training_precision
 from transformers import AutoModelForCausalLM
 
 from embodied_r_ros.core.backends.transformers_backend import resolve_dtype
@@ -49,8 +49,13 @@ def test_the_paper_route_keeps_fp32_master_weights_and_bf16_compute(tmp_path: Pa
     # float16 is fp16 autocast over fp32 masters (it used to load and step fp16 weights)
     half = training_precision("float16", "cuda")
     assert (half.weights, half.fp16, half.bf16) == ("float32", True, False)
-    # CPU: fp32 throughout; LoRA on CUDA: the frozen base in the compute dtype
-    assert training_precision("bfloat16", "cpu") == training_precision("float32", "cpu")
+    # CPU: fp32 weights; an explicit bfloat16 is autocast over them (AMX), auto stays fp32;
+    # LoRA on CUDA: the frozen base in the compute dtype
+    assert training_precision("auto", "cpu") == training_precision("float32", "cpu")
+    assert training_precision("float16", "cpu") == Precision("float32", "float32")
+    cpu_bf16 = training_precision("bfloat16", "cpu", adapters_only=True)
+    assert cpu_bf16.weights == "float32"
+    assert cpu_bf16.trainer_flags() == {"bf16": True, "fp16": False}
     lora = load_train_config("paper", {"policy": {"lora": {"r": 8}}})
     assert policy_precision(lora, "cuda").weights == "bfloat16"
     # one rule: the compute dtype is the backends' inference dtype

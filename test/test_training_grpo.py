@@ -109,6 +109,7 @@ def test_grpo_trains_switches_stages_and_resumes(dataset: Path, tmp_path: Path,
     assert [h["reward_weights/consistency"] for h in steps] == pytest.approx([0.0, 0.0, 0.2])
     assert [h["consistency_rate"] for h in steps[1:]] == pytest.approx([0.5, 0.5])
     assert all("completions/mean_length" in h for h in steps)
+    assert steps[-1]["zero_variance_groups"] == 0  # the dense reward's groups all differ
     # the parameters moved away from the initial random weights
     before = AutoModelForCausalLM.from_pretrained(local_model("tiny-qwen2")).state_dict()
     after = AutoModelForCausalLM.from_pretrained(second.final_model).state_dict()
@@ -116,6 +117,24 @@ def test_grpo_trains_switches_stages_and_resumes(dataset: Path, tmp_path: Path,
     assert len(changed) > len(before) // 2
     assert (out / "curves.png").stat().st_size > 1000
     assert list((out / "tensorboard").glob("events.out.tfevents.*"))
+
+
+def test_groups_of_equal_rewards_are_skipped_counted_and_move_nothing(
+        dataset: Path, tmp_path: Path, tiny_models_dir: Path) -> None:
+    """With beta 0 a group whose rewards are all equal has advantage 0 and no gradient: its
+    forward and backward pass are skipped, it is counted, and the weights stay as they were."""
+    cfg = load_train_config("cpu-tiny", {"data": {"max_rows": 2}, "grpo": {
+        "max_steps": 2, "beta": 0.0, "weight_decay": 0.0}})
+    flat = [NamedReward("format", _const(1.0)), NamedReward("accuracy", _const(0.0)),
+            NamedReward("consistency", _const(0.0))]
+    result = run_grpo(cfg, dataset, output_dir=tmp_path / "flat", reward_funcs=flat)
+    logs = [h for h in json.loads((tmp_path / "flat" / "log_history.json").read_text())
+            if "groups_seen" in h]
+    # 2 steps x 4 completions a step / 2 a group = 4 groups, every one of them flat
+    assert [(h["zero_variance_groups"], h["groups_seen"]) for h in logs] == [(2, 2), (4, 4)]
+    before = AutoModelForCausalLM.from_pretrained(local_model("tiny-qwen2")).state_dict()
+    after = AutoModelForCausalLM.from_pretrained(result.final_model).state_dict()
+    assert all(torch.equal(before[k], after[k]) for k in before)
 
 
 def _token_nll(model: Any, tokenizer: Any, target: dict[str, Any]) -> tuple[Tensor, int]:

@@ -254,6 +254,15 @@ def _labelled(models: list[str]) -> list[tuple[str, str]]:
     return out
 
 
+def _pair(text: str, labels: set[str]) -> tuple[str, str]:
+    """``A:B`` -> (A, B), both model labels of this evaluation."""
+    a, sep, b = text.partition(":")
+    if not sep or a not in labels or b not in labels:
+        raise CliError(f"--paired {text!r}: expected A:B with two of the model labels "
+                       f"({', '.join(sorted(labels))})")
+    return a, b
+
+
 def cmd_eval(args: argparse.Namespace) -> int:
     from .eval_report import summary_table, write_reports
     from .evaluate import evaluate, generation_backend
@@ -265,6 +274,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     if len({label for label, _ in datasets}) != len(datasets):
         raise CliError("--data: each dataset needs its own label (LABEL=DIR)")
     models = _labelled(args.model)
+    pairs = [_pair(p, {label for label, _ in models}) for p in args.paired or []]
     reference = None
     if cfg.eval.consistency and not args.no_consistency and any(
         m not in BASELINES for _, m in models
@@ -300,7 +310,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
             if shared is not None:
                 shared.close()
     out = Path(args.out or Path(datasets[0][1]) / "eval")
-    paths = write_reports(results, out, predictions)
+    paths = write_reports(results, out, predictions, pairs)
     if args.json:
         as_json = {d: {k: r.to_dict() for k, r in rs.items()} for d, rs in results.items()}
         print(json.dumps(next(iter(as_json.values())) if len(as_json) == 1 else as_json))
@@ -467,6 +477,9 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--answer-mode", choices=("official", "tag"),
                    help="the headline accuracy: the official evaluation extractor or the "
                    "<answer> tag (default: the config's rewards.answer_mode); both are reported")
+    e.add_argument("--paired", action="append", metavar="A:B",
+                   help="report accuracy of model A minus model B on the same questions with a "
+                   "paired bootstrap interval (model labels; repeatable)")
     e.add_argument("--json", action="store_true", help="print JSON instead of the tables")
     _add_train_args(e)
     e.set_defaults(func=cmd_eval)

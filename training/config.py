@@ -184,6 +184,10 @@ class SFTSettings(StrictModel):
     # rationale targets only: keep rows whose text supports the answer by the oracle's rules
     supported_only: bool = False
     answer_letter: bool = Field(True, description="'B. text' in the answer tag, else 'text'")
+    # rationale targets only: extra rows, this share of the policy rows, that teach the
+    # consistency reference's task (the question and a gold think text -> the letter), so that
+    # the frozen SFT checkpoint can serve as the reference (issue 17)
+    reference_share: float = Field(0.0, ge=0.0, le=1.0)
 
     learning_rate: float = Field(1e-5, gt=0.0)
     num_epochs: float = Field(3.0, gt=0.0)

@@ -58,8 +58,41 @@ def export_adapter(adapter: Path, dest: Path) -> Path:
     return dest
 
 
+def reference_overrides(sft_final: Path) -> dict[str, Any]:
+    """The consistency reference of the recipe: the run's own frozen SFT checkpoint."""
+    return {"rewards": {"reference": {"backend": "transformers", "model": str(sft_final),
+                                      "dtype": "float32", "device": "cpu", "batch_size": 16}}}
+
+
+def without_consistency(stages: Sequence[Any]) -> list[dict[str, Any]]:
+    """The recipe's reward stages with the consistency weight set to 0 (the ablation)."""
+    return [{**s.model_dump(), "consistency": 0.0} for s in stages]
+
+
+def check_reference(cfg: Any, data_dir: Path, out: Path, split: str = "val") -> dict[str, Any]:
+    """The reference on the gold rationales of ``split`` (rows it never trained on), as the
+    consistency reward asks it; written to ``out``."""
+    from .dataset_files import load_rows
+    from .prompts import dataset_layout
+    from .reference import gold_rationale_check, reference_backend
+
+    reference = reference_backend(cfg, "cpu")
+    try:
+        check = gold_rationale_check(cfg, reference, load_rows(data_dir, split),
+                                     dataset_layout(data_dir))
+    finally:
+        reference.close()
+    result = {"split": split, "reference": cfg.rewards.reference.model, **check.to_dict()}
+    out.write_text(json.dumps(result, indent=1))
+    log.info("consistency reference on %d gold rationales (%s): %.1f %%", check.rows, split,
+             100.0 * check.rate)
+    return result
+
+
 def run_demo(out: Path, *, config: str = RECIPE, worlds: dict[str, int] | None = None,
-             eval_split: str = "test") -> dict[str, Any]:
+             eval_split: str = "test", ablation: bool = True) -> dict[str, Any]:
+    """``ablation``: also train GRPO without the consistency reward on the same budget (the
+    table's comparison row; timed apart from the recipe's SFT + GRPO)."""
     from .dataset_files import load_manifest
     from .grpo import run_grpo
     from .plots import loss_curve
@@ -82,19 +115,35 @@ def run_demo(out: Path, *, config: str = RECIPE, worlds: dict[str, int] | None =
     loss_curve(history, out / "sft" / "loss.png", title=f"SFT ({cfg.name})")
 
     sft_adapter = out / "sft" / "final-adapter"
-    grpo_cfg = load_train_config(config, {"policy": {"adapter": str(sft_adapter)}})
+    overrides = {"policy": {"adapter": str(sft_adapter)}, **reference_overrides(sft.final_model)}
+    grpo_cfg = load_train_config(config, overrides)
+    t = time.perf_counter()
+    reference_check = check_reference(grpo_cfg, data_id, out / "reference_check.json")
+    minutes["reference check"] = _minutes(t)
     t = time.perf_counter()
     grpo = run_grpo(grpo_cfg, data_id, output_dir=out / "grpo")
     minutes["GRPO"] = _minutes(t)
     exported = export_adapter(out / "grpo" / "final-adapter", out / "adapter")
+    models = [f"untrained={cfg.policy.model}", f"SFT={sft.final_model}",
+              f"SFT->GRPO={grpo.final_model}"]
+    ablated = None
+    if ablation:
+        t = time.perf_counter()
+        plain = load_train_config(config, {
+            **overrides, "rewards": {**overrides["rewards"],
+                                     "stages": without_consistency(cfg.rewards.stages)}})
+        ablated = run_grpo(plain, data_id, output_dir=out / "grpo-no-consistency")
+        minutes["GRPO without consistency"] = _minutes(t)
+        models.append(f"SFT->GRPO w/o consistency={ablated.final_model}")
 
     t = time.perf_counter()
     code = cli_main([
         "eval", "--config", config, "--split", eval_split,
+        "--set", f"rewards.reference.model={sft.final_model}",
         "--data", f"ID={data_id}", "--data", f"OOD={data_ood}",
         "--model", "chance", "--model", "first-option", "--model", "oracle",
-        "--model", f"untrained={cfg.policy.model}",
-        "--model", f"SFT={sft.final_model}", "--model", f"SFT->GRPO={grpo.final_model}",
+        *[arg for m in models for arg in ("--model", m)],
+        "--paired", "SFT->GRPO:SFT", "--paired", "SFT->GRPO:SFT->GRPO w/o consistency",
         "--out", str(out / "eval"),
     ])
     if code:
@@ -105,8 +154,11 @@ def run_demo(out: Path, *, config: str = RECIPE, worlds: dict[str, int] | None =
         "data": summary_data,
         "minutes": minutes,
         "training_minutes": round(minutes["SFT"] + minutes["GRPO"], 2),
+        "reference_check": reference_check,
         "sft": {"steps": sft.global_step, "rows": sft.rows, **sft.metrics},
         "grpo": {"steps": grpo.global_step, "rows": grpo.rows, **grpo.metrics},
+        "grpo_without_consistency": ({"steps": ablated.global_step, **ablated.metrics}
+                                     if ablated else None),
         "adapter": str(exported),
         "adapter_mb": round((exported / "adapter_model.safetensors").stat().st_size / 1e6, 2),
         "eval": json.loads((out / "eval" / "eval.json").read_text()),

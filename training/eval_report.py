@@ -138,12 +138,48 @@ def summary_table(data_label: str, results: Mapping[str, EvalResult]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def paired_differences(
+    predictions: Mapping[str, Mapping[str, Sequence[dict[str, Any]]]],
+    pairs: Sequence[tuple[str, str]],
+) -> dict[str, dict[str, dict[str, Any]]]:
+    """``{data: {"A - B": {difference, ci, n}}}``: accuracy of model A minus model B on the
+    same questions (headline reading), with the paired bootstrap interval."""
+    from embodied_r_ros.core.intervals import paired_difference
+
+    out: dict[str, dict[str, dict[str, Any]]] = {}
+    for data, per_model in predictions.items():
+        for a, b in pairs:
+            if a not in per_model or b not in per_model:
+                raise ValueError(f"--paired {a}:{b}: no such model label in {data}")
+            hits = {label: {p["id"]: float(p["correct"]) for p in per_model[label]}
+                    for label in (a, b)}
+            ids = sorted(hits[a].keys() & hits[b].keys())
+            diff, low, high = paired_difference([hits[a][i] for i in ids],
+                                                [hits[b][i] for i in ids])
+            out.setdefault(data, {})[f"{a} - {b}"] = {
+                "difference": diff, "ci": [low, high], "n": len(ids)}
+    return out
+
+
+def paired_table(paired: Mapping[str, Mapping[str, Mapping[str, Any]]]) -> str:
+    lines = ["### Paired differences (same questions, 95 % paired bootstrap interval)", "",
+             "| Dataset | Difference | Points | 95 % interval | n |", "|---|---|---|---|---|"]
+    for data, rows in paired.items():
+        for name, d in rows.items():
+            low, high = d["ci"]
+            lines.append(f"| {data} | {name} | {100.0 * d['difference']:+.1f} | "
+                         f"[{100.0 * low:+.1f}, {100.0 * high:+.1f}] | {d['n']} |")
+    return "\n".join(lines) + "\n"
+
+
 def write_reports(
     by_data: Mapping[str, Mapping[str, EvalResult]],
     out_dir: str | Path,
     predictions: Mapping[str, Mapping[str, Sequence[dict[str, Any]]]] | None = None,
+    pairs: Sequence[tuple[str, str]] = (),
 ) -> dict[str, Path]:
-    """``eval.json``, ``eval.md``, ``eval.png`` and ``predictions-*.jsonl`` of models evaluated
+    """``eval.json``, ``eval.md``, ``eval.png``, ``predictions-*.jsonl`` (and with ``pairs``,
+    ``paired.json``: :func:`paired_differences`) of models evaluated
     on one or more datasets (``by_data[data_label][model_label]``). With one dataset the JSON is
     ``{model_label: result}`` and predictions are ``predictions-<model>.jsonl``; with more,
     ``{data_label: {model_label: result}}`` and ``predictions-<data>-<model>.jsonl``."""
@@ -157,6 +193,11 @@ def write_reports(
     write_atomic(paths["json"], json.dumps(
         next(iter(as_json.values())) if single else as_json, indent=1))
     parts = [summary_table(d, rs) for d, rs in by_data.items()]
+    if pairs:
+        paired = paired_differences(predictions or {}, pairs)
+        paths["paired"] = out / "paired.json"
+        write_atomic(paths["paired"], json.dumps(paired, indent=1))
+        parts.append(paired_table(paired))
     for d, rs in by_data.items():
         parts.append(markdown_report(rs) if single else f"## {d}\n\n{markdown_report(rs)}")
     write_atomic(paths["markdown"], "\n".join(parts))

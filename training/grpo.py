@@ -310,6 +310,42 @@ def run_grpo(
     return result
 
 
+def zero_variance_trainer() -> type:
+    """TRL's ``GRPOTrainer`` that counts the groups whose rewards were all equal (advantage 0:
+    ``zero_variance_groups`` of ``groups_seen`` in the logs, cumulative over this trainer) and,
+    with ``beta`` 0, skips the forward and backward pass of a micro-batch made only of them (it
+    has no gradient, so its cost buys nothing; with ``beta`` > 0 the KL term still has one).
+    Only ``compute_loss`` and ``log``, the trainer's documented override points, change."""
+    from trl import GRPOTrainer
+
+    class ZeroVarianceGRPOTrainer(GRPOTrainer):
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            self.zero_variance_groups = 0
+            self.groups_seen = 0
+
+        def compute_loss(self, model: Any, inputs: dict[str, Any], return_outputs: bool = False,
+                         num_items_in_batch: Any = None) -> Any:
+            advantages = inputs["advantages"]
+            whole = advantages.numel() % self.num_generations == 0  # else one unit
+            groups = advantages.reshape(-1, self.num_generations if whole else advantages.numel())
+            flat = groups.ne(0).any(dim=1).logical_not()
+            self.groups_seen += int(flat.numel())
+            self.zero_variance_groups += int(flat.sum())
+            if self.beta == 0.0 and bool(flat.all()):
+                weight = next(p for p in model.parameters() if p.requires_grad)
+                return weight.sum() * 0.0  # a graph for backward; every gradient is zero
+            return super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
+
+        def log(self, logs: dict[str, float], *args: Any, **kwargs: Any) -> None:
+            if "loss" in logs:  # a training log, not an evaluation's
+                logs["zero_variance_groups"] = float(self.zero_variance_groups)
+                logs["groups_seen"] = float(self.groups_seen)
+            super().log(logs, *args, **kwargs)
+
+    return ZeroVarianceGRPOTrainer
+
+
 def _trainer(
     cfg: TrainConfig,
     model: Any,
@@ -321,9 +357,7 @@ def _trainer(
     out: Path,
     callbacks: Sequence[Any],
 ) -> Any:
-    from trl import GRPOTrainer
-
-    trainer = GRPOTrainer(
+    trainer = zero_variance_trainer()(
         model=model,
         reward_funcs=list(funcs),
         args=args,

@@ -9,7 +9,11 @@ which keeps fp32 master weights. Here the policy is always *loaded* in float32 a
 ``policy.dtype`` names the *compute* precision: on CUDA the trainer runs the forward and
 backward passes under bf16 (or fp16) autocast (``bf16=True`` / ``fp16=True`` in the trainer's
 arguments, with fp32 parameters that is mixed precision, not half-precision training); under
-DeepSpeed the same flags make DeepSpeed hold the fp32 master copy. On CPU everything is fp32.
+DeepSpeed the same flags make DeepSpeed hold the fp32 master copy. On CPU ``auto`` and
+``float16`` train in fp32; an explicit ``bfloat16`` runs bf16 autocast over fp32 weights (base
+included: nothing is held in bf16), which CPUs with AMX or AVX512-BF16 compute about twice as
+fast (SmolLM2-135M with LoRA, 4 x 800 tokens forward and backward on the 2 cores here: 17.9 s
+in fp32, 9.0 s under bf16 autocast).
 The compute dtype follows the inference rule of the backends
 (:func:`embodied_r_ros.core.backends.transformers_backend.resolve_dtype`: ``auto`` is bf16 on
 CUDA), so one rule decides both.
@@ -56,7 +60,7 @@ def training_precision(dtype: str, device: str, *, adapters_only: bool = False) 
     from embodied_r_ros.core.backends.transformers_backend import resolve_dtype
 
     if device != "cuda":
-        return Precision("float32", "float32")
+        return Precision("float32", "bfloat16" if dtype == "bfloat16" else "float32")
     compute = str(resolve_dtype(dtype, device)).removeprefix("torch.")
     if compute not in ("float32", "bfloat16", "float16"):
         raise ValueError(f"unsupported training dtype {dtype!r}")

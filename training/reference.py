@@ -7,6 +7,10 @@ paper's temperature 0.1 for at most 10 new tokens, whatever the config says.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
 from embodied_r_ros.core.backends.base import ChatBackend
 from embodied_r_ros.core.config import ModelConfig
 from embodied_r_ros.core.prompts import PromptSet, prompts_from
@@ -51,3 +55,44 @@ def consistency_reward(
     r = cfg.rewards
     return ConsistencyReward(reference, answer_mode=r.answer_mode,
                              prompts=reference_prompts(cfg, layout), fallback=r.fallback)
+
+
+@dataclass(frozen=True)
+class GoldCheck:
+    """How often the reference re-derives the gold answer from a gold rationale's think text."""
+
+    rows: int
+    consistent: int
+    failed: int  # reference calls that raised
+
+    @property
+    def rate(self) -> float:
+        return self.consistent / self.rows if self.rows else 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"rows": self.rows, "consistent": self.consistent, "failed": self.failed,
+                "rate": round(self.rate, 4)}
+
+
+def gold_rationale_check(
+    cfg: TrainConfig,
+    reference: ChatBackend,
+    rows: Sequence[Mapping[str, Any]],
+    layout: PromptLayout | None = None,
+) -> GoldCheck:
+    """The consistency reward, exactly as training asks it, on the rows' gold rationales
+    (:func:`~embodied_r_training.rationales.rationale`, answered with letter and text): a
+    reference that cannot reach the stated answer from these makes the reward noise."""
+    from .rationales import completion
+
+    if not rows:
+        raise ValueError("no rows to check the reference on")
+    judge = consistency_reward(cfg, reference, layout)
+    rewards = judge(
+        prompts=[r["prompt"] for r in rows],
+        completions=[completion(r, letter=True) for r in rows],
+        solution=[r["solution"] for r in rows],
+        options=[r["options"] for r in rows],
+        question_block=[r.get("question_block") for r in rows],
+    )
+    return GoldCheck(len(rows), int(sum(rewards)), judge.last_batch["failed"])

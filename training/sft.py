@@ -15,10 +15,13 @@ import time
 from pathlib import Path
 from typing import Any
 
+from embodied_r_ros.core.prompts import PromptSet
 from embodied_r_ros.core.reasoning import parse_options
 
 from .config import SFTSettings, TrainConfig, device_name
 from .policy import load_policy, lora_config, policy_precision, save_final
+from .prompts import dataset_layout
+from .reference import reference_prompts
 from .runs import TrainResult, last_checkpoint, training_rows
 
 log = logging.getLogger(__name__)
@@ -32,25 +35,55 @@ def target_text(row: dict[str, Any], think: str) -> str:
     return f"<think>{think}</think>\n<answer>{answer}</answer>"
 
 
-def sft_rows(rows: list[dict[str, Any]], cfg: SFTSettings) -> list[dict[str, Any]]:
+def sft_rows(
+    rows: list[dict[str, Any]], cfg: SFTSettings, prompts: PromptSet | None = None
+) -> list[dict[str, Any]]:
     """Prompt-completion rows for TRL, conversational or, for prompts that are chat-templated
     text (``data.over_length: left``), text (rationale rows the oracle does not support are
-    left out when ``cfg.supported_only``)."""
-    from .rationales import rationale
+    left out when ``cfg.supported_only``); then ``cfg.reference_share`` of reference rows."""
+    from .rationales import Rationale, rationale
 
     out = []
+    gold: list[tuple[dict[str, Any], Rationale]] = []
     for r in rows:
         if cfg.targets == "rationale":
             why = rationale(r, letter=cfg.answer_letter)
             if cfg.supported_only and not why.supported:
                 continue
             target = why.completion
+            gold.append((r, why))
         else:
             target = target_text(r, cfg.think_template)
         completion: Any = target if isinstance(r["prompt"], str) else [
             {"role": "assistant", "content": target}]
         out.append({"prompt": r["prompt"], "completion": completion})
-    return out
+    return out + reference_rows(gold, cfg, prompts)
+
+
+def reference_rows(
+    gold: list[tuple[dict[str, Any], Any]], cfg: SFTSettings, prompts: PromptSet | None
+) -> list[dict[str, Any]]:
+    """A seeded ``cfg.reference_share`` of the gold rationales as the consistency reference
+    sees them (:func:`~embodied_r_ros.core.rewards.reference_conversation`: the question and
+    the think text only), answered with the solution's letter alone, as its prompt asks."""
+    import random
+
+    from embodied_r_ros.core.reasoning import question_from_prompt
+    from embodied_r_ros.core.rewards import prompt_text, reference_conversation
+
+    n = round(cfg.reference_share * len(gold))
+    if n == 0:
+        return []
+    if any(isinstance(r["prompt"], str) for r, _ in gold):
+        raise ValueError("sft.reference_share needs conversational prompts (data.over_length "
+                         "other than 'left')")
+    picked = random.Random(cfg.seed).sample(gold, n)
+    return [{
+        "prompt": reference_conversation(
+            question_from_prompt(r.get("question_block") or prompt_text(r["prompt"])),
+            why.think, prompts),
+        "completion": [{"role": "assistant", "content": str(r["solution"]).strip()[:1]}],
+    } for r, why in picked]
 
 
 def run_sft(
@@ -70,7 +103,7 @@ def run_sft(
     device = device_name(s.device)
     model, tokenizer = load_policy(cfg, device)
     rows, fit = training_rows(cfg, data_dir, tokenizer)
-    targets = sft_rows(rows, s)
+    targets = sft_rows(rows, s, reference_prompts(cfg, dataset_layout(data_dir)))
     if not targets:
         raise ValueError("no SFT rows: every rationale is unsupported (sft.supported_only)")
     log.info("SFT on %d of %d rows (%s targets)", len(targets), len(rows), s.targets)
