@@ -108,8 +108,35 @@ def test_every_rationale_of_a_built_world_reaches_the_true_answer(
             assert FORMAT.match(text), text
             assert is_well_formed(text)
             assert correct(text, row["solution"], row["options"]), text
+            # the recipe's reading (the official training normalisation) needs the letter
+            assert correct(text, row["solution"], row["options"], "official") is letter, text
             parsed = parse_reasoning(text, row["options"])
             assert parsed.answer == row["solution"] and parsed.well_formed
             think = extract_think(text) or ""
             assert 3 <= len(think.split()) <= 150, think  # short: a 135M model learns it on CPU
             assert "Frame " in think or "never seen" in think or "No frame" in think
+
+
+def test_sft_teaches_the_reference_task_on_a_share_of_the_gold_rationales(
+    built_rows: tuple[dict, ...],
+) -> None:
+    """``sft.reference_share``: extra rows that show the reference prompt (the question and a
+    gold think text, nothing of the video) and answer with the solution's letter alone."""
+    from embodied_r_training.config import SFTSettings
+    from embodied_r_training.sft import sft_rows
+
+    from embodied_r_ros.core.prompts import default_prompts
+
+    rows = list(built_rows)
+    plain = sft_rows(rows, SFTSettings(targets="rationale"))
+    mixed = sft_rows(rows, SFTSettings(targets="rationale", reference_share=0.5))
+    assert mixed[: len(plain)] == plain and len(mixed) == len(plain) + round(0.5 * len(rows))
+    by_think = {extract_think(completion(r)): r for r in rows}
+    p = default_prompts()
+    for extra in mixed[len(plain):]:
+        system, user = extra["prompt"]
+        assert system == {"role": "system", "content": p.reference_system}
+        think = user["content"].split("Thinking process:")[1].split("Your answer")[0].strip()
+        row = by_think[think]  # a gold think text, verbatim
+        assert "Video content" not in user["content"] and "Choices:" in user["content"]
+        assert extra["completion"] == [{"role": "assistant", "content": row["solution"]}]

@@ -210,6 +210,10 @@ class EvalSettings(StrictModel):
     max_new_tokens: int = Field(2048, ge=1)
     temperature: float = Field(0.0, ge=0.0)
     batch_size: int = Field(8, ge=1)
+    # the engine of the evaluated models: transformers, or a CTranslate2 conversion (float32:
+    # the same weights, batched greedy decoding several times faster on CPU; int8: quantised)
+    backend: Literal["transformers", "ctranslate2"] = "transformers"
+    quantization: Literal["int8", "int8_float32", "int16", "float32"] = "float32"
     device: Device = "auto"
     dtype: Dtype = "auto"
     consistency: bool = Field(True, description="ask the reference LM about correct answers")

@@ -29,12 +29,15 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from transformers import TrainerCallback, TrainerControl, TrainerState
+
 from .cli import main as cli_main
 from .config import load_train_config
 
 log = logging.getLogger(__name__)
 
 RECIPE = "smollm2-embodied-r"
+REFERENCE = "smollm2-135m-embodied-r-reference"  # the offline name of the SFT stage
 
 
 def _minutes(start: float) -> float:
@@ -69,6 +72,39 @@ def without_consistency(stages: Sequence[Any]) -> list[dict[str, Any]]:
     return [{**s.model_dump(), "consistency": 0.0} for s in stages]
 
 
+def consistency_start_epoch(stages: Sequence[Any]) -> int:
+    """The epoch at which the first stage with a consistency weight begins: before it the
+    recipe and its ablation train alike."""
+    start = 0
+    for stage in stages:
+        if stage.consistency > 0:
+            return start
+        start += stage.epochs
+    return start
+
+
+class KeepCheckpoint(TrainerCallback):
+    """Saves the checkpoint of the first step that completes ``epochs`` epochs and copies it to
+    ``dest`` (later saves may rotate it away): the ablation resumes there."""
+
+    def __init__(self, epochs: int, dest: Path) -> None:
+        self.epochs = epochs
+        self.dest = dest
+        self.step: int | None = None
+
+    def on_step_end(self, args: Any, state: TrainerState, control: TrainerControl,
+                    **kw: Any) -> None:
+        if self.step is None and (state.epoch or 0.0) >= self.epochs - 1e-9:
+            self.step = state.global_step
+            control.should_save = True
+
+    def on_save(self, args: Any, state: TrainerState, control: TrainerControl,
+                **kw: Any) -> None:
+        if self.step is not None and state.global_step == self.step:
+            src = Path(args.output_dir) / f"checkpoint-{self.step}"
+            shutil.copytree(src, self.dest / src.name, dirs_exist_ok=True)
+
+
 def check_reference(cfg: Any, data_dir: Path, out: Path, split: str = "val") -> dict[str, Any]:
     """The reference on the gold rationales of ``split`` (rows it never trained on), as the
     consistency reward asks it; written to ``out``."""
@@ -92,7 +128,9 @@ def check_reference(cfg: Any, data_dir: Path, out: Path, split: str = "val") -> 
 def run_demo(out: Path, *, config: str = RECIPE, worlds: dict[str, int] | None = None,
              eval_split: str = "test", ablation: bool = True) -> dict[str, Any]:
     """``ablation``: also train GRPO without the consistency reward on the same budget (the
-    table's comparison row; timed apart from the recipe's SFT + GRPO)."""
+    table's comparison row; timed apart from the recipe's SFT + GRPO): it branches from the
+    recipe's run where the consistency weight first becomes non-zero, so the two differ only
+    in that reward."""
     from .dataset_files import load_manifest
     from .grpo import run_grpo
     from .plots import loss_curve
@@ -121,14 +159,23 @@ def run_demo(out: Path, *, config: str = RECIPE, worlds: dict[str, int] | None =
     reference_check = check_reference(grpo_cfg, data_id, out / "reference_check.json")
     minutes["reference check"] = _minutes(t)
     t = time.perf_counter()
-    grpo = run_grpo(grpo_cfg, data_id, output_dir=out / "grpo")
+    branch = consistency_start_epoch(cfg.rewards.stages)
+    kept = out / "grpo-branch"
+    grpo = run_grpo(grpo_cfg, data_id, output_dir=out / "grpo",
+                    callbacks=[KeepCheckpoint(branch, kept)] if ablation and branch else [])
     minutes["GRPO"] = _minutes(t)
     exported = export_adapter(out / "grpo" / "final-adapter", out / "adapter")
+    reference_adapter = export_adapter(sft_adapter, out / "reference-adapter")
     models = [f"untrained={cfg.policy.model}", f"SFT={sft.final_model}",
               f"SFT->GRPO={grpo.final_model}"]
     ablated = None
     if ablation:
+        # the same run up to the first stage with a consistency weight (its checkpoint, with
+        # optimizer and RNG state), then the remaining stages without that reward
         t = time.perf_counter()
+        ablation_dir = out / "grpo-no-consistency"
+        if branch and not ablation_dir.exists():
+            shutil.copytree(kept, ablation_dir)
         plain = load_train_config(config, {
             **overrides, "rewards": {**overrides["rewards"],
                                      "stages": without_consistency(cfg.rewards.stages)}})
@@ -160,6 +207,7 @@ def run_demo(out: Path, *, config: str = RECIPE, worlds: dict[str, int] | None =
         "grpo_without_consistency": ({"steps": ablated.global_step, **ablated.metrics}
                                      if ablated else None),
         "adapter": str(exported),
+        "reference_adapter": str(reference_adapter),
         "adapter_mb": round((exported / "adapter_model.safetensors").stat().st_size / 1e6, 2),
         "eval": json.loads((out / "eval" / "eval.json").read_text()),
     }
@@ -229,14 +277,15 @@ rules (the ceiling the text allows); "chance" is the expected accuracy of a unif
 """
 
 
-def install_adapter(exported: Path) -> Path:
-    """Copy an exported adapter over the shipped one of ``smollm2-135m-embodied-r``."""
+def install_adapter(exported: Path, name: str = "smollm2-135m-embodied-r") -> Path:
+    """Copy an exported adapter over the shipped one of offline model ``name``."""
     from embodied_r_ros.core.backends.offline import ADAPTER_ROOT, ADAPTERS
 
-    dest = ADAPTER_ROOT / ADAPTERS["smollm2-135m-embodied-r"][1]
+    dest = ADAPTER_ROOT / ADAPTERS[name][1]
     dest.mkdir(parents=True, exist_ok=True)
-    for name in ("adapter_config.json", "adapter_model.safetensors", "README.md"):
-        shutil.copy(exported / name, dest / name)
+    for file in ("adapter_config.json", "adapter_model.safetensors", "README.md"):
+        if (exported / file).is_file():
+            shutil.copy(exported / file, dest / file)
     return dest
 
 
@@ -256,7 +305,8 @@ def main(argv: Sequence[str] | None = None) -> int:
           f"{summary['adapter']}")
     print(json.dumps(summary["minutes"]))
     if args.install:
-        print(f"installed: {install_adapter(Path(summary['adapter']))}")
+        print(f"installed: {install_adapter(Path(summary['adapter']))}, "
+              f"{install_adapter(Path(summary['reference_adapter']), REFERENCE)}")
     return 0
 
 

@@ -37,7 +37,8 @@ def generation_backend(model: str, cfg: TrainConfig) -> ChatBackend:
     e = cfg.eval
     return create_backend(
         ModelConfig(
-            backend="transformers",
+            backend=e.backend,
+            quantization=e.quantization,
             model=model,
             dtype=e.dtype,
             device=device_name(e.device),

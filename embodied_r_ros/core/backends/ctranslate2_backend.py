@@ -9,7 +9,9 @@ cache with CTranslate2's own ``TransformersConverter`` and no hub; the build is 
 source files, the quantisation and the engine version, so a changed source is rebuilt.
 
 Generation streams tokens (``Generator.generate_tokens``), so a cancel token or a deadline stops
-it at the next token and ``stop`` strings end it as soon as they appear. The prompt's fixed
+it at the next token and ``stop`` strings end it as soon as they appear. A greedy call of several
+prompts with nobody to cancel it or to hear single replies (an evaluation) runs as one batched
+``generate_batch`` call instead. The prompt's fixed
 prefix (the system prompt and any instruction every question shares) is the longest token
 prefix shared by the prompts seen so far; it is handed to the engine as its ``static_prompt``,
 whose model state CTranslate2 caches, so later questions only prefill their own text.
@@ -294,6 +296,30 @@ class CTranslate2Backend(ChatBackend):
         return Completion(text=text, finish_reason=finish, prompt_tokens=len(ids),
                           completion_tokens=len(out))
 
+    def _batch(self, prompts: list[list[int]], max_new: int,
+               stop: Sequence[str]) -> list[Completion]:
+        """Greedy replies of several prompts in one batched engine call (``batch_size`` at a
+        time): what an evaluation asks, many questions and nobody waiting on one of them.
+        Greedy decoding does not depend on the batch, so the answers are those of
+        :meth:`_one`; a stop string cuts the text afterwards."""
+        tokens = self.tokenizer.convert_ids_to_tokens
+        try:
+            results = self.generator.generate_batch(
+                [tokens(ids) for ids in prompts], max_length=max_new, sampling_topk=1,
+                end_token=self._end_ids, include_prompt_in_result=False,
+                max_batch_size=max(self.cfg.batch_size, 1))
+        except (RuntimeError, ValueError) as exc:
+            raise BackendError(BACKEND_FAILED, f"generation failed: {exc}") from exc
+        out = []
+        for ids, result in zip(prompts, results, strict=True):
+            new = [int(t) for t in result.sequences_ids[0] if t not in self._end_ids]
+            text = self.tokenizer.decode(new, skip_special_tokens=True)
+            cut = cut_at_stop(text, stop) if stop else None
+            finish = "stop" if cut is not None or len(new) < max_new else "length"
+            out.append(Completion(text=text if cut is None else cut, finish_reason=finish,
+                                  prompt_tokens=len(ids), completion_tokens=len(new)))
+        return out
+
     def complete(
         self,
         conversations: Sequence[Conversation],
@@ -312,6 +338,12 @@ class CTranslate2Backend(ChatBackend):
         seeds = self.call_seeds(self.cfg.seed, temp, seed, len(conversations))
         out: list[Completion] = []
         try:
+            if temp == 0 and cancel is None and on_reply is None and len(conversations) > 1:
+                prompts = [self.prompt_ids(c) for c in conversations]
+                with exclusive(self._lock, None):
+                    out = self._batch(prompts, max_new, stop)
+                self._record(None)
+                return out
             for i, conversation in enumerate(conversations):
                 raise_if_stopped(cancel)
                 ids = self.prompt_ids(conversation)
