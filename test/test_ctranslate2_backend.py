@@ -84,17 +84,21 @@ def test_a_name_that_is_not_local_is_one_clear_error(ct2: object, tmp_path: Path
     assert "local models only" in str(err.value) and "\n" not in str(err.value)
 
 
-def test_greedy_replies_equal_transformers_with_the_prefix_cached(
+def test_greedy_replies_equal_transformers_batched_and_streamed_with_the_prefix_cached(
     fast_lm, tiny_lm: TransformersBackend
 ) -> None:
     convs = [_conv(q) for q in QUESTIONS]
-    ours = fast_lm.complete(convs, max_new_tokens=24)
     ref = tiny_lm.complete(convs, max_new_tokens=24)
-    assert [c.text for c in ours] == [c.text for c in ref]
-    assert [c.completion_tokens for c in ours] == [c.completion_tokens for c in ref]
+    # several greedy prompts, nobody to cancel or to hear single replies: one batched call
+    batched = fast_lm.complete(convs, max_new_tokens=24)
+    # one at a time: streamed token by token, the shared prefix cached after the first
+    streamed = [fast_lm.complete([c], max_new_tokens=24)[0] for c in convs]
+    for ours in (batched, streamed):
+        assert [c.text for c in ours] == [c.text for c in ref]
+        assert [c.completion_tokens for c in ours] == [c.completion_tokens for c in ref]
+        assert [c.finish_reason for c in ours] == [c.finish_reason for c in ref]
     # the system turn (and the user header) is shared: later questions reuse its engine state
     assert fast_lm.cached_prefix_tokens >= 8
-    assert [c.text for c in fast_lm.complete(convs[:1], max_new_tokens=24)] == [ref[0].text]
 
 
 def test_stop_string_ends_generation(fast_lm, tiny_lm: TransformersBackend) -> None:
