@@ -34,8 +34,8 @@ def test_the_adapter_ships_small_with_its_card() -> None:
     assert f"float16 safetensors, {weights.stat().st_size / 1e6:.2f} MB" in card
     # the minutes add up, and its summary table is the one in EVAL.md and the README
     sft, grpo, total = (float(re.search(pattern, card)[1]) for pattern in (
-        r"completion-only loss\. ([\d.]+) minutes", r"\n +([\d.]+) minutes\.",
-        r"Training time: ([\d.]+) minutes"))
+        r"SFT took ([\d.]+) minutes", r"GRPO took ([\d.]+) minutes",
+        r"Training time \(SFT \+ GRPO\): ([\d.]+) minutes"))
     assert abs(sft + grpo - total) < 0.02, (sft, grpo, total)
     rows = _table(card)
     assert rows == _table((adapter / "EVAL.md").read_text())

@@ -40,6 +40,10 @@ RECIPE = "smollm2-embodied-r"
 REFERENCE = "smollm2-135m-embodied-r-reference"  # the offline name of the SFT stage
 
 
+def _pct(value: float | None) -> str:
+    return "-" if value is None else f"{100.0 * value:.1f}"
+
+
 def _minutes(start: float) -> float:
     return round((time.perf_counter() - start) / 60.0, 2)
 
@@ -235,6 +239,9 @@ def model_card(summary: dict[str, Any], tables: str) -> str:
     rows = summary["data"].get("rows", {})
     stages = ", ".join(f"{s.format:g}/{s.accuracy:g}/{s.consistency:g}"
                        for s in cfg.rewards.stages)
+    check = summary.get("reference_check") or {}
+    zero = (f"{int(grpo['zero_variance_groups/last'])} of {int(grpo['groups_seen/last'])}"
+            if "groups_seen/last" in grpo else "-")
     return f"""# smollm2-135m-embodied-r
 
 A LoRA adapter (r {lora.r if lora else '-'}, alpha {lora.alpha if lora else '-'}, every linear
@@ -257,21 +264,36 @@ Seeds: {seeds}. Rows: {json.dumps(rows)}. Perception: the `offline` profile (odo
 motions, colour regions), built by `embodied-r-train build` from each world's rosbag.
 
 ## Recipe (2 CPU cores)
-- SFT: {sft['rows']} rationale rows (`sft.supported_only`: the text supports the answer),
+- SFT: {sft['rows']} rows: rationales (`sft.supported_only`: the text supports the answer;
+  answers `B. option text`) and reference rows (`sft.reference_share`
+  {cfg.sft.reference_share:g}: the question and a gold think text -> the letter),
   {sft['steps']} steps of {cfg.sft.gradient_accumulation_steps} rows, learning rate
-  {cfg.sft.learning_rate:g}, cosine; completion-only loss. {summary['minutes']['SFT']} minutes.
+  {cfg.sft.learning_rate:g}, cosine; completion-only loss; {cfg.policy.dtype} autocast over fp32
+  weights. SFT took {summary['minutes']['SFT']} minutes.
+- The consistency reference: that SFT checkpoint, frozen (offline name
+  `smollm2-135m-embodied-r-reference`). On the {check.get('rows', '-')} gold rationales of the
+  validation worlds, asked as the reward asks it, it re-derives the stated answer of
+  {_pct(check.get('rate'))} % (the untrained SmolLM2-135M: about chance).
 - GRPO from that adapter: {grpo['steps']} steps, group size {cfg.grpo.num_generations}
   ({cfg.grpo.completions_per_step} completions a step), {grpo['rows']} prompts,
   temperature {cfg.grpo.temperature:g}, top-k {cfg.grpo.top_k}, top-p {cfg.grpo.top_p:g},
-  beta {cfg.grpo.beta:g}, learning rate {cfg.grpo.learning_rate:g}; reward stages
-  (format/accuracy/consistency) {stages}, one epoch each; consistency reference
-  `{cfg.rewards.reference.model if cfg.rewards.reference else cfg.policy.model}`.
-  {summary['minutes']['GRPO']} minutes.
-- Training time: {summary['training_minutes']} minutes in all.
+  beta {cfg.grpo.beta:g}, learning rate {cfg.grpo.learning_rate:g}, at most
+  {cfg.grpo.max_completion_length} new tokens; reward stages (format/accuracy/consistency)
+  {stages}, one epoch each; answers read as the official code reads them
+  (`rewards.answer_mode: {cfg.rewards.answer_mode}`). Groups whose rewards were all equal
+  (no advantage, no gradient; their forward and backward pass skipped):
+  {zero}. GRPO took {summary['minutes']['GRPO']} minutes.
+- Training time (SFT + GRPO): {summary['training_minutes']} minutes.
+- The ablation "w/o consistency": the same run up to the first stage with a consistency weight
+  (its checkpoint), then the rest with that weight at 0: another
+  {summary['minutes'].get('GRPO without consistency', '-')} minutes.
 
-## Evaluation (greedy, {cfg.eval.max_new_tokens} new tokens; 95 % bootstrap intervals)
+## Evaluation (greedy, {cfg.eval.max_new_tokens} new tokens, {cfg.eval.backend}
+{cfg.eval.quantization if cfg.eval.backend == 'ctranslate2' else ''}; 95 % bootstrap intervals)
 "untrained" is SmolLM2-135M-Instruct itself; "oracle" answers from the same perception text by
-rules (the ceiling the text allows); "chance" is the expected accuracy of a uniform guess.
+rules (the ceiling the text allows); "chance" is the expected accuracy of a uniform guess. The
+headline accuracy is read as the official evaluation does (the first letter in the answer
+tag); the per-category tables in EVAL.md give both readings.
 
 {tables}
 """

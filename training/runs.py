@@ -85,6 +85,10 @@ def summarize_history(history: Sequence[dict[str, Any]]) -> dict[str, float]:
         "consistency_rate",
         "learning_rate",
         "loss",
+        "entropy",
+        "frac_reward_zero_std",
+        "zero_variance_groups",  # cumulative: /last is the run's count
+        "groups_seen",
     ]
     out: dict[str, float] = {}
     steps = [h for h in history if "reward" in h or "loss" in h]
