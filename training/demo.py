@@ -38,6 +38,8 @@ log = logging.getLogger(__name__)
 
 RECIPE = "smollm2-embodied-r"
 REFERENCE = "smollm2-135m-embodied-r-reference"  # the offline name of the SFT stage
+SHIPPED = "SFT->GRPO (shipped)"  # the table's labels
+ABLATION = "SFT->GRPO w/o consistency"
 
 
 def _pct(value: float | None) -> str:
@@ -171,7 +173,7 @@ def run_demo(out: Path, *, config: str = RECIPE, worlds: dict[str, int] | None =
     exported = export_adapter(out / "grpo" / "final-adapter", out / "adapter")
     reference_adapter = export_adapter(sft_adapter, out / "reference-adapter")
     models = [f"untrained={cfg.policy.model}", f"SFT={sft.final_model}",
-              f"SFT->GRPO={grpo.final_model}"]
+              f"{SHIPPED}={grpo.final_model}"]
     ablated = None
     if ablation:
         # the same run up to the first stage with a consistency weight (its checkpoint, with
@@ -185,7 +187,7 @@ def run_demo(out: Path, *, config: str = RECIPE, worlds: dict[str, int] | None =
                                      "stages": without_consistency(cfg.rewards.stages)}})
         ablated = run_grpo(plain, data_id, output_dir=out / "grpo-no-consistency")
         minutes["GRPO without consistency"] = _minutes(t)
-        models.append(f"SFT->GRPO w/o consistency={ablated.final_model}")
+        models.append(f"{ABLATION}={ablated.final_model}")
 
     t = time.perf_counter()
     code = cli_main([
@@ -194,7 +196,8 @@ def run_demo(out: Path, *, config: str = RECIPE, worlds: dict[str, int] | None =
         "--data", f"ID={data_id}", "--data", f"OOD={data_ood}",
         "--model", "chance", "--model", "first-option", "--model", "oracle",
         *[arg for m in models for arg in ("--model", m)],
-        "--paired", "SFT->GRPO:SFT", "--paired", "SFT->GRPO:SFT->GRPO w/o consistency",
+        "--paired", f"{SHIPPED}:SFT",
+        *(("--paired", f"{SHIPPED}:{ABLATION}") if ablated else ()),
         "--out", str(out / "eval"),
     ])
     if code:
