@@ -11,6 +11,7 @@ import pytest
 import torch
 from embodied_r_training.cli import main
 from embodied_r_training.config import PAPER_STAGES, load_train_config
+from embodied_r_training.demo import KeepCheckpoint, consistency_start_epoch
 from embodied_r_training.eval_report import markdown_report, paper_columns
 from embodied_r_training.grpo import NamedReward, grpo_args, run_grpo
 from embodied_r_training.policy import local_model
@@ -97,9 +98,15 @@ def test_grpo_trains_switches_stages_and_resumes(dataset: Path, tmp_path: Path,
     # 2) resumed with a dense reward so the random model gets gradients
     funcs = [NamedReward("format", _dense), NamedReward("accuracy", _const(1.0)),
              NamedReward("consistency", _const(0.5))]
-    second = run_grpo(cfg, dataset, output_dir=out, reward_funcs=funcs)
+    keep = KeepCheckpoint(consistency_start_epoch(cfg.rewards.stages), tmp_path / "kept")
+    second = run_grpo(cfg, dataset, output_dir=out, reward_funcs=funcs, callbacks=[keep])
     assert second.resumed_from is not None and second.resumed_from.endswith("checkpoint-1")
     assert second.global_step == 3
+    # the ablation's branch point: the checkpoint where the consistency stage (epoch 2) begins,
+    # kept aside with its optimizer state although save_total_limit rotates it away in `out`
+    kept = json.loads((tmp_path / "kept" / "checkpoint-2" / "trainer_state.json").read_text())
+    assert kept["global_step"] == 2 and kept["epoch"] == pytest.approx(2.0)
+    assert (tmp_path / "kept" / "checkpoint-2" / "optimizer.pt").is_file()
     history = json.loads((out / "log_history.json").read_text())
     steps = [h for h in history if "reward_stage" in h]
     assert [h["step"] for h in steps] == [1, 2, 3]

@@ -25,7 +25,7 @@ import logging
 import shutil
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +33,7 @@ from transformers import TrainerCallback, TrainerControl, TrainerState
 
 from .cli import main as cli_main
 from .config import load_train_config
+from .runs import TrainResult, checkpoint_step, recorded_minutes
 
 log = logging.getLogger(__name__)
 
@@ -65,6 +66,18 @@ def export_adapter(adapter: Path, dest: Path) -> Path:
     config["base_model_name_or_path"] = "smollm2-135m"  # the offline name, not a local path
     (dest / "adapter_config.json").write_text(json.dumps(config, indent=1, sort_keys=True))
     return dest
+
+
+def trained(run: Callable[[], TrainResult], output_dir: Path) -> tuple[TrainResult, float]:
+    """A training phase and its minutes: a phase that a stopped demo had finished resumes
+    with nothing left to train, and keeps the minutes it took then."""
+    before = recorded_minutes(output_dir)
+    start = time.perf_counter()
+    result = run()
+    if before is not None and result.resumed_from and before[0] == result.global_step \
+            and checkpoint_step(result.resumed_from) == result.global_step:
+        return result, round(before[1], 2)
+    return result, _minutes(start)
 
 
 def reference_overrides(sft_final: Path) -> dict[str, Any]:
@@ -152,9 +165,8 @@ def run_demo(out: Path, *, config: str = RECIPE, worlds: dict[str, int] | None =
     summary_data["plan"] = load_manifest(data_id)["plan"]
 
     cfg = load_train_config(config)
-    t = time.perf_counter()
-    sft = run_sft(cfg, data_id, output_dir=out / "sft")
-    minutes["SFT"] = _minutes(t)
+    sft, minutes["SFT"] = trained(lambda: run_sft(cfg, data_id, output_dir=out / "sft"),
+                                  out / "sft")
     history = json.loads((out / "sft" / "log_history.json").read_text())
     loss_curve(history, out / "sft" / "loss.png", title=f"SFT ({cfg.name})")
 
@@ -164,12 +176,12 @@ def run_demo(out: Path, *, config: str = RECIPE, worlds: dict[str, int] | None =
     t = time.perf_counter()
     reference_check = check_reference(grpo_cfg, data_id, out / "reference_check.json")
     minutes["reference check"] = _minutes(t)
-    t = time.perf_counter()
     branch = consistency_start_epoch(cfg.rewards.stages)
     kept = out / "grpo-branch"
-    grpo = run_grpo(grpo_cfg, data_id, output_dir=out / "grpo",
-                    callbacks=[KeepCheckpoint(branch, kept)] if ablation and branch else [])
-    minutes["GRPO"] = _minutes(t)
+    keep = [KeepCheckpoint(branch, kept)] if ablation and branch else []
+    grpo, minutes["GRPO"] = trained(
+        lambda: run_grpo(grpo_cfg, data_id, output_dir=out / "grpo", callbacks=keep),
+        out / "grpo")
     exported = export_adapter(out / "grpo" / "final-adapter", out / "adapter")
     reference_adapter = export_adapter(sft_adapter, out / "reference-adapter")
     models = [f"untrained={cfg.policy.model}", f"SFT={sft.final_model}",
@@ -178,15 +190,14 @@ def run_demo(out: Path, *, config: str = RECIPE, worlds: dict[str, int] | None =
     if ablation:
         # the same run up to the first stage with a consistency weight (its checkpoint, with
         # optimizer and RNG state), then the remaining stages without that reward
-        t = time.perf_counter()
         ablation_dir = out / "grpo-no-consistency"
         if branch and not ablation_dir.exists():
             shutil.copytree(kept, ablation_dir)
         plain = load_train_config(config, {
             **overrides, "rewards": {**overrides["rewards"],
                                      "stages": without_consistency(cfg.rewards.stages)}})
-        ablated = run_grpo(plain, data_id, output_dir=out / "grpo-no-consistency")
-        minutes["GRPO without consistency"] = _minutes(t)
+        ablated, minutes["GRPO without consistency"] = trained(
+            lambda: run_grpo(plain, data_id, output_dir=ablation_dir), ablation_dir)
         models.append(f"{ABLATION}={ablated.final_model}")
 
     t = time.perf_counter()

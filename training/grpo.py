@@ -42,6 +42,7 @@ from .runs import (
     last_checkpoint,
     summarize_history,
     training_rows,
+    write_summary,
 )
 from .schedule import StagedReward, StageSchedule, epoch_index, stage_at, stage_end_epoch
 
@@ -303,10 +304,7 @@ def run_grpo(
         deleted_rows=fit.deleted,
         shortened_rows=fit.shortened,
     )
-    (out / "train_summary.json").write_text(
-        json.dumps({**result.__dict__, "output_dir": str(out), "final_model": str(final),
-                    "curves_png": str(curves) if curves else None}, indent=1)
-    )
+    write_summary(result)
     return result
 
 

@@ -76,6 +76,14 @@ def checkpoint_epoch(checkpoint: str | None) -> float:
     return float(state.get("epoch") or 0.0)
 
 
+def checkpoint_step(checkpoint: str | None) -> int:
+    """The step a checkpoint was saved at, 0 without one."""
+    if checkpoint is None:
+        return 0
+    state = json.loads((Path(checkpoint) / "trainer_state.json").read_text())
+    return int(state.get("global_step") or 0)
+
+
 def summarize_history(history: Sequence[dict[str, Any]]) -> dict[str, float]:
     """First, last and mean logged value of the curves the README reports (raw reward means)."""
     keys = [
@@ -99,3 +107,23 @@ def summarize_history(history: Sequence[dict[str, Any]]) -> dict[str, float]:
             out[f"{key}/last"] = float(values[-1])
             out[f"{key}/mean"] = float(sum(values) / len(values))
     return out
+
+
+SUMMARY_FILE = "train_summary.json"
+
+
+def write_summary(result: TrainResult) -> Path:
+    """``train_summary.json`` of a finished training (what a resumed demo reads back)."""
+    path = result.output_dir / SUMMARY_FILE
+    fields = {k: str(v) if isinstance(v, Path) else v for k, v in result.__dict__.items()}
+    path.write_text(json.dumps(fields, indent=1))
+    return path
+
+
+def recorded_minutes(output_dir: Path) -> tuple[int, float] | None:
+    """``(global_step, minutes)`` of the last finished training in ``output_dir``, if any."""
+    try:
+        data = json.loads((output_dir / SUMMARY_FILE).read_text())
+        return int(data["global_step"]), float(data["minutes"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None

@@ -22,7 +22,7 @@ from .config import SFTSettings, TrainConfig, device_name
 from .policy import load_policy, lora_config, policy_precision, save_final
 from .prompts import dataset_layout
 from .reference import reference_prompts
-from .runs import TrainResult, last_checkpoint, training_rows
+from .runs import TrainResult, last_checkpoint, training_rows, write_summary
 
 log = logging.getLogger(__name__)
 
@@ -149,7 +149,7 @@ def run_sft(
     (out / "log_history.json").write_text(json.dumps(history, indent=1))
     losses = [h["loss"] for h in history if isinstance(h.get("loss"), (int, float))]
     metrics = {"loss/first": losses[0], "loss/last": losses[-1]} if losses else {}
-    return TrainResult(
+    result = TrainResult(
         output_dir=out,
         final_model=final,
         global_step=trainer.state.global_step,
@@ -161,3 +161,5 @@ def run_sft(
         deleted_rows=fit.deleted,
         shortened_rows=fit.shortened,
     )
+    write_summary(result)
+    return result
