@@ -22,6 +22,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import os
 import shutil
 import tempfile
 import threading
@@ -186,10 +187,13 @@ class CTranslate2Backend(ChatBackend):
         self._ct2 = ctranslate2
         self.path = ensure_converted(cfg.model, cfg.quantization, cache_dir)
         device = "cpu" if cfg.device == "auto" else cfg.device
+        # threads 0: one per CPU this process may run on (the engine's own default is 4
+        # OpenMP threads, which oversubscribes a 2-core robot computer)
+        threads = cfg.threads or len(os.sched_getaffinity(0))
         try:
             self.generator = ctranslate2.Generator(
                 str(self.path), device=device, compute_type=cfg.quantization,
-                intra_threads=cfg.threads,
+                intra_threads=threads,
             )
         except (RuntimeError, ValueError) as exc:
             raise BackendError(BACKEND_FAILED, f"cannot load {self.path}: {exc}") from None
