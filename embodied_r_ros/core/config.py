@@ -79,7 +79,7 @@ class ModelConfig(StrictModel):
     top_p: float = Field(1.0, gt=0.0, le=1.0)
     batch_size: int = Field(4, ge=1)
     seed: int = 0
-    # ctranslate2 backend: weight quantisation and CPU threads (0: the engine's default)
+    # ctranslate2 backend: weight quantisation and CPU threads (0: one per available CPU)
     quantization: Literal["int8", "int8_float32", "int16", "float32"] = "int8"
     threads: int = Field(0, ge=0)
     # openai backend
