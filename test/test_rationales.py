@@ -8,6 +8,7 @@ import pytest
 from embodied_r_training.rationales import completion, rationale
 from worlddata import built_world_rows
 
+from embodied_r_ros.core.backends.base import ChatBackend, Completion
 from embodied_r_ros.core.perception import FrameDescription
 from embodied_r_ros.core.perception_text import assemble
 from embodied_r_ros.core.reasoning import (
@@ -140,3 +141,47 @@ def test_sft_teaches_the_reference_task_on_a_share_of_the_gold_rationales(
         row = by_think[think]  # a gold think text, verbatim
         assert "Video content" not in user["content"] and "Choices:" in user["content"]
         assert extra["completion"] == [{"role": "assistant", "content": row["solution"]}]
+
+
+class _OptionMatcher(ChatBackend):
+    """A reader that does by rule what the consistency reference must do: find the option
+    whose text the think text concludes with (``So: <text>``) and reply with its letter; or,
+    with ``always``, reply that letter whatever it is shown."""
+
+    model_id = "option-matcher"
+
+    def __init__(self, always: str | None = None) -> None:
+        self.always = always
+        self.shown: list[str] = []
+
+    def complete(self, conversations, **_: object) -> list[Completion]:  # noqa: ANN001
+        replies = []
+        for conv in conversations:
+            user = conv[-1]["content"]
+            self.shown.append(user)
+            think = user.split("Thinking process:")[1].split("Your answer")[0]
+            conclusion = think.rpartition("So:")[2].strip()
+            letters = [letter for letter, text in re.findall(r"^([A-H])\. (.*)$", user, re.M)
+                       if text.strip() == conclusion]
+            replies.append(Completion(self.always or (letters[0] if letters else "none")))
+        return replies
+
+
+def test_the_gold_rationale_check_asks_as_the_reward_and_counts(
+    built_rows: tuple[dict, ...],
+) -> None:
+    """Issue 17, item 1: the check of a consistency reference on gold rationales, through the
+    reward itself (the recipe's official reading): a reader that maps each conclusion to its
+    option re-derives every gold answer; one that always says A scores the share of A."""
+    from embodied_r_training.config import load_train_config
+    from embodied_r_training.reference import gold_rationale_check
+
+    cfg = load_train_config("smollm2-embodied-r")
+    rows = list(built_rows)
+    reader = _OptionMatcher()
+    check = gold_rationale_check(cfg, reader, rows)
+    assert (check.rows, check.consistent, check.failed) == (len(rows), len(rows), 0)
+    assert all("Video content" not in shown for shown in reader.shown)  # the think text only
+    always_a = gold_rationale_check(cfg, _OptionMatcher(always="A"), rows)
+    assert always_a.consistent == sum(r["solution"] == "A" for r in rows) < len(rows)
+    assert always_a.rate == pytest.approx(always_a.consistent / len(rows))

@@ -34,8 +34,8 @@ def test_the_adapter_ships_small_with_its_card() -> None:
     assert f"float16 safetensors, {weights.stat().st_size / 1e6:.2f} MB" in card
     # the minutes add up, and its summary table is the one in EVAL.md and the README
     sft, grpo, total = (float(re.search(pattern, card)[1]) for pattern in (
-        r"SFT took ([\d.]+) minutes", r"GRPO took ([\d.]+) minutes",
-        r"Training time \(SFT \+ GRPO\): ([\d.]+) minutes"))
+        r"completion-only loss\. ([\d.]+) minutes", r"\n +([\d.]+) minutes\.",
+        r"Training time: ([\d.]+) minutes"))
     assert abs(sft + grpo - total) < 0.02, (sft, grpo, total)
     rows = _table(card)
     assert rows == _table((adapter / "EVAL.md").read_text())
@@ -160,8 +160,10 @@ def test_a_grpo_step_from_it_asks_a_real_tiny_reference(
         "grpo": {"max_steps": 1, "max_rows": None, "num_generations": 4,
                  "completions_per_step": 4, "per_device_batch": 4, "temperature": 0.3,
                  "max_completion_length": 160},
-        "rewards": {"stages": [{"epochs": 1, "format": 0.1, "accuracy": 0.7,
-                                "consistency": 0.2}]},
+        # the shipped adapter predates letter answers (it answers with the option's text), so
+        # its answers are read from the tag
+        "rewards": {"answer_mode": "tag", "stages": [{"epochs": 1, "format": 0.1,
+                                                      "accuracy": 0.7, "consistency": 0.2}]},
         "output": {"tensorboard": False},
     })
     reference = Recording(tiny_lm)
@@ -178,41 +180,3 @@ def test_a_grpo_step_from_it_asks_a_real_tiny_reference(
     logged = json.loads((tmp_path / "grpo" / "log_history.json").read_text())
     assert any(h.get("rewards/accuracy/mean", 0) > 0 for h in logged)
 
-
-REFERENCE = "smollm2-135m-embodied-r-reference"
-
-
-@pytest.fixture(scope="module")
-def mixed_world(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, tuple[dict, ...]]:
-    """A built dataset of seed 13 with 30 questions of every category (unseen in training)."""
-    out = tmp_path_factory.mktemp("reference-world")
-    return out / "d", built_world_rows(out, 13, 30)
-
-
-@pytest.mark.slow
-@SLOW
-def test_the_shipped_consistency_reference_reads_gold_rationales(
-    mixed_world: tuple[Path, tuple[dict, ...]], smollm2_dir: Path
-) -> None:
-    """Issue 17, item 1: the recipe's reference (the frozen SFT stage) re-derives the stated
-    answer of at least 90 % of gold rationales, asked exactly as the consistency reward asks
-    it; the untrained SmolLM2-135M reaches about chance there (23 % of 48 in the run the
-    README reports), which made the reward noise."""
-    from embodied_r_training.config import load_train_config
-    from embodied_r_training.prompts import dataset_layout
-    from embodied_r_training.reference import gold_rationale_check
-
-    from embodied_r_ros.core.backends.factory import create_backend
-
-    data_dir, rows = mixed_world
-    assert len({r["category"] for r in rows}) == 6
-    backend = create_backend(ModelConfig(backend="transformers", model=REFERENCE,
-                                         dtype="float32", device="cpu", batch_size=16),
-                             text_only=True)
-    try:
-        check = gold_rationale_check(load_train_config("smollm2-embodied-r"), backend, rows,
-                                     dataset_layout(data_dir))
-    finally:
-        backend.close()
-    assert check.failed == 0 and check.rows == len(rows)
-    assert check.rate >= 0.9, check

@@ -38,7 +38,6 @@ from .runs import TrainResult, checkpoint_step, recorded_minutes
 log = logging.getLogger(__name__)
 
 RECIPE = "smollm2-embodied-r"
-REFERENCE = "smollm2-135m-embodied-r-reference"  # the offline name of the SFT stage
 SHIPPED = "SFT->GRPO (shipped)"  # the table's labels
 ABLATION = "SFT->GRPO w/o consistency"
 
@@ -103,8 +102,9 @@ def consistency_start_epoch(stages: Sequence[Any]) -> int:
 
 
 class KeepCheckpoint(TrainerCallback):
-    """Saves the checkpoint of the first step that completes ``epochs`` epochs and copies it to
-    ``dest`` (later saves may rotate it away): the ablation resumes there."""
+    """Saves the checkpoint of the step that completes ``epochs`` epochs and copies it to
+    ``dest`` (later saves may rotate it away): the ablation resumes there. A run resumed past
+    that step keeps nothing."""
 
     def __init__(self, epochs: int, dest: Path) -> None:
         self.epochs = epochs
@@ -113,7 +113,7 @@ class KeepCheckpoint(TrainerCallback):
 
     def on_step_end(self, args: Any, state: TrainerState, control: TrainerControl,
                     **kw: Any) -> None:
-        if self.step is None and (state.epoch or 0.0) >= self.epochs - 1e-9:
+        if self.step is None and abs((state.epoch or 0.0) - self.epochs) < 1e-6:
             self.step = state.global_step
             control.should_save = True
 
@@ -284,10 +284,10 @@ motions, colour regions), built by `embodied-r-train build` from each world's ro
   {sft['steps']} steps of {cfg.sft.gradient_accumulation_steps} rows, learning rate
   {cfg.sft.learning_rate:g}, cosine; completion-only loss; {cfg.policy.dtype} autocast over fp32
   weights. SFT took {summary['minutes']['SFT']} minutes.
-- The consistency reference: that SFT checkpoint, frozen (offline name
-  `smollm2-135m-embodied-r-reference`). On the {check.get('rows', '-')} gold rationales of the
+- The consistency reference: that SFT checkpoint, frozen (`reference-adapter/` beside this
+  one). On the {check.get('rows', '-')} gold rationales of the
   validation worlds, asked as the reward asks it, it re-derives the stated answer of
-  {_pct(check.get('rate'))} % (the untrained SmolLM2-135M: about chance).
+  {_pct(check.get('rate'))} % (the untrained SmolLM2-135M: 23 % of 48, about chance).
 - GRPO from that adapter: {grpo['steps']} steps, group size {cfg.grpo.num_generations}
   ({cfg.grpo.completions_per_step} completions a step), {grpo['rows']} prompts,
   temperature {cfg.grpo.temperature:g}, top-k {cfg.grpo.top_k}, top-p {cfg.grpo.top_p:g},
@@ -341,8 +341,7 @@ def main(argv: Sequence[str] | None = None) -> int:
           f"{summary['adapter']}")
     print(json.dumps(summary["minutes"]))
     if args.install:
-        print(f"installed: {install_adapter(Path(summary['adapter']))}, "
-              f"{install_adapter(Path(summary['reference_adapter']), REFERENCE)}")
+        print(f"installed: {install_adapter(Path(summary['adapter']))}")
     return 0
 
 
