@@ -52,7 +52,7 @@ def test_appearance_rationale_walks_the_frames() -> None:
     assert r.supported and r.answer == "C. red box, green box, blue cone"
     assert r.think.startswith("Frame 0: red. Frame 1: green. Frame 2: blue.")
     assert "First: red, green, blue." in r.think
-    assert r.think.endswith("So: red box, green box, blue cone")
+    assert r.think.endswith("So: C. red box, green box, blue cone")
     assert FORMAT.match(r.completion) and r.completion.endswith("</answer>")
 
 
@@ -77,12 +77,13 @@ def test_the_answer_is_the_solution_even_when_the_text_disagrees() -> None:
     r = rationale(wrong)
     assert not r.supported
     assert r.answer.startswith("A. ") and correct(r.completion, "A", wrong["options"])
-    assert r.think.endswith("So: blue cone, green box, red box")
+    assert r.think.endswith("So: A. blue cone, green box, red box")
 
 
 def test_answer_without_letter_still_parses_to_the_solution() -> None:
     r = rationale(APPEARANCE, letter=False)
     assert r.answer == "red box, green box, blue cone"
+    assert r.think.endswith("So: red box, green box, blue cone")
     assert parse_reasoning(r.completion, APPEARANCE["options"]).answer == "C"
 
 
@@ -145,7 +146,8 @@ def test_sft_teaches_the_reference_task_on_a_share_of_the_gold_rationales(
 
 class _OptionMatcher(ChatBackend):
     """A reader that does by rule what the consistency reference must do: find the option
-    whose text the think text concludes with (``So: <text>``) and reply with its letter; or,
+    the think text concludes with (``So: <letter>. <text>`` or ``So: <text>``) and reply with
+    its letter; or,
     with ``always``, reply that letter whatever it is shown."""
 
     model_id = "option-matcher"
@@ -162,7 +164,7 @@ class _OptionMatcher(ChatBackend):
             think = user.split("Thinking process:")[1].split("Your answer")[0]
             conclusion = think.rpartition("So:")[2].strip()
             letters = [letter for letter, text in re.findall(r"^([A-H])\. (.*)$", user, re.M)
-                       if text.strip() == conclusion]
+                       if conclusion in (text.strip(), f"{letter}. {text.strip()}")]
             replies.append(Completion(self.always or (letters[0] if letters else "none")))
         return replies
 

@@ -10,8 +10,9 @@ from those notes and names the answer. Copying one frame after another is what a
 learn from a few hundred examples; finding "the first frame that shows yellow" anywhere in a
 600-token prompt in one jump is not (measured: a 135M model fine-tuned on 400 traces that
 stated the evidence without the walk stayed at chance). The completion is
-``<think>..</think>\\n<answer>..</answer>`` with nothing after it; the answer is the option's
-text, optionally after its letter (the core's answer parsing reads either).
+``<think>..</think>\\n<answer>..</answer>`` with nothing after it; the conclusion and the answer
+are the option's letter and text (``So: B. back-right``), or its text alone (the core's answer
+parsing reads either).
 
 Where the text's evidence leads to the solution by the oracle's rules, the rationale is
 ``supported``. Where it does not (the text lacks the information, or a motion the sparse key
@@ -135,15 +136,15 @@ def _action_generation(p: PerceptionText, answer: str) -> str:
     q = p.question
     if q.startswith("You are asked to navigate to the"):
         names = _names(q)
-        return f"{_track(p, colour_of(names[0]) if names else '')} So: {answer}"
-    return f"{_walk(p)} So: {answer}"
+        return _track(p, colour_of(names[0]) if names else "")
+    return _walk(p)
 
 
 def _relative_direction(p: PerceptionText, answer: str) -> str:
     colours = [colour_of(n) for n in _names(p.question)]
     if p.question.startswith("Where is the"):
-        return f"{_track(p, colours[0])} So: {answer}"
-    return f"{_walk(p, colours, motions='none')} So: {answer}"
+        return _track(p, colours[0])
+    return _walk(p, colours, motions="none")
 
 
 def _relative_distance(p: PerceptionText, answer: str) -> str:
@@ -151,7 +152,7 @@ def _relative_distance(p: PerceptionText, answer: str) -> str:
     target = names[-1] if names else ""
     walk = _walk(p, [colour_of(n) for n in names], motions="none")
     close = _together(build_map(p), colour_of(target), colour_of(answer))
-    return f"{walk} {close + ' ' if close else ''}So: {answer}"
+    return f"{walk} {close}" if close else walk
 
 
 def _together(world: Map, a: str, b: str) -> str | None:
@@ -172,12 +173,12 @@ def _appearance_order(p: PerceptionText, answer: str) -> str:
     if missing and order:
         seen += f" Never seen: {', '.join(missing)}."
     walk = _walk(p, colours, motions="none", bearings=False)
-    return f"{walk} {seen} So: {answer}"
+    return f"{walk} {seen}"
 
 
 def _route_planning(p: PerceptionText, answer: str) -> str:
     colours = [colour_of(n) for n in _names(p.question)]
-    return f"{_walk(p, colours, motions='none')} So: {answer}"
+    return _walk(p, colours, motions="none")
 
 
 def _progress_evaluation(p: PerceptionText, answer: str) -> str:
@@ -197,7 +198,7 @@ def _progress_evaluation(p: PerceptionText, answer: str) -> str:
         tolerance = 0.15 if f.action.startswith("move") else 6.0
         if done >= steps[current][2] - tolerance and current + 1 < len(steps):
             current, done = current + 1, 0.0
-    return f"{_walk(p, steps=mapping)} So: {answer}"
+    return _walk(p, steps=mapping)
 
 
 _WRITERS = {
@@ -213,18 +214,22 @@ _WRITERS = {
 def rationale(row: Mapping[str, Any], *, letter: bool = True) -> Rationale:
     """The cold-start completion of a built row; it always concludes the row's solution.
 
-    ``letter``: the answer tag reads ``"B. option text"`` (else just the option text).
+    ``letter``: the conclusion and the answer tag read ``"B. option text"`` (else just the
+    option text). A think text that names its letter is one any reference LM reads (the
+    official local consistency reward even falls back to a regex for that letter).
     """
     options = dict(parse_options(row["options"]))
     choice = str(row["solution"]).strip()[:1].upper()
     if choice not in options:
         raise ValueError(f"row {row.get('id')}: solution {row['solution']!r} is not an option")
     text = options[choice]
+    answer = f"{choice}. {text}" if letter else text
     p = perception_of(row)
     writer = _WRITERS.get(str(row.get("category")))
-    think = writer(p, text) if writer else f"So: {text}"
+    evidence = writer(p, text) if writer else ""
+    think = f"{evidence} So: {answer}" if evidence else f"So: {answer}"
     supported = solve(row).letter == choice
-    return Rationale(think, f"{choice}. {text}" if letter else text, supported)
+    return Rationale(think, answer, supported)
 
 
 def completion(row: Mapping[str, Any], *, letter: bool = True) -> str:
