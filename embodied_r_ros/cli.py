@@ -10,6 +10,7 @@ import json
 import logging
 import math
 import os
+import signal
 import sys
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -177,10 +178,10 @@ def serve_model(
     text_only: bool = False,
     insecure: bool = False,
 ) -> None:
-    """Bind the port, then load the model of ``cfg`` and serve it until interrupted
-    (``embodied-r serve``): a busy or invalid port, or a bind reachable from other machines
-    without a key, fails before minutes of loading. ``text_only``: a text role (reasoning LM,
-    consistency reference), see ``create_backend``.
+    """Bind the port, then load the model of ``cfg`` and serve it until SIGINT or SIGTERM
+    (``embodied-r serve``; either ends it cleanly, exit 0): a busy or invalid port, or a bind
+    reachable from other machines without a key, fails before minutes of loading.
+    ``text_only``: a text role (reasoning LM, consistency reference), see ``create_backend``.
 
     If ``cfg.api_key_env`` is set, clients must send that variable's value as a Bearer token;
     without one only a loopback address is served, unless ``insecure``.
@@ -198,9 +199,9 @@ def serve_model(
     server.backend = backend
     log.info("serving %s at %s", backend.model_id, server.url)
     try:
-        server.serve_forever()
-    except KeyboardInterrupt:
-        log.info("interrupted")
+        signum = server.serve_until_signalled()
+        if signum is not None:
+            log.info("%s: shutting down", signal.Signals(signum).name)
     finally:
         server.shutdown()
         backend.close()

@@ -547,7 +547,9 @@ def test_a_request_caught_by_shutdown_fails_at_once_as_down() -> None:
     assert elapsed < 5.0  # not the 20 s client timeout
 
 
-def test_run_server_serves_a_profile_model_until_interrupted(tiny_models_dir: Path) -> None:
+@pytest.mark.parametrize("stop", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_run_server_serves_a_profile_model_until_signalled(tiny_models_dir: Path,
+                                                          stop: signal.Signals) -> None:
     port = free_port()
     code = (
         "import logging; logging.basicConfig(level=logging.INFO)\n"
@@ -566,10 +568,11 @@ def test_run_server_serves_a_profile_model_until_interrupted(tiny_models_dir: Pa
             time.sleep(0.2)
         assert len(client.generate(text_convs(2))) == 2
     finally:
-        proc.send_signal(signal.SIGINT)
+        proc.send_signal(stop)
         _, stderr = proc.communicate(timeout=30)
     assert proc.returncode == 0, stderr.decode()
     assert f"serving tiny-qwen2 at http://127.0.0.1:{port}/v1" in stderr.decode()
+    assert f"{stop.name}: shutting down" in stderr.decode()
 
 
 # -- deadlines, cancel, honest server -------------------------------------------------------

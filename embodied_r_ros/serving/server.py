@@ -17,12 +17,13 @@ from __future__ import annotations
 
 import ipaddress
 import logging
+import signal
 import threading
 import time
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
-from types import TracebackType
+from types import FrameType, TracebackType
 from typing import Any
 
 from embodied_r_ros.core.backends.base import (
@@ -217,6 +218,32 @@ class OpenAIServer:
         """Block serving requests until :meth:`shutdown` (from another thread)."""
         self._served = True
         self._httpd.serve_forever(poll_interval=0.1)
+
+    def serve_until_signalled(self, signals: Sequence[int] = (signal.SIGINT, signal.SIGTERM)
+                              ) -> int | None:
+        """:meth:`serve_forever` on this (the main) thread until one of ``signals`` arrives;
+        returns its number (``None`` if something else stopped the loop).
+
+        The handlers only ask a helper thread to end the loop (``shutdown`` waits for it, so it
+        cannot run on the loop's own thread): a ``KeyboardInterrupt`` raised wherever the main
+        thread happens to be (a lock held, a handler thread half started) could leave the
+        process unable to exit. The previous handlers are restored afterwards.
+        """
+        received: list[int] = []
+
+        def stop(signum: int, _frame: FrameType | None) -> None:
+            if not received:
+                received.append(signum)
+                threading.Thread(target=self._httpd.shutdown, name="openai-server-stop",
+                                 daemon=True).start()
+
+        previous = {sig: signal.signal(sig, stop) for sig in signals}
+        try:
+            self.serve_forever()
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+        return received[0] if received else None
 
     def start(self) -> OpenAIServer:
         """Serve from a daemon thread and return at once."""
