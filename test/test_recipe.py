@@ -86,6 +86,27 @@ def test_the_table_has_the_rule_rows_with_intervals(dataset: Path, tmp_path: Pat
     assert (out / "eval.png").stat().st_size > 1000
 
 
+def test_eval_per_category_scores_the_first_rows_of_each_category(dataset: Path,
+                                                                   tmp_path: Path) -> None:
+    """``eval.per_category``: every model of the run is scored on the same balanced subset,
+    the first N rows of each category in file order."""
+    from embodied_r_training.dataset_files import load_rows
+
+    out = tmp_path / "eval"
+    assert main(["eval", "--config", "cpu-tiny", "--split", "all", "--data", str(dataset),
+                 "--set", "eval.per_category=1", "--model", "first-option", "--model", "oracle",
+                 "--out", str(out), "--json"]) == 0
+    rows = load_rows(dataset, "all", None)
+    firsts = {}
+    for row in rows:
+        firsts.setdefault(row["category"], row["id"])
+    assert len(rows) > len(firsts) >= 2
+    for model in ("first-option", "oracle"):
+        scored = [json.loads(x)["id"] for x in
+                  (out / f"predictions-{model}.jsonl").read_text().splitlines()]
+        assert scored == list(firsts.values())
+
+
 def test_rationale_think_texts_are_what_sft_trains_on(dataset: Path) -> None:
     from embodied_r_training.dataset_files import load_rows
     from embodied_r_training.sft import sft_rows

@@ -219,6 +219,9 @@ class EvalSettings(StrictModel):
     consistency: bool = Field(True, description="ask the reference LM about correct answers")
     # None: prompts are evaluated whole; a number: the oldest key frames are dropped to fit it
     max_prompt_tokens: int | None = Field(None, ge=64)
+    # None: every question of the split; a number: the first N of each category, in file order
+    # (a fixed, balanced subset when the full sets do not fit the time)
+    per_category: int | None = Field(None, ge=1)
 
 
 class OutputSettings(StrictModel):

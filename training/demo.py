@@ -145,11 +145,13 @@ def check_reference(cfg: Any, data_dir: Path, out: Path, split: str = "val") -> 
 
 
 def run_demo(out: Path, *, config: str = RECIPE, worlds: dict[str, int] | None = None,
-             eval_split: str = "test", ablation: bool = True) -> dict[str, Any]:
+             eval_split: str = "test", ablation: bool = True,
+             eval_per_category: int | None = None) -> dict[str, Any]:
     """``ablation``: also train GRPO without the consistency reward on the same budget (the
     table's comparison row; timed apart from the recipe's SFT + GRPO): it branches from the
     recipe's run where the consistency weight first becomes non-zero, so the two differ only
-    in that reward."""
+    in that reward. ``eval_per_category``: evaluate the first N questions of each category of
+    each test set (``eval.per_category``) instead of all of them."""
     from .dataset_files import load_manifest
     from .grpo import run_grpo
     from .plots import loss_curve
@@ -204,6 +206,7 @@ def run_demo(out: Path, *, config: str = RECIPE, worlds: dict[str, int] | None =
     code = cli_main([
         "eval", "--config", config, "--split", eval_split,
         "--set", f"rewards.reference.model={sft.final_model}",
+        *(("--set", f"eval.per_category={eval_per_category}") if eval_per_category else ()),
         "--data", f"ID={data_id}", "--data", f"OOD={data_ood}",
         "--model", "chance", "--model", "first-option", "--model", "oracle",
         *[arg for m in models for arg in ("--model", m)],
@@ -330,11 +333,13 @@ def main(argv: Sequence[str] | None = None) -> int:
                                 description=__doc__.splitlines()[0])
     p.add_argument("--out", type=Path, default=Path("runs/train-demo"))
     p.add_argument("--config", default=RECIPE, help="training config (the recipe)")
+    p.add_argument("--eval-per-category", type=int, metavar="N",
+                   help="evaluate the first N questions of each category (default: all)")
     p.add_argument("--install", action="store_true",
                    help="copy the exported adapter over the shipped one")
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-    summary = run_demo(args.out, config=args.config)
+    summary = run_demo(args.out, config=args.config, eval_per_category=args.eval_per_category)
     print((args.out / "eval" / "eval.md").read_text())
     print(f"training: {summary['training_minutes']} min (SFT {summary['minutes']['SFT']}, "
           f"GRPO {summary['minutes']['GRPO']}); adapter {summary['adapter_mb']} MB at "

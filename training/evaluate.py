@@ -51,6 +51,21 @@ def generation_backend(model: str, cfg: TrainConfig) -> ChatBackend:
 
 
 
+def first_per_category(rows: Sequence[dict[str, Any]], n: int | None) -> list[dict[str, Any]]:
+    """The first ``n`` rows of each category in their order (all of them when ``n`` is None):
+    every model of one ``eval`` run is scored on the same balanced subset."""
+    if n is None:
+        return list(rows)
+    seen: dict[str, int] = {}
+    kept = []
+    for row in rows:
+        category = str(row.get("category"))
+        if seen.get(category, 0) < n:
+            seen[category] = seen.get(category, 0) + 1
+            kept.append(row)
+    return kept
+
+
 def generate_all(backend: ChatBackend, rows: Sequence[dict[str, Any]], batch: int) -> list[str]:
     from tqdm import tqdm
 
@@ -79,7 +94,7 @@ def evaluate(
     from .reference import consistency_reward
 
     start = time.perf_counter()
-    rows = load_rows(data_dir, split, fold)
+    rows = first_per_category(load_rows(data_dir, split, fold), cfg.eval.per_category)
     if not rows:
         raise ValueError(f"split {split!r} of {data_dir} has no rows")
     mode = answer_mode or cfg.rewards.answer_mode
