@@ -32,7 +32,10 @@ import shutil
 import time
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
+from concurrent.futures import Executor, ProcessPoolExecutor
 from dataclasses import asdict, dataclass, field, replace
+from functools import partial
+from multiprocessing import get_context
 from pathlib import Path
 from typing import Any
 
@@ -174,10 +177,16 @@ def _merge(rows_by_split: Mapping[str, list[dict[str, Any]]], out: Path,
 
 
 def build_synthetic(
-    root: str | Path, plan: Sequence[SplitPlan] | None = None, *, keep_bags: bool = False
+    root: str | Path, plan: Sequence[SplitPlan] | None = None, *, keep_bags: bool = False,
+    workers: int = 1,
 ) -> dict[str, Any]:
     """Build every world of ``plan`` (default :func:`default_plan`) and merge them into
-    ``root/id`` and ``root/ood``. Returns a summary with per-split counts and timings."""
+    ``root/id`` and ``root/ood``. Returns a summary with per-split counts and timings.
+
+    ``workers`` > 1 builds that many worlds at once in processes (a world renders and is
+    perceived on one core); the result is the same: seeds are taken in plan order, and a split
+    with a quota stops at the same seed (up to ``workers - 1`` later worlds are built and kept
+    in the cache unused)."""
     plan = tuple(plan or default_plan())
     check_plan(plan)
     root = Path(root)
@@ -185,24 +194,16 @@ def build_synthetic(
     rows_by_split: dict[str, list[dict[str, Any]]] = {}
     timings: dict[str, list[float]] = {}
     used: dict[str, list[int]] = {}
-    for split in plan:
-        if not split.seeds:
-            continue
-        rows: list[dict[str, Any]] = []
-        for seed in split.seeds:
-            if split.per_category is not None and _filled(rows, split.per_category):
-                break
-            world = build_seed(split, seed, root, keep_bag=keep_bags)
-            done = json.loads((world / DONE).read_text())
-            timings.setdefault(split.name, []).append(done["render_s"] + done["build_s"])
-            used.setdefault(split.name, []).append(seed)
-            rows.extend(read_jsonl(world / TABLE))
-        if split.per_category is not None:
-            if not _filled(rows, split.per_category):
-                log.warning("%s: %d worlds give fewer than %d rows of some category",
-                            split.name, len(split.seeds), split.per_category)
-            rows = _capped(rows, split.per_category)
-        rows_by_split[split.name] = rows
+    pool = (ProcessPoolExecutor(workers, mp_context=get_context("spawn"),
+                                initializer=_worker_logging) if workers > 1 else None)
+    try:
+        for split in plan:
+            rows = _build_split(split, root, keep_bags, pool, max(workers, 1), timings, used)
+            if rows is not None:
+                rows_by_split[split.name] = rows
+    finally:
+        if pool is not None:
+            pool.shutdown(cancel_futures=True)
     first_world = next(iter(used), None)
     base_manifest: dict[str, Any] = {}
     if first_world is not None:
@@ -228,6 +229,41 @@ def build_synthetic(
     }
     write_atomic(root / "summary.json", json.dumps(summary, indent=1))
     return summary
+
+
+def _worker_logging() -> None:
+    """A spawned builder logs its worlds as the parent's build does."""
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+
+
+def _build_split(split: SplitPlan, root: Path, keep_bags: bool, pool: Executor | None,
+                 chunk: int, timings: dict[str, list[float]], used: dict[str, list[int]]
+                 ) -> list[dict[str, Any]] | None:
+    """The rows of one split's worlds, ``chunk`` seeds at a time (in ``pool`` when given),
+    stopping at the first seed that fills the split's quota."""
+    if not split.seeds:
+        return None
+    rows: list[dict[str, Any]] = []
+    seeds = list(split.seeds)
+    for i in range(0, len(seeds), chunk):
+        part = seeds[i : i + chunk]
+        build = partial(build_seed, split, root=root, keep_bag=keep_bags)
+        worlds = list(pool.map(build, part)) if pool is not None else [build(s) for s in part]
+        for seed, world in zip(part, worlds, strict=True):
+            if split.per_category is not None and _filled(rows, split.per_category):
+                break
+            done = json.loads((world / DONE).read_text())
+            timings.setdefault(split.name, []).append(done["render_s"] + done["build_s"])
+            used.setdefault(split.name, []).append(seed)
+            rows.extend(read_jsonl(world / TABLE))
+        if split.per_category is not None and _filled(rows, split.per_category):
+            break
+    if split.per_category is not None:
+        if not _filled(rows, split.per_category):
+            log.warning("%s: %d worlds give fewer than %d rows of some category",
+                        split.name, len(split.seeds), split.per_category)
+        rows = _capped(rows, split.per_category)
+    return rows
 
 
 def _filled(rows: Iterable[dict[str, Any]], quota: int) -> bool:
@@ -261,10 +297,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--test-per-category", type=int, default=30)
     parser.add_argument("--ood-per-category", type=int, default=20)
     parser.add_argument("--keep-bags", action="store_true")
+    parser.add_argument("--workers", type=int, default=1,
+                        help="worlds built at once, each in its own process (one core each)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     plan = default_plan(args.train, args.val, args.test_per_category, args.ood_per_category)
-    print(json.dumps(build_synthetic(args.out, plan, keep_bags=args.keep_bags), indent=1))
+    print(json.dumps(build_synthetic(args.out, plan, keep_bags=args.keep_bags,
+                                                workers=args.workers), indent=1))
     return 0
 
 
