@@ -360,13 +360,16 @@ def main(argv: Sequence[str] | None = None) -> int:
                                 description=__doc__.splitlines()[0])
     p.add_argument("--out", type=Path, default=Path("runs/train-demo"))
     p.add_argument("--config", default=RECIPE, help="training config (the recipe)")
+    p.add_argument("--no-ablation", action="store_true",
+                   help="skip the GRPO run without the consistency reward")
     p.add_argument("--eval-per-category", type=int, metavar="N",
                    help="evaluate the first N questions of each category (default: all)")
     p.add_argument("--install", action="store_true",
                    help="copy the exported adapter over the shipped one")
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-    summary = run_demo(args.out, config=args.config, eval_per_category=args.eval_per_category)
+    summary = run_demo(args.out, config=args.config, ablation=not args.no_ablation,
+                       eval_per_category=args.eval_per_category)
     print((args.out / "eval" / "eval.md").read_text())
     print(f"training: {summary['training_minutes']} min (SFT {summary['minutes']['SFT']}, "
           f"GRPO {summary['minutes']['GRPO']}); adapter {summary['adapter_mb']} MB at "
