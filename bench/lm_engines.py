@@ -89,17 +89,6 @@ def _rows(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
-def balanced(rows: Sequence[dict], per_category: int) -> list[dict]:
-    """The first ``per_category`` rows of each category, in the table's order."""
-    seen: dict[str, int] = {}
-    out = []
-    for row in rows:
-        if seen.get(row["category"], 0) < per_category:
-            seen[row["category"]] = seen.get(row["category"], 0) + 1
-            out.append(row)
-    return out
-
-
 def prompts_digest(rows: Sequence[dict]) -> str:
     return hashlib.sha256(json.dumps([r["prompt"] for r in rows]).encode()).hexdigest()[:16]
 
@@ -397,6 +386,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         Path(args.out).write_text(json.dumps(run_engine(args)))
         return 0
 
+    from embodied_r_training.dataset_files import first_per_category
+
     from embodied_r_ros.core.backends.offline import ensure_offline_model
     from embodied_r_ros.core.intervals import bootstrap_ci
 
@@ -404,12 +395,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         results = json.loads(args.from_json.read_text())
         _, id_rows = build_data(args.data, id_per_category=30)
         args.json = None
-        id_rows = balanced(id_rows, args.id_per_category)[: args.id_limit or None]
+        id_rows = first_per_category(id_rows, args.id_per_category)[: args.id_limit or None]
         return report(results, args, id_rows, bootstrap_ci)
     args.data.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
     demo, id_rows = build_data(args.data, id_per_category=30)
-    id_rows = balanced(id_rows, args.id_per_category)
+    id_rows = first_per_category(id_rows, args.id_per_category)
     model_dir = ensure_offline_model(REASONER, args.model_cache)
     ref = reference_path(args.data, model_dir, id_rows)  # keyed by the whole balanced set
     print(f"data ready in {time.perf_counter() - t0:.0f} s: {len(demo)} demo questions, "

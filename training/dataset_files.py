@@ -78,3 +78,18 @@ def load_rows(data_dir: str | Path, split: str = "all", fold: int | None = None)
 def load_manifest(data_dir: str | Path) -> dict[str, Any]:
     path = Path(data_dir) / MANIFEST
     return json.loads(path.read_text()) if path.is_file() else {}
+
+
+def first_per_category(rows: Iterable[dict[str, Any]], n: int | None) -> list[dict[str, Any]]:
+    """The first ``n`` rows of each category in their order (all of them when ``n`` is None):
+    a fixed, balanced subset (a test set's quota, an evaluation subset)."""
+    if n is None:
+        return list(rows)
+    counts: Counter[str] = Counter()
+    kept: list[dict[str, Any]] = []
+    for row in rows:
+        category = str(row.get("category"))
+        if counts[category] < n:
+            counts[category] += 1
+            kept.append(row)
+    return kept

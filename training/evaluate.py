@@ -24,7 +24,7 @@ from embodied_r_ros.core.backends.base import ChatBackend
 from embodied_r_ros.core.config import ModelConfig
 
 from .config import TrainConfig, device_name
-from .dataset_files import load_rows
+from .dataset_files import first_per_category, load_rows
 from .prompts import PromptLayout, dataset_layout, fit_rows
 from .scoring import BASELINES, EvalResult, baseline_completions, mean_tokens, score
 
@@ -49,21 +49,6 @@ def generation_backend(model: str, cfg: TrainConfig) -> ChatBackend:
         text_only=True,
     )
 
-
-
-def first_per_category(rows: Sequence[dict[str, Any]], n: int | None) -> list[dict[str, Any]]:
-    """The first ``n`` rows of each category in their order (all of them when ``n`` is None):
-    every model of one ``eval`` run is scored on the same balanced subset."""
-    if n is None:
-        return list(rows)
-    seen: dict[str, int] = {}
-    kept = []
-    for row in rows:
-        category = str(row.get("category"))
-        if seen.get(category, 0) < n:
-            seen[category] = seen.get(category, 0) + 1
-            kept.append(row)
-    return kept
 
 
 def generate_all(backend: ChatBackend, rows: Sequence[dict[str, Any]], batch: int) -> list[str]:

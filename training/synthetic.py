@@ -45,7 +45,7 @@ from embodied_r_ros.sim.generate import SAMPLE_SPEC
 from embodied_r_ros.sim.questions import CATEGORIES
 from embodied_r_ros.sim.world import WorldSpec
 
-from .dataset_files import MANIFEST, SPLITS_FILE, TABLE, jsonl, read_jsonl
+from .dataset_files import MANIFEST, SPLITS_FILE, TABLE, first_per_category, jsonl, read_jsonl
 from .splits import Splits
 
 log = logging.getLogger(__name__)
@@ -262,23 +262,13 @@ def _build_split(split: SplitPlan, root: Path, keep_bags: bool, pool: Executor |
         if not _filled(rows, split.per_category):
             log.warning("%s: %d worlds give fewer than %d rows of some category",
                         split.name, len(split.seeds), split.per_category)
-        rows = _capped(rows, split.per_category)
+        rows = first_per_category(rows, split.per_category)
     return rows
 
 
 def _filled(rows: Iterable[dict[str, Any]], quota: int) -> bool:
     counts = Counter(r["category"] for r in rows)
     return all(counts.get(c, 0) >= quota for c in CATEGORIES)
-
-
-def _capped(rows: Iterable[dict[str, Any]], quota: int) -> list[dict[str, Any]]:
-    kept: list[dict[str, Any]] = []
-    counts: Counter[str] = Counter()
-    for r in rows:
-        if counts[r["category"]] < quota:
-            counts[r["category"]] += 1
-            kept.append(r)
-    return kept
 
 
 def scaled_plan(plan: Sequence[SplitPlan], **n_worlds: int) -> tuple[SplitPlan, ...]:
