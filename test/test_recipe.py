@@ -11,7 +11,7 @@ import pytest
 import torch
 from embodied_r_training.cli import main
 from embodied_r_training.config import load_train_config
-from embodied_r_training.demo import export_adapter
+from embodied_r_training.demo import ABLATION, SHIPPED, eval_command, export_adapter
 from embodied_r_training.grpo import NamedReward, run_grpo
 from embodied_r_training.sft import run_sft
 
@@ -105,6 +105,24 @@ def test_eval_per_category_scores_the_first_rows_of_each_category(dataset: Path,
         scored = [json.loads(x)["id"] for x in
                   (out / f"predictions-{model}.jsonl").read_text().splitlines()]
         assert scored == list(firsts.values())
+
+
+def test_the_demo_table_command_runs_with_every_label_and_both_pairs(dataset: Path,
+                                                                      tmp_path: Path) -> None:
+    """The demo's evaluation as it calls it, each trained model stood in for by a rule row
+    (no LM): every label must split from its model and both paired differences must name
+    labels of the run (a label with "/" once made the demo fail after its ablation)."""
+    models = {"untrained": "chance", "SFT": "first-option", SHIPPED: "oracle",
+              ABLATION: "first-option"}
+    out = tmp_path / "eval"
+    argv = eval_command("cpu-tiny", "all", reference="unused", out=out, per_category=1,
+                        data={"ID": dataset, "OOD": dataset}, models=models)
+    assert main([*argv, "--json"]) == 0
+    scored = json.loads((out / "eval.json").read_text())
+    paired = json.loads((out / "paired.json").read_text())
+    for data in ("ID", "OOD"):
+        assert list(scored[data]) == ["chance", "first-option", "oracle", *models]
+        assert set(paired[data]) == {f"{SHIPPED} - SFT", f"{SHIPPED} - {ABLATION}"}
 
 
 def test_rationale_think_texts_are_what_sft_trains_on(dataset: Path) -> None:

@@ -26,7 +26,7 @@ import os
 import shutil
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -39,8 +39,9 @@ from .runs import TrainResult, checkpoint_step, recorded_minutes
 log = logging.getLogger(__name__)
 
 RECIPE = "smollm2-embodied-r"
-SHIPPED = "SFT->GRPO (shipped)"  # the table's labels
-ABLATION = "SFT->GRPO w/o consistency"
+# the table's labels (no "/": a label with one reads as a model path, LABEL=MODEL does not split)
+SHIPPED = "SFT->GRPO (shipped)"
+ABLATION = "SFT->GRPO without consistency"
 
 
 def _pct(value: float | None) -> str:
@@ -188,8 +189,8 @@ def run_demo(out: Path, *, config: str = RECIPE, worlds: dict[str, int] | None =
         out / "grpo")
     exported = export_adapter(out / "grpo" / "final-adapter", out / "adapter")
     reference_adapter = export_adapter(sft_adapter, out / "reference-adapter")
-    models = [f"untrained={cfg.policy.model}", f"SFT={sft.final_model}",
-              f"{SHIPPED}={grpo.final_model}"]
+    models = {"untrained": cfg.policy.model, "SFT": str(sft.final_model),
+              SHIPPED: str(grpo.final_model)}
     ablated = None
     if ablation:
         # the same run up to the first stage with a consistency weight (its checkpoint, with
@@ -202,20 +203,12 @@ def run_demo(out: Path, *, config: str = RECIPE, worlds: dict[str, int] | None =
                                      "stages": without_consistency(cfg.rewards.stages)}})
         ablated, minutes["GRPO without consistency"] = trained(
             lambda: run_grpo(plain, data_id, output_dir=ablation_dir), ablation_dir)
-        models.append(f"{ABLATION}={ablated.final_model}")
+        models[ABLATION] = str(ablated.final_model)
 
     t = time.perf_counter()
-    code = cli_main([
-        "eval", "--config", config, "--split", eval_split,
-        "--set", f"rewards.reference.model={sft.final_model}",
-        *(("--set", f"eval.per_category={eval_per_category}") if eval_per_category else ()),
-        "--data", f"ID={data_id}", "--data", f"OOD={data_ood}",
-        "--model", "chance", "--model", "first-option", "--model", "oracle",
-        *[arg for m in models for arg in ("--model", m)],
-        "--paired", f"{SHIPPED}:SFT",
-        *(("--paired", f"{SHIPPED}:{ABLATION}") if ablated else ()),
-        "--out", str(out / "eval"),
-    ])
+    code = cli_main(eval_command(config, eval_split, reference=str(sft.final_model),
+                                 data={"ID": data_id, "OOD": data_ood}, models=models,
+                                 out=out / "eval", per_category=eval_per_category))
     if code:
         raise RuntimeError(f"evaluation failed (exit {code})")
     minutes["evaluation"] = _minutes(t)
@@ -238,6 +231,25 @@ def run_demo(out: Path, *, config: str = RECIPE, worlds: dict[str, int] | None =
     (exported / "README.md").write_text(model_card(summary, _summary_tables(out / "eval")))
     (reference_adapter / "README.md").write_text(reference_card(summary))
     return summary
+
+
+def eval_command(config: str, split: str, *, reference: str, data: Mapping[str, Path],
+                 models: Mapping[str, str], out: Path,
+                 per_category: int | None = None) -> list[str]:
+    """The ``embodied-r-train eval`` arguments of the demo's table: the rule rows, the run's
+    models by label, and the paired differences of the shipped model against SFT and, when
+    the ablation ran, against the ablation."""
+    pairs = [(SHIPPED, "SFT")] + ([(SHIPPED, ABLATION)] if ABLATION in models else [])
+    return [
+        "eval", "--config", config, "--split", split,
+        "--set", f"rewards.reference.model={reference}",
+        *(("--set", f"eval.per_category={per_category}") if per_category else ()),
+        *[arg for label, path in data.items() for arg in ("--data", f"{label}={path}")],
+        "--model", "chance", "--model", "first-option", "--model", "oracle",
+        *[arg for label, model in models.items() for arg in ("--model", f"{label}={model}")],
+        *[arg for a, b in pairs for arg in ("--paired", f"{a}:{b}")],
+        "--out", str(out),
+    ]
 
 
 def _summary_tables(eval_dir: Path) -> str:
@@ -304,7 +316,7 @@ motions, colour regions), built by `embodied-r-train build` from each world's ro
   (no advantage, no gradient; their forward and backward pass skipped):
   {zero}. GRPO took {summary['minutes']['GRPO']} minutes.
 - Training time (SFT + GRPO): {summary['training_minutes']} minutes.
-- The ablation "w/o consistency": the same run up to the first stage with a consistency weight
+- The ablation "without consistency": the same run up to the first stage with a consistency weight
   (its checkpoint), then the rest with that weight at 0: another
   {summary['minutes'].get('GRPO without consistency', '-')} minutes.
 
