@@ -107,6 +107,19 @@ def test_eval_per_category_scores_the_first_rows_of_each_category(dataset: Path,
         assert scored == list(firsts.values())
 
 
+def test_a_finished_sft_resumes_with_nothing_left_to_train(dataset: Path, tmp_path: Path) -> None:
+    """A restarted demo calls SFT again: a run whose last checkpoint is at max_steps must not
+    train on (the Trainer ran one step past max_steps on every such resume)."""
+    sft = {**TINY_RECIPE["sft"], "per_device_batch": 1, "gradient_accumulation_steps": 2}
+    cfg = load_train_config("cpu-tiny", {**TINY_RECIPE, "sft": sft, "policy": {"lora": LORA}})
+    first = run_sft(cfg, dataset, output_dir=tmp_path / "sft")
+    history = (tmp_path / "sft" / "log_history.json").read_text()
+    again = run_sft(cfg, dataset, output_dir=tmp_path / "sft")
+    assert first.global_step == again.global_step == 2
+    assert again.resumed_from is not None and again.resumed_from.endswith("checkpoint-2")
+    assert (tmp_path / "sft" / "log_history.json").read_text() == history
+
+
 def test_the_demo_table_command_runs_with_every_label_and_both_pairs(dataset: Path,
                                                                       tmp_path: Path) -> None:
     """The demo's evaluation as it calls it, each trained model stood in for by a rule row

@@ -120,6 +120,25 @@ def write_summary(result: TrainResult) -> Path:
     return path
 
 
+def finished_run(output_dir: Path, max_steps: int) -> TrainResult | None:
+    """The recorded result of a training in ``output_dir`` that already reached ``max_steps``
+    (> 0) and saved its final model, else None. A finished run must not be resumed: with
+    gradient accumulation the Trainer trains one step past ``max_steps`` on every resume."""
+    checkpoint = last_checkpoint(output_dir)
+    try:
+        data = json.loads((output_dir / SUMMARY_FILE).read_text())
+        step = int(data["global_step"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    if max_steps <= 0 or step < max_steps or checkpoint_step(checkpoint) != step \
+            or not Path(data["final_model"]).is_dir():
+        return None
+    paths = {"output_dir", "final_model", "curves_png"}
+    fields = {k: Path(v) if k in paths and v is not None else v for k, v in data.items()
+              if k in TrainResult.__dataclass_fields__}
+    return TrainResult(**{**fields, "resumed_from": checkpoint})
+
+
 def recorded_minutes(output_dir: Path) -> tuple[int, float] | None:
     """``(global_step, minutes)`` of the last finished training in ``output_dir``, if any."""
     try:

@@ -22,7 +22,7 @@ from .config import SFTSettings, TrainConfig, device_name
 from .policy import load_policy, lora_config, policy_precision, save_final
 from .prompts import dataset_layout
 from .reference import reference_prompts
-from .runs import TrainResult, last_checkpoint, training_rows, write_summary
+from .runs import TrainResult, finished_run, last_checkpoint, training_rows, write_summary
 
 log = logging.getLogger(__name__)
 
@@ -100,6 +100,10 @@ def run_sft(
     start = time.perf_counter()
     s = cfg.sft
     out = Path(output_dir or cfg.output.dir)
+    done = finished_run(out, s.max_steps) if resume else None
+    if done is not None:
+        log.info("SFT in %s finished at step %d: nothing to resume", out, done.global_step)
+        return done
     device = device_name(s.device)
     model, tokenizer = load_policy(cfg, device)
     rows, fit = training_rows(cfg, data_dir, tokenizer)
