@@ -713,6 +713,52 @@ def test_server_batches_concurrent_requests_for_in_process_models() -> None:
     assert len(backend.batches) < 6 and max(backend.batches) > 1, backend.batches
 
 
+def test_a_request_whose_client_left_is_dropped_and_the_batcher_serves_on() -> None:
+    """A batch holding a request whose client has gone: that request fails with CANCELLED,
+    the others of its batch are answered, and the worker serves later requests. Conversations
+    carry images (arrays): the worker once crashed comparing them to drop the request, and
+    every later request then hung."""
+    from embodied_r_ros.serving.batching import Batcher
+    from embodied_r_ros.serving.requests import Settings
+
+    def conv(text: str) -> Any:
+        image = np.zeros((4, 4, 3), np.uint8)
+        return [{"role": "user", "content": [{"type": "image", "image": image},
+                                             {"type": "text", "text": text}]}]
+
+    backend = FlakyBackend(broken=False, delay_s=0.3)
+    batcher = Batcher(backend, max_batch=4)
+    settings = Settings(32, None, None, None, ())
+    left = CancelToken()
+    left.cancel()
+    results: dict[str, Any] = {}
+
+    def ask(name: str, cancel: CancelToken | None = None) -> None:
+        try:
+            results[name] = batcher.submit(conv(name), settings, cancel)
+        except BackendError as exc:
+            results[name] = exc
+
+    busy = threading.Thread(target=ask, args=("busy",))
+    busy.start()
+    time.sleep(0.1)  # the worker is inside the first batch; the next two queue behind it
+    waiting = [threading.Thread(target=ask, args=("stays",)),
+               threading.Thread(target=ask, args=("left", left))]
+    for t in waiting:
+        t.start()
+        time.sleep(0.01)
+    for t in (busy, *waiting):
+        t.join(timeout=10)
+    later = threading.Thread(target=ask, args=("later",), daemon=True)
+    later.start()
+    later.join(timeout=10)
+    assert not later.is_alive(), "the batch worker died: a later request hangs"
+    batcher.close()
+    assert isinstance(results["left"], BackendError) and results["left"].code == CANCELLED
+    assert all(isinstance(results[n], Completion) for n in ("busy", "stays", "later")), results
+    assert backend.batches == [1, 1, 1]
+
+
 def test_health_reflects_the_last_call(tiny_lm: ChatBackend, monkeypatch: pytest.MonkeyPatch,
                                        caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.CRITICAL, logger="embodied_r_ros.serving")

@@ -79,10 +79,9 @@ class Batcher:
         batch = [first]
         deadline = time.monotonic() + BATCH_WINDOW_S
         while len(batch) < self.max_batch:
-            same = [h for h in self._held if h[1] == first[1]]
-            if same:
-                self._held.remove(same[0])
-                batch.append(same[0])
+            same = next((i for i, h in enumerate(self._held) if h[1] == first[1]), None)
+            if same is not None:
+                batch.append(self._held.pop(same))
                 continue
             try:
                 item = self._queue.get(timeout=max(0.0, deadline - time.monotonic()))
@@ -102,9 +101,11 @@ class Batcher:
             batch = self._next_batch()
             if batch is None:
                 return
-            for item in [b for b in batch if b[3].stopped]:  # its client left while queued
-                batch.remove(item)
+            # a client that left while queued; by position, not list.remove: equality would
+            # compare conversations, and images in them are arrays (that crashed this thread)
+            for item in [b for b in batch if b[3].stopped]:
                 item[2].set_exception(BackendError(CANCELLED, "the client went away"))
+            batch = [b for b in batch if not b[3].stopped]
             if not batch:
                 continue
             try:
