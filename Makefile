@@ -34,7 +34,9 @@ $(STAMP): $(REQS) setup.py tools/setup_ros.py $(IFACES)
 	touch $(STAMP)
 
 test: setup
-	$(PY) -m pytest -q test
+	@# two workers (or one per CPU), a test file per worker: most tests wait on processes, DDS
+	@# discovery and sockets, so a serial run left the cores half idle
+	$(PY) -m pytest -q -n auto --dist loadfile test
 
 demo: setup
 	$(PY) -m embodied_r_ros.demo
