@@ -101,11 +101,16 @@ class Batcher:
             batch = self._next_batch()
             if batch is None:
                 return
-            # a client that left while queued; by position, not list.remove: equality would
-            # compare conversations, and images in them are arrays (that crashed this thread)
-            for item in [b for b in batch if b[3].stopped]:
-                item[2].set_exception(BackendError(CANCELLED, "the client went away"))
-            batch = [b for b in batch if not b[3].stopped]
+            # a client that left while queued fails at once; each token is read once, so a
+            # client leaving meanwhile cannot be dropped unanswered (and no list.remove: its
+            # equality would compare conversations, whose images are arrays)
+            kept = []
+            for item in batch:
+                if item[3].stopped:
+                    item[2].set_exception(BackendError(CANCELLED, "the client went away"))
+                else:
+                    kept.append(item)
+            batch = kept
             if not batch:
                 continue
             try:
