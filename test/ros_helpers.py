@@ -38,10 +38,10 @@ def domain_id(module: str) -> int:
     """A DDS domain per test module and process, so parallel runs on one host do not mix; the
     suite's parallel workers (pytest-xdist ``gw0``, ``gw1``) draw from disjoint ranges, so two
     modules running at once never share a domain."""
-    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0")
-    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
-    span = 100 // max(1, workers)
-    low = 1 + span * (int(worker.removeprefix("gw") or 0) % max(1, workers))
+    worker = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw") or 0)
+    workers = max(1, int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")))
+    span = 100 // workers
+    low = 1 + span * (worker % workers)
     return random.Random(f"{module}:{os.getpid()}").randint(low, low + span - 1)
 
 

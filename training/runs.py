@@ -120,17 +120,26 @@ def write_summary(result: TrainResult) -> Path:
     return path
 
 
+def _recorded(output_dir: Path) -> tuple[dict[str, Any], int, float] | None:
+    """``train_summary.json`` of the last finished training in ``output_dir`` with its step
+    and minutes, if any."""
+    try:
+        data = json.loads((output_dir / SUMMARY_FILE).read_text())
+        return data, int(data["global_step"]), float(data["minutes"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
 def finished_run(output_dir: Path, max_steps: int) -> TrainResult | None:
     """The recorded result of a training in ``output_dir`` that already reached ``max_steps``
     (> 0) and saved its final model, else None. A finished run must not be resumed: with
     gradient accumulation the Trainer trains one step past ``max_steps`` on every resume."""
-    checkpoint = last_checkpoint(output_dir)
-    try:
-        data = json.loads((output_dir / SUMMARY_FILE).read_text())
-        step = int(data["global_step"])
-    except (OSError, ValueError, KeyError, TypeError):
+    recorded = _recorded(output_dir)
+    if recorded is None or max_steps <= 0:
         return None
-    if max_steps <= 0 or step < max_steps or checkpoint_step(checkpoint) != step \
+    data, step, _ = recorded
+    checkpoint = last_checkpoint(output_dir)
+    if step < max_steps or checkpoint_step(checkpoint) != step \
             or not Path(data["final_model"]).is_dir():
         return None
     paths = {"output_dir", "final_model", "curves_png"}
@@ -141,8 +150,5 @@ def finished_run(output_dir: Path, max_steps: int) -> TrainResult | None:
 
 def recorded_minutes(output_dir: Path) -> tuple[int, float] | None:
     """``(global_step, minutes)`` of the last finished training in ``output_dir``, if any."""
-    try:
-        data = json.loads((output_dir / SUMMARY_FILE).read_text())
-        return int(data["global_step"]), float(data["minutes"])
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
+    recorded = _recorded(output_dir)
+    return None if recorded is None else recorded[1:]
