@@ -23,8 +23,16 @@ def pytest_configure(config: pytest.Config) -> None:
 
 @pytest.fixture(scope="session", autouse=True)
 def _model_cache_env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    """Point offline-model builds at a session temp dir: tests never touch ~/.cache."""
-    path = tmp_path_factory.mktemp("model_cache")
+    """Point offline-model builds at a session temp dir: tests never touch ~/.cache.
+
+    Parallel workers (pytest-xdist) share one such dir: ``build_once`` lets the first worker
+    convert SmolLM2 or the shipped reasoner while the others wait, instead of every worker
+    converting them again (about 80 s each)."""
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        path = tmp_path_factory.getbasetemp().parent / "model_cache"  # the run's, not a worker's
+        path.mkdir(exist_ok=True)
+    else:
+        path = tmp_path_factory.mktemp("model_cache")
     old = os.environ.get(CACHE_ENV)
     os.environ[CACHE_ENV] = str(path)
     yield path

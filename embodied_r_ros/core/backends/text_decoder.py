@@ -16,8 +16,6 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import shutil
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -104,24 +102,19 @@ def decoder_checkpoint(path: str, cache_dir: str | Path | None = None) -> str:
         return path
     from transformers import AutoConfig, AutoTokenizer
 
-    from embodied_r_ros.core.backends.offline import install_atomically, model_cache_dir
+    from embodied_r_ros.core.backends.offline import build_once, model_cache_dir
 
     source = AutoConfig.from_pretrained(path).to_json_string()
     key = hashlib.sha256(f"{Path(path).expanduser().resolve()}\n{source}".encode()).hexdigest()
     root = model_cache_dir(cache_dir) / "text-decoders"
     dest = root / f"{Path(path).name or 'model'}-{key[:12]}"
-    if (dest / "config.json").is_file():
-        return str(dest)
-    root.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.", dir=root))
-    try:
+
+    def build(tmp: Path) -> None:
         logger.info("writing the text decoder of %s to %s (once)", path, dest)
         load_causal_lm(path).save_pretrained(tmp)
         tokenizer = AutoTokenizer.from_pretrained(path)
         tokenizer.chat_template = _chat_template(path, tokenizer)
         tokenizer.save_pretrained(tmp)
-        tmp.chmod(0o755)
-        install_atomically(tmp, dest, lambda: (dest / "config.json").is_file())
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+
+    build_once(dest, lambda: (dest / "config.json").is_file(), build)
     return str(dest)
