@@ -120,6 +120,23 @@ def test_a_finished_sft_resumes_with_nothing_left_to_train(dataset: Path, tmp_pa
     assert (tmp_path / "sft" / "log_history.json").read_text() == history
 
 
+def test_a_finished_grpo_resumes_with_nothing_left_to_train(dataset: Path, tmp_path: Path
+                                                           ) -> None:
+    """GRPO by steps with gradient accumulation (two micro-batches a step): run again on the
+    same output, it returns the finished run instead of training a step past max_steps."""
+    grpo = {**TINY_RECIPE["grpo"], "max_steps": 2, "completions_per_step": 8,
+            "per_device_batch": 4}
+    cfg = load_train_config("cpu-tiny", {**TINY_RECIPE, "grpo": grpo})
+    funcs = [NamedReward(name, _length) for name in ("format", "accuracy", "consistency")]
+    out = tmp_path / "grpo"
+    first = run_grpo(cfg, dataset, output_dir=out, reward_funcs=funcs)
+    history = (out / "log_history.json").read_text()
+    again = run_grpo(cfg, dataset, output_dir=out, reward_funcs=funcs)
+    assert first.global_step == again.global_step == 2
+    assert again.resumed_from is not None and again.resumed_from.endswith("checkpoint-2")
+    assert (out / "log_history.json").read_text() == history
+
+
 def test_the_demo_table_command_runs_with_every_label_and_both_pairs(dataset: Path,
                                                                       tmp_path: Path) -> None:
     """The demo's evaluation as it calls it, each trained model stood in for by a rule row

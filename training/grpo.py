@@ -39,6 +39,7 @@ from .reference import consistency_reward, reference_backend
 from .runs import (
     TrainResult,
     checkpoint_epoch,
+    finished_run,
     last_checkpoint,
     summarize_history,
     training_rows,
@@ -239,6 +240,10 @@ def run_grpo(
 
     start = time.perf_counter()
     out = Path(output_dir or cfg.output.dir)
+    done = finished_run(out, cfg.grpo.max_steps) if resume else None
+    if done is not None:
+        log.info("GRPO in %s finished at step %d: nothing to resume", out, done.global_step)
+        return done
     device = device_name(cfg.grpo.device)
     torch.manual_seed(cfg.grpo.seed)
     model, tokenizer = load_policy(cfg, device)
