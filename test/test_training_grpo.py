@@ -22,6 +22,7 @@ from test_rewards import RuleReference
 from torch import Tensor
 from transformers import AutoModelForCausalLM, TrainerCallback
 
+from embodied_r_ros.core.backends.base import ChatBackend, Completion
 from embodied_r_ros.core.rewards import ConsistencyReward, completion_text
 
 
@@ -327,6 +328,46 @@ def test_evaluate_scores_known_replies_to_hand_computed_figures(dataset: Path) -
         assert got["accuracy_official"] == sum(kinds[i][2] for i in idx) / 4
     table = markdown_report({"scripted": result})
     assert "| **overall (micro)** | 8 | **50.0** | **62.5** |" in table
+
+
+class _OptionTextReference(ChatBackend):
+    """A reference LM that answers the letter of the last option text named in the thinking."""
+
+    model_id = "option-text-reference"
+
+    def __init__(self, options: dict[str, str]) -> None:
+        self.letter_of = {text: letter for letter, text in options.items()}
+
+    def complete(self, conversations, **_: object) -> list[Completion]:  # noqa: ANN001
+        replies = []
+        for conv in conversations:
+            words = conv[-1]["content"].split("Thinking process:")[1].split()
+            named = [self.letter_of[w] for w in words if w in self.letter_of]
+            replies.append(Completion(named[-1] if named else "none"))
+        return replies
+
+
+def test_the_consistency_rate_reads_answers_as_the_headline_does(dataset: Path) -> None:
+    """A model that answers with the option's text, scored by the tag reading under a config
+    whose rewards read officially: the judge must read the tag too. It read officially, found
+    none of these answers correct, never asked the reference and reported a consistency rate
+    of 0 (as it did for the old shipped reasoner, which answers with the option's text)."""
+    from embodied_r_training.dataset_files import load_rows
+    from embodied_r_training.evaluate import evaluate
+    from scripted import ScriptedVLM
+
+    from embodied_r_ros.core.reasoning import parse_options
+
+    rows = load_rows(dataset, "all", None)
+    options = dict(parse_options(rows[0]["options"]))
+    assert all(dict(parse_options(r["options"])) == options for r in rows)
+    replies = [f"<think>it went {options[r['solution']]}</think>"
+               f"<answer>{options[r['solution']]}</answer>" for r in rows]
+    cfg = load_train_config("cpu-tiny", {"rewards": {"answer_mode": "official"}})
+    result, _ = evaluate("scripted", dataset, cfg, split="all", answer_mode="tag",
+                         backend=ScriptedVLM(replies), reference=_OptionTextReference(options))
+    assert result.accuracy_by_mode["tag"] == 1.0
+    assert result.consistency_rate == 1.0
 
 
 def test_gpu_bench_runs_in_tiny_cpu_mode(tmp_path: Path) -> None:

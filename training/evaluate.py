@@ -22,6 +22,7 @@ from typing import Any
 
 from embodied_r_ros.core.backends.base import ChatBackend
 from embodied_r_ros.core.config import ModelConfig
+from embodied_r_ros.core.reasoning import AnswerMode
 
 from .config import TrainConfig, device_name
 from .dataset_files import first_per_category, load_rows
@@ -72,7 +73,7 @@ def evaluate(
     fold: int | None = None,
     reference: ChatBackend | None = None,
     backend: ChatBackend | None = None,
-    answer_mode: str | None = None,
+    answer_mode: AnswerMode | None = None,
 ) -> tuple[EvalResult, list[dict[str, Any]]]:
     """Run ``model`` over a split; ``reference`` (a frozen LM) enables the consistency rate.
     ``answer_mode`` (default ``rewards.answer_mode``) picks the headline accuracy."""
@@ -107,7 +108,9 @@ def evaluate(
     finally:
         if own:
             gen.close()
-    judge = consistency_reward(cfg, reference, layout) if reference is not None else None
+    # the judge reads answers as the headline does: the rate is over the answers counted right
+    judge = (consistency_reward(cfg, reference, layout, answer_mode=mode)
+             if reference is not None else None)
     metrics, preds = score(rows, completions, answer_mode=mode, judge=judge)
     result = EvalResult(model=model, split=split, fold=fold,
                         seconds=time.perf_counter() - start, mean_completion_tokens=length,

@@ -14,6 +14,7 @@ from typing import Any
 from embodied_r_ros.core.backends.base import ChatBackend
 from embodied_r_ros.core.config import ModelConfig
 from embodied_r_ros.core.prompts import PromptSet, prompts_from
+from embodied_r_ros.core.reasoning import AnswerMode
 from embodied_r_ros.core.rewards import (
     REFERENCE_MAX_NEW_TOKENS,
     REFERENCE_TEMPERATURE,
@@ -49,11 +50,14 @@ def reference_prompts(cfg: TrainConfig, layout: PromptLayout | None = None) -> P
 
 
 def consistency_reward(
-    cfg: TrainConfig, reference: ChatBackend, layout: PromptLayout | None = None
+    cfg: TrainConfig, reference: ChatBackend, layout: PromptLayout | None = None,
+    answer_mode: AnswerMode | None = None,
 ) -> ConsistencyReward:
-    """The consistency reward as ``cfg.rewards`` configures it (training and evaluation)."""
+    """The consistency reward as ``cfg.rewards`` configures it (training and evaluation);
+    ``answer_mode`` overrides the config's reading (an evaluation's headline reading, so the
+    rate counts among the answers that reading calls correct)."""
     r = cfg.rewards
-    return ConsistencyReward(reference, answer_mode=r.answer_mode,
+    return ConsistencyReward(reference, answer_mode=answer_mode or r.answer_mode,
                              prompts=reference_prompts(cfg, layout), fallback=r.fallback)
 
 
