@@ -120,6 +120,33 @@ def test_every_rationale_of_a_built_world_reaches_the_true_answer(
             assert "Frame " in think or "never seen" in think or "No frame" in think
 
 
+def test_a_text_first_conclusion_names_the_text_then_its_letter(
+    built_rows: tuple[dict, ...],
+) -> None:
+    """``sft.conclusion: text_first``: the walk ends in the option text it leads to and then
+    that option's letter; the answer tag, the official reading and the reference's regex
+    fallback see the same letter as with the letter-first conclusion."""
+    from embodied_r_training.config import SFTSettings
+    from embodied_r_training.sft import sft_rows
+
+    from embodied_r_ros.core.answers import think_letter
+    from embodied_r_ros.core.reasoning import parse_options
+
+    rows = list(built_rows)
+    for row in rows:
+        first, text_first = rationale(row), rationale(row, text_first=True)
+        letter = row["solution"]
+        text = dict(parse_options(row["options"]))[letter]
+        assert first.think.endswith(f"So: {letter}. {text}")
+        assert text_first.think.endswith(f"So: {text} ({letter})")
+        assert text_first.answer == first.answer == f"{letter}. {text}"
+        assert think_letter(text_first.think) == letter
+        assert correct(text_first.completion, letter, row["options"], "official")
+    targets = sft_rows(rows, SFTSettings(targets="rationale", conclusion="text_first"))
+    assert [t["completion"][0]["content"] for t in targets] == [
+        completion(r, text_first=True) for r in rows]
+
+
 def test_sft_teaches_the_reference_task_on_a_share_of_the_gold_rationales(
     built_rows: tuple[dict, ...],
 ) -> None:

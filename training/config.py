@@ -184,6 +184,11 @@ class SFTSettings(StrictModel):
     # rationale targets only: keep rows whose text supports the answer by the oracle's rules
     supported_only: bool = False
     answer_letter: bool = Field(True, description="'B. text' in the answer tag, else 'text'")
+    # with answer_letter: how the think text concludes. letter_first, "So: B. back-right": the
+    # letter is written before the text it names; text_first, "So: back-right (B)": the option
+    # text the walk leads to, then its letter (issue 17: letter-first SFT answered "A" to 43 of
+    # 60 questions, while the text-only reasoner's letters were balanced)
+    conclusion: Literal["letter_first", "text_first"] = "letter_first"
     # rationale targets only: extra rows, this share of the policy rows, that teach the
     # consistency reference's task (the question and a gold think text -> the letter), so that
     # the frozen SFT checkpoint can serve as the reference (issue 17)

@@ -11,8 +11,8 @@ learn from a few hundred examples; finding "the first frame that shows yellow" a
 600-token prompt in one jump is not (measured: a 135M model fine-tuned on 400 traces that
 stated the evidence without the walk stayed at chance). The completion is
 ``<think>..</think>\\n<answer>..</answer>`` with nothing after it; the conclusion and the answer
-are the option's letter and text (``So: B. back-right``), or its text alone (the core's answer
-parsing reads either).
+are the option's letter and text (``So: B. back-right``, or text first: ``So: back-right (B)``),
+or its text alone (the core's answer parsing reads either).
 
 Where the text's evidence leads to the solution by the oracle's rules, the rationale is
 ``supported``. Where it does not (the text lacks the information, or a motion the sparse key
@@ -211,12 +211,15 @@ _WRITERS = {
 }
 
 
-def rationale(row: Mapping[str, Any], *, letter: bool = True) -> Rationale:
+def rationale(row: Mapping[str, Any], *, letter: bool = True,
+              text_first: bool = False) -> Rationale:
     """The cold-start completion of a built row; it always concludes the row's solution.
 
     ``letter``: the conclusion and the answer tag read ``"B. option text"`` (else just the
     option text). A think text that names its letter is one any reference LM reads (the
     official local consistency reward even falls back to a regex for that letter).
+    ``text_first`` (with ``letter``): the conclusion reads ``"back-right (B)"``, the option text
+    the walk leads to before the letter; the answer tag is unchanged.
     """
     options = dict(parse_options(row["options"]))
     choice = str(row["solution"]).strip()[:1].upper()
@@ -227,10 +230,11 @@ def rationale(row: Mapping[str, Any], *, letter: bool = True) -> Rationale:
     p = perception_of(row)
     writer = _WRITERS.get(str(row.get("category")))
     evidence = writer(p, text) if writer else ""
-    think = f"{evidence} So: {answer}" if evidence else f"So: {answer}"
+    conclusion = f"{text} ({choice})" if letter and text_first else answer
+    think = f"{evidence} So: {conclusion}" if evidence else f"So: {conclusion}"
     supported = solve(row).letter == choice
     return Rationale(think, answer, supported)
 
 
-def completion(row: Mapping[str, Any], *, letter: bool = True) -> str:
-    return rationale(row, letter=letter).completion
+def completion(row: Mapping[str, Any], *, letter: bool = True, text_first: bool = False) -> str:
+    return rationale(row, letter=letter, text_first=text_first).completion

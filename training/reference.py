@@ -85,7 +85,8 @@ def gold_rationale_check(
     layout: PromptLayout | None = None,
 ) -> GoldCheck:
     """The consistency reward, exactly as training asks it, on the rows' gold rationales
-    (:func:`~embodied_r_training.rationales.rationale`, answered with letter and text): a
+    (:func:`~embodied_r_training.rationales.rationale`, answered with letter and text,
+    concluded as ``sft.conclusion`` says): a
     reference that cannot reach the stated answer from these makes the reward noise."""
     from .rationales import completion
 
@@ -94,7 +95,8 @@ def gold_rationale_check(
     judge = consistency_reward(cfg, reference, layout)
     rewards = judge(
         prompts=[r["prompt"] for r in rows],
-        completions=[completion(r, letter=True) for r in rows],
+        completions=[completion(r, letter=True, text_first=cfg.sft.conclusion == "text_first")
+                     for r in rows],
         solution=[r["solution"] for r in rows],
         options=[r["options"] for r in rows],
         question_block=[r.get("question_block") for r in rows],

@@ -47,7 +47,8 @@ def sft_rows(
     gold: list[tuple[dict[str, Any], Rationale]] = []
     for r in rows:
         if cfg.targets == "rationale":
-            why = rationale(r, letter=cfg.answer_letter)
+            why = rationale(r, letter=cfg.answer_letter,
+                            text_first=cfg.conclusion == "text_first")
             if cfg.supported_only and not why.supported:
                 continue
             target = why.completion
