@@ -1,7 +1,7 @@
 """The reasoning LM on CPU engines, side by side: is a 135M reasoner fast enough for a robot?
 
 Every engine runs the shipped reasoner (``smollm2-135m-embodied-r``, the LoRA-merged offline
-model) greedily with the ``offline`` profile's settings (192 new tokens) in its own process, so
+model) greedily with the ``offline`` profile's settings (256 new tokens) in its own process, so
 peak RSS is its own. Per engine:
 
   set-up     converting the checkpoint into the engine's format (cold, into a fresh directory);
@@ -49,7 +49,7 @@ from pathlib import Path
 from typing import Any
 
 REASONER = "smollm2-135m-embodied-r"
-MAX_NEW = 192
+MAX_NEW = 256
 DEMO_SEED = 7
 TARGET_P50_S, TARGET_P99_S, TARGET_AGREEMENT = 3.0, 6.0, 0.95
 PACKAGES = {"transformers": "transformers", "ct2": "ctranslate2", "llama.cpp": "llama-cpp-python",
