@@ -134,7 +134,7 @@ def test_a_text_first_conclusion_names_the_text_then_its_letter(
 
     rows = list(built_rows)
     for row in rows:
-        first, text_first = rationale(row), rationale(row, text_first=True)
+        first, text_first = rationale(row), rationale(row, conclusion="text_first")
         letter = row["solution"]
         text = dict(parse_options(row["options"]))[letter]
         assert first.think.endswith(f"So: {letter}. {text}")
@@ -144,7 +144,7 @@ def test_a_text_first_conclusion_names_the_text_then_its_letter(
         assert correct(text_first.completion, letter, row["options"], "official")
     targets = sft_rows(rows, SFTSettings(targets="rationale", conclusion="text_first"))
     assert [t["completion"][0]["content"] for t in targets] == [
-        completion(r, text_first=True) for r in rows]
+        completion(r, conclusion="text_first") for r in rows]
 
 
 def test_sft_teaches_the_reference_task_on_a_share_of_the_gold_rationales(

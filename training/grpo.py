@@ -242,7 +242,6 @@ def run_grpo(
     out = Path(output_dir or cfg.output.dir)
     done = finished_run(out, cfg.grpo.max_steps) if resume else None
     if done is not None:
-        log.info("GRPO in %s finished at step %d: nothing to resume", out, done.global_step)
         return done
     device = device_name(cfg.grpo.device)
     torch.manual_seed(cfg.grpo.seed)

@@ -212,14 +212,15 @@ _WRITERS = {
 
 
 def rationale(row: Mapping[str, Any], *, letter: bool = True,
-              text_first: bool = False) -> Rationale:
+              conclusion: str = "letter_first") -> Rationale:
     """The cold-start completion of a built row; it always concludes the row's solution.
 
     ``letter``: the conclusion and the answer tag read ``"B. option text"`` (else just the
     option text). A think text that names its letter is one any reference LM reads (the
     official local consistency reward even falls back to a regex for that letter).
-    ``text_first`` (with ``letter``): the conclusion reads ``"back-right (B)"``, the option text
-    the walk leads to before the letter; the answer tag is unchanged.
+    ``conclusion`` (``sft.conclusion``; with ``letter``): ``text_first`` reads
+    ``"back-right (B)"``, the option text the walk leads to before the letter; the answer tag is
+    unchanged.
     """
     options = dict(parse_options(row["options"]))
     choice = str(row["solution"]).strip()[:1].upper()
@@ -230,11 +231,12 @@ def rationale(row: Mapping[str, Any], *, letter: bool = True,
     p = perception_of(row)
     writer = _WRITERS.get(str(row.get("category")))
     evidence = writer(p, text) if writer else ""
-    conclusion = f"{text} ({choice})" if letter and text_first else answer
-    think = f"{evidence} So: {conclusion}" if evidence else f"So: {conclusion}"
+    said = f"{text} ({choice})" if letter and conclusion == "text_first" else answer
+    think = f"{evidence} So: {said}" if evidence else f"So: {said}"
     supported = solve(row).letter == choice
     return Rationale(think, answer, supported)
 
 
-def completion(row: Mapping[str, Any], *, letter: bool = True, text_first: bool = False) -> str:
-    return rationale(row, letter=letter, text_first=text_first).completion
+def completion(row: Mapping[str, Any], *, letter: bool = True,
+               conclusion: str = "letter_first") -> str:
+    return rationale(row, letter=letter, conclusion=conclusion).completion

@@ -95,8 +95,7 @@ def gold_rationale_check(
     judge = consistency_reward(cfg, reference, layout)
     rewards = judge(
         prompts=[r["prompt"] for r in rows],
-        completions=[completion(r, letter=True, text_first=cfg.sft.conclusion == "text_first")
-                     for r in rows],
+        completions=[completion(r, letter=True, conclusion=cfg.sft.conclusion) for r in rows],
         solution=[r["solution"] for r in rows],
         options=[r["options"] for r in rows],
         question_block=[r.get("question_block") for r in rows],

@@ -142,6 +142,7 @@ def finished_run(output_dir: Path, max_steps: int) -> TrainResult | None:
     if step < max_steps or checkpoint_step(checkpoint) != step \
             or not Path(data["final_model"]).is_dir():
         return None
+    log.info("the training in %s finished at step %d: nothing to resume", output_dir, step)
     paths = {"output_dir", "final_model", "curves_png"}
     fields = {k: Path(v) if k in paths and v is not None else v for k, v in data.items()
               if k in TrainResult.__dataclass_fields__}

@@ -47,8 +47,7 @@ def sft_rows(
     gold: list[tuple[dict[str, Any], Rationale]] = []
     for r in rows:
         if cfg.targets == "rationale":
-            why = rationale(r, letter=cfg.answer_letter,
-                            text_first=cfg.conclusion == "text_first")
+            why = rationale(r, letter=cfg.answer_letter, conclusion=cfg.conclusion)
             if cfg.supported_only and not why.supported:
                 continue
             target = why.completion
@@ -103,7 +102,6 @@ def run_sft(
     out = Path(output_dir or cfg.output.dir)
     done = finished_run(out, s.max_steps) if resume else None
     if done is not None:
-        log.info("SFT in %s finished at step %d: nothing to resume", out, done.global_step)
         return done
     device = device_name(s.device)
     model, tokenizer = load_policy(cfg, device)
