@@ -147,6 +147,29 @@ def test_a_text_first_conclusion_names_the_text_then_its_letter(
         completion(r, conclusion="text_first") for r in rows]
 
 
+def test_an_option_walk_compares_each_option_with_the_text_up_to_the_answer(
+    built_rows: tuple[dict, ...],
+) -> None:
+    """``sft.conclusion: option_walk``: the text the walk leads to, then the options in the
+    prompt's order, each marked against it, stopping at the answer; every reading (the answer
+    tag, the official extractor, the reference's regex fallback) sees the solution's letter."""
+    from embodied_r_ros.core.answers import think_letter
+    from embodied_r_ros.core.reasoning import parse_options
+
+    for row in built_rows:
+        walked = rationale(row, conclusion="option_walk")
+        options = parse_options(row["options"])
+        letter = row["solution"]
+        text = dict(options)[letter].rstrip(".")
+        upto = [key for key, _ in options][: "ABCDEFGH".index(letter) + 1]
+        marks = " ".join(f"{key}. {dict(options)[key].rstrip('.')}: "
+                         f"{'yes' if key == letter else 'no'}." for key in upto)
+        assert walked.think.endswith(f"So: {text}. {marks}")
+        assert walked.answer == rationale(row).answer
+        assert think_letter(walked.think) == letter
+        assert correct(walked.completion, letter, row["options"], "official")
+
+
 def test_sft_teaches_the_reference_task_on_a_share_of_the_gold_rationales(
     built_rows: tuple[dict, ...],
 ) -> None:

@@ -188,7 +188,10 @@ class SFTSettings(StrictModel):
     # letter is written before the text it names; text_first, "So: back-right (B)": the option
     # text the walk leads to, then its letter (issue 17: letter-first SFT answered "A" to 43 of
     # 60 questions, while the text-only reasoner's letters were balanced)
-    conclusion: Literal["letter_first", "text_first"] = "letter_first"
+    # option_walk, "So: back-right. A. left: no. B. back-right: yes.": the text, then each
+    # option copied from the prompt and compared with it up to the match (a 135M model that
+    # wrote the right text named its letter no better than chance: 14 of 60 letters matched)
+    conclusion: Literal["letter_first", "text_first", "option_walk"] = "letter_first"
     # rationale targets only: extra rows, this share of the policy rows, that teach the
     # consistency reference's task (the question and a gold think text -> the letter), so that
     # the frozen SFT checkpoint can serve as the reference (issue 17)

@@ -11,8 +11,9 @@ learn from a few hundred examples; finding "the first frame that shows yellow" a
 600-token prompt in one jump is not (measured: a 135M model fine-tuned on 400 traces that
 stated the evidence without the walk stayed at chance). The completion is
 ``<think>..</think>\\n<answer>..</answer>`` with nothing after it; the conclusion and the answer
-are the option's letter and text (``So: B. back-right``, or text first: ``So: back-right (B)``),
-or its text alone (the core's answer parsing reads either).
+are the option's letter and text (``So: B. back-right``, or text first: ``So: back-right (B)``,
+or the text and then the options walked to the one it names: ``So: back-right. A. left: no.
+B. back-right: yes.``), or its text alone (the core's answer parsing reads either).
 
 Where the text's evidence leads to the solution by the oracle's rules, the rationale is
 ``supported``. Where it does not (the text lacks the information, or a motion the sparse key
@@ -219,8 +220,10 @@ def rationale(row: Mapping[str, Any], *, letter: bool = True,
     option text). A think text that names its letter is one any reference LM reads (the
     official local consistency reward even falls back to a regex for that letter).
     ``conclusion`` (``sft.conclusion``; with ``letter``): ``text_first`` reads
-    ``"back-right (B)"``, the option text the walk leads to before the letter; the answer tag is
-    unchanged.
+    ``"back-right (B)"``, the option text the walk leads to before the letter; ``option_walk``
+    reads ``"back-right. A. left: no. B. back-right: yes."``, the text, then the options in
+    order, each copied and compared with it, up to the one it names. The answer tag is the
+    same for all three.
     """
     options = dict(parse_options(row["options"]))
     choice = str(row["solution"]).strip()[:1].upper()
@@ -231,10 +234,31 @@ def rationale(row: Mapping[str, Any], *, letter: bool = True,
     p = perception_of(row)
     writer = _WRITERS.get(str(row.get("category")))
     evidence = writer(p, text) if writer else ""
-    said = f"{text} ({choice})" if letter and conclusion == "text_first" else answer
+    said = _conclusion(options, choice, letter=letter, conclusion=conclusion)
     think = f"{evidence} So: {said}" if evidence else f"So: {said}"
     supported = solve(row).letter == choice
     return Rationale(think, answer, supported)
+
+
+def _conclusion(options: Mapping[str, str], choice: str, *, letter: bool,
+                conclusion: str) -> str:
+    """What follows "So:" (see :func:`rationale`)."""
+    text = options[choice]
+    if not letter:
+        return text
+    if conclusion == "text_first":
+        return f"{text} ({choice})"
+    if conclusion == "option_walk":
+        def bare(t: str) -> str:
+            return t.rstrip(".")
+
+        walk = []
+        for key, option in options.items():
+            walk.append(f"{key}. {bare(option)}: {'yes' if key == choice else 'no'}.")
+            if key == choice:
+                break
+        return f"{bare(text)}. {' '.join(walk)}"
+    return f"{choice}. {text}"
 
 
 def completion(row: Mapping[str, Any], *, letter: bool = True,
