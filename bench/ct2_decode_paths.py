@@ -5,8 +5,9 @@ last change) runs the decoding loop in a second Python thread and hands every to
 caller over a queue; ``generate_batch(callback=...)`` (the backend now) runs the same loop in
 the calling thread and calls back on each token. Both stop on ``</answer>``, cache the prompt's
 shared prefix as the engine's ``static_prompt`` and decode greedily with the offline profile's
-limit. The two are timed alternately on the demo's prompts (built by ``bench/lm_engines.py``
-into ``--data``), so a change in machine load falls on both; the replies must be identical.
+limit. The two are timed alternately on the demo's prompts (built once into ``--data`` as
+``bench/lm_engines.py`` builds them, the same directory), so a change in machine load falls
+on both; the replies must be identical.
 
 Run: ``.venv/bin/python bench/ct2_decode_paths.py [--data DIR] [--questions 30]``
 """
@@ -14,12 +15,13 @@ Run: ``.venv/bin/python bench/ct2_decode_paths.py [--data DIR] [--questions 30]`
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
+
+from lm_engines import DEFAULT_DATA, demo_rows
 
 from embodied_r_ros.core.backends.base import cut_at_stop
 from embodied_r_ros.core.backends.ctranslate2_backend import CTranslate2Backend
@@ -52,15 +54,10 @@ def streamed_reply(backend: CTranslate2Backend, conversation: list[dict], max_ne
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--data", type=Path,
-                        default=Path("~/.cache/embodied_r/bench-lm").expanduser())
+    parser.add_argument("--data", type=Path, default=DEFAULT_DATA)
     parser.add_argument("--questions", type=int, default=30)
     args = parser.parse_args(argv)
-    rows_file = args.data / "demo" / "data.jsonl"
-    if not rows_file.is_file():
-        print(f"error: {rows_file} missing: run bench/lm_engines.py first", file=sys.stderr)
-        return 2
-    rows = [json.loads(line) for line in rows_file.read_text().splitlines() if line.strip()]
+    rows = demo_rows(args.data)
     rows = rows[: args.questions]
     cfg = load_config(profile="offline").reasoning.model
     backend = CTranslate2Backend(cfg)

@@ -62,10 +62,9 @@ DEFAULT_DATA = Path("~/.cache/embodied_r/bench-lm").expanduser()
 
 # -- data ------------------------------------------------------------------------------------
 
-def build_data(data: Path, id_per_category: int) -> tuple[list[dict], list[dict]]:
-    """The demo's 30 rows and the ID test rows (built once into ``data``)."""
+def demo_rows(data: Path) -> list[dict]:
+    """The demo's 30 rows, built once into ``data/demo`` by the offline pipeline."""
     from embodied_r_training.cli import main as train_cli
-    from embodied_r_training.synthetic import build_synthetic, default_plan
 
     from embodied_r_ros.sim.generate import ensure_sample
 
@@ -78,11 +77,19 @@ def build_data(data: Path, id_per_category: int) -> tuple[list[dict], list[dict]
                           "--folds", "0", "--no-progress"])
         if code != 0:
             raise SystemExit(f"building the demo prompts failed ({code})")
+    return _rows(demo / "data.jsonl")
+
+
+def build_data(data: Path, id_per_category: int) -> tuple[list[dict], list[dict]]:
+    """The demo's 30 rows and the ID test rows (built once into ``data``)."""
+    from embodied_r_training.synthetic import build_synthetic, default_plan
+
+    demo = demo_rows(data)
     test = next(s for s in default_plan(n_test_per_category=id_per_category) if s.name == "test")
     synth = data / "synthetic"
     if not (synth / "id" / "test.jsonl").is_file():
         build_synthetic(synth, [test])
-    return _rows(demo / "data.jsonl"), _rows(synth / "id" / "test.jsonl")
+    return demo, _rows(synth / "id" / "test.jsonl")
 
 
 def _rows(path: Path) -> list[dict]:
