@@ -43,6 +43,8 @@ def streamed_reply(backend: CTranslate2Backend, conversation: list[dict], max_ne
     stream = backend.generator.generate_tokens(tokens(rest), **kwargs)
     try:
         for step in stream:
+            if step.token_id in backend.end_ids:  # as the backend did: end tokens are not text
+                continue
             out.append(int(step.token_id))
             cut = cut_at_stop(backend.tokenizer.decode(out, skip_special_tokens=True), STOP)
             if cut is not None:
