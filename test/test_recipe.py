@@ -153,6 +153,20 @@ def test_the_demo_table_command_runs_with_every_label_and_both_pairs(dataset: Pa
     for data in ("ID", "OOD"):
         assert list(scored[data]) == ["chance", "first-option", "oracle", *models]
         assert set(paired[data]) == {f"{SHIPPED} - SFT", f"{SHIPPED} - {ABLATION}"}
+    # a variant's settings reach the evaluation too: a bad one is refused there
+    bad = eval_command("cpu-tiny", "all", reference="unused", out=out, per_category=1,
+                       data={"ID": dataset}, models=models, overrides=["sft.conclusion=sideways"])
+    assert main(bad) == 2
+
+
+def test_the_train_demo_refuses_a_bad_setting_before_it_builds_data(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from embodied_r_training.demo import main as demo_main
+
+    out = tmp_path / "run"
+    assert demo_main(["--out", str(out), "--set", "sft.conclusion=sideways"]) == 2
+    assert "conclusion" in capsys.readouterr().err
+    assert not out.exists()
 
 
 def test_rationale_think_texts_are_what_sft_trains_on(dataset: Path) -> None:

@@ -32,8 +32,10 @@ from typing import Any
 
 from transformers import TrainerCallback, TrainerControl, TrainerState
 
+from embodied_r_ros.core.config import ConfigError, deep_merge
+
 from .cli import main as cli_main
-from .config import load_train_config
+from .config import load_train_config, parse_overrides
 from .runs import TrainResult, checkpoint_step, recorded_minutes
 
 log = logging.getLogger(__name__)
@@ -148,8 +150,11 @@ def check_reference(cfg: Any, data_dir: Path, out: Path, split: str = "val") -> 
 
 def run_demo(out: Path, *, config: str = RECIPE, worlds: dict[str, int] | None = None,
              eval_split: str = "test", ablation: bool = True,
-             eval_per_category: int | None = None) -> dict[str, Any]:
-    """``ablation``: also train GRPO without the consistency reward on the same budget (the
+             eval_per_category: int | None = None,
+             overrides: Sequence[str] = ()) -> dict[str, Any]:
+    """``overrides``: ``KEY=VALUE`` settings over ``config`` for every phase, evaluation
+    included (a variant of the recipe, e.g. ``sft.conclusion=option_walk``). ``ablation``:
+    also train GRPO without the consistency reward on the same budget (the
     table's comparison row; timed apart from the recipe's SFT + GRPO): it branches from the
     recipe's run where the consistency weight first becomes non-zero, so the two differ only
     in that reward. ``eval_per_category``: evaluate the first N questions of each category of
@@ -169,15 +174,17 @@ def run_demo(out: Path, *, config: str = RECIPE, worlds: dict[str, int] | None =
     data_id, data_ood = out / "synthetic" / "id", out / "synthetic" / "ood"
     summary_data["plan"] = load_manifest(data_id)["plan"]
 
-    cfg = load_train_config(config)
+    settings = parse_overrides(list(overrides))
+    cfg = load_train_config(config, settings)
     sft, minutes["SFT"] = trained(lambda: run_sft(cfg, data_id, output_dir=out / "sft"),
                                   out / "sft")
     history = json.loads((out / "sft" / "log_history.json").read_text())
     loss_curve(history, out / "sft" / "loss.png", title=f"SFT ({cfg.name})")
 
     sft_adapter = out / "sft" / "final-adapter"
-    overrides = {"policy": {"adapter": str(sft_adapter)}, **reference_overrides(sft.final_model)}
-    grpo_cfg = load_train_config(config, overrides)
+    trained_from = deep_merge(deep_merge(settings, {"policy": {"adapter": str(sft_adapter)}}),
+                              reference_overrides(sft.final_model))
+    grpo_cfg = load_train_config(config, trained_from)
     t = time.perf_counter()
     reference_check = check_reference(grpo_cfg, data_id, out / "reference_check.json")
     minutes["reference check"] = _minutes(t)
@@ -198,9 +205,8 @@ def run_demo(out: Path, *, config: str = RECIPE, worlds: dict[str, int] | None =
         ablation_dir = out / "grpo-no-consistency"
         if branch and not ablation_dir.exists():
             shutil.copytree(kept, ablation_dir)
-        plain = load_train_config(config, {
-            **overrides, "rewards": {**overrides["rewards"],
-                                     "stages": without_consistency(cfg.rewards.stages)}})
+        plain = load_train_config(config, deep_merge(trained_from, {
+            "rewards": {"stages": without_consistency(cfg.rewards.stages)}}))
         ablated, minutes["GRPO without consistency"] = trained(
             lambda: run_grpo(plain, data_id, output_dir=ablation_dir), ablation_dir)
         models[ABLATION] = str(ablated.final_model)
@@ -208,12 +214,14 @@ def run_demo(out: Path, *, config: str = RECIPE, worlds: dict[str, int] | None =
     t = time.perf_counter()
     code = cli_main(eval_command(config, eval_split, reference=str(sft.final_model),
                                  data={"ID": data_id, "OOD": data_ood}, models=models,
-                                 out=out / "eval", per_category=eval_per_category))
+                                 out=out / "eval", per_category=eval_per_category,
+                                 overrides=overrides))
     if code:
         raise RuntimeError(f"evaluation failed (exit {code})")
     minutes["evaluation"] = _minutes(t)
     summary = {
         "config": cfg.name,
+        "overrides": list(overrides),
         "data": summary_data,
         "minutes": minutes,
         "training_minutes": round(minutes["SFT"] + minutes["GRPO"], 2),
@@ -235,13 +243,14 @@ def run_demo(out: Path, *, config: str = RECIPE, worlds: dict[str, int] | None =
 
 def eval_command(config: str, split: str, *, reference: str, data: Mapping[str, Path],
                  models: Mapping[str, str], out: Path,
-                 per_category: int | None = None) -> list[str]:
+                 per_category: int | None = None, overrides: Sequence[str] = ()) -> list[str]:
     """The ``embodied-r-train eval`` arguments of the demo's table: the rule rows, the run's
     models by label, and the paired differences of the shipped model against SFT and, when
     the ablation ran, against the ablation."""
     pairs = [(SHIPPED, "SFT")] + ([(SHIPPED, ABLATION)] if ABLATION in models else [])
     return [
         "eval", "--config", config, "--split", split,
+        *[arg for pair in overrides for arg in ("--set", pair)],
         "--set", f"rewards.reference.model={reference}",
         *(("--set", f"eval.per_category={per_category}") if per_category else ()),
         *[arg for label, path in data.items() for arg in ("--data", f"{label}={path}")],
@@ -260,7 +269,7 @@ def _summary_tables(eval_dir: Path) -> str:
 
 def model_card(summary: dict[str, Any], tables: str) -> str:
     """The adapter's model card, from a run's summary and its ``eval`` summary tables."""
-    cfg = load_train_config(summary["config"])
+    cfg = load_train_config(summary["config"], parse_overrides(summary.get("overrides")))
     sft, grpo = summary["sft"], summary["grpo"]
     lora = cfg.policy.lora
     plan = summary["data"].get("plan") or {}
@@ -333,7 +342,7 @@ tag); the per-category tables in EVAL.md give both readings.
 
 def reference_card(summary: dict[str, Any]) -> str:
     """The model card of the run's consistency reference (its frozen SFT checkpoint)."""
-    cfg = load_train_config(summary["config"])
+    cfg = load_train_config(summary["config"], parse_overrides(summary.get("overrides")))
     check = summary.get("reference_check") or {}
     return f"""# smollm2-135m-embodied-r-reference
 
@@ -378,10 +387,17 @@ def main(argv: Sequence[str] | None = None) -> int:
                    help="evaluate the first N questions of each category (default: all)")
     p.add_argument("--install", action="store_true",
                    help="copy the exported adapter over the shipped one")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   dest="overrides", help="a config setting over the recipe's (repeatable)")
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    try:  # a bad setting fails here, not after the data build
+        load_train_config(args.config, parse_overrides(args.overrides))
+    except ConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     summary = run_demo(args.out, config=args.config, ablation=not args.no_ablation,
-                       eval_per_category=args.eval_per_category)
+                       eval_per_category=args.eval_per_category, overrides=args.overrides)
     print((args.out / "eval" / "eval.md").read_text())
     print(f"training: {summary['training_minutes']} min (SFT {summary['minutes']['SFT']}, "
           f"GRPO {summary['minutes']['GRPO']}); adapter {summary['adapter_mb']} MB at "
