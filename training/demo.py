@@ -165,6 +165,9 @@ def run_demo(out: Path, *, config: str = RECIPE, worlds: dict[str, int] | None =
     from .sft import run_sft
     from .synthetic import build_synthetic, default_plan, scaled_plan
 
+    # the recipe (and a bad setting's ConfigError) before the data build, not after it
+    settings = parse_overrides(list(overrides))
+    cfg = load_train_config(config, settings)
     minutes: dict[str, float] = {}
     t = time.perf_counter()
     plan = scaled_plan(default_plan(), **worlds) if worlds else default_plan()
@@ -174,8 +177,6 @@ def run_demo(out: Path, *, config: str = RECIPE, worlds: dict[str, int] | None =
     data_id, data_ood = out / "synthetic" / "id", out / "synthetic" / "ood"
     summary_data["plan"] = load_manifest(data_id)["plan"]
 
-    settings = parse_overrides(list(overrides))
-    cfg = load_train_config(config, settings)
     sft, minutes["SFT"] = trained(lambda: run_sft(cfg, data_id, output_dir=out / "sft"),
                                   out / "sft")
     history = json.loads((out / "sft" / "log_history.json").read_text())
@@ -391,13 +392,12 @@ def main(argv: Sequence[str] | None = None) -> int:
                    dest="overrides", help="a config setting over the recipe's (repeatable)")
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-    try:  # a bad setting fails here, not after the data build
-        load_train_config(args.config, parse_overrides(args.overrides))
+    try:
+        summary = run_demo(args.out, config=args.config, ablation=not args.no_ablation,
+                           eval_per_category=args.eval_per_category, overrides=args.overrides)
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    summary = run_demo(args.out, config=args.config, ablation=not args.no_ablation,
-                       eval_per_category=args.eval_per_category, overrides=args.overrides)
     print((args.out / "eval" / "eval.md").read_text())
     print(f"training: {summary['training_minutes']} min (SFT {summary['minutes']['SFT']}, "
           f"GRPO {summary['minutes']['GRPO']}); adapter {summary['adapter_mb']} MB at "
