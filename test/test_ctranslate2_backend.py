@@ -101,6 +101,63 @@ def test_greedy_replies_equal_transformers_batched_and_streamed_with_the_prefix_
     assert fast_lm.cached_prefix_tokens >= 8
 
 
+@pytest.mark.parametrize(("cores", "per_reply", "expected"),
+                         [(2, 1, (1, 2)), (8, 2, (2, 4)), (2, 4, (2, 1)), (1, 1, (1, 1)),
+                          (3, 2, (2, 1))])
+def test_cores_become_workers_of_one_reply_each(cores: int, per_reply: int,
+                                                expected: tuple[int, int]) -> None:
+    from embodied_r_ros.core.backends.ctranslate2_backend import cpu_threads
+
+    assert cpu_threads(cores, per_reply) == expected
+
+
+def test_int8_batch_replies_are_the_single_replies_one_worker_per_core(
+    ct2: object, tiny_models_dir: Path, tiny_config: Callable[..., ModelConfig]
+) -> None:
+    cfg = tiny_config("tiny-qwen2", backend="ctranslate2", quantization="int8",
+                      max_new_tokens=24, threads=2, threads_per_reply=1, batch_size=4)
+    lm = create_backend(cfg, cache_dir=tiny_models_dir, text_only=True)
+    assert lm.generator.num_generators == 2  # two workers, one core each
+    convs = [_conv(q) for q in QUESTIONS]
+    batched = lm.complete(convs, max_new_tokens=24)
+    single = [lm.complete([c], max_new_tokens=24)[0] for c in convs]
+    assert [c.text for c in batched] == [c.text for c in single]
+    assert all(c.completion_tokens for c in batched)
+
+
+class HoldsCallbacks:
+    """The engine, keeping every step callback it was given (as its worker thread may, after
+    the call has returned)."""
+
+    def __init__(self, generator: object) -> None:
+        self.generator, self.held = generator, []
+
+    def generate_batch(self, *args: object, **kwargs: object) -> object:
+        self.held.append(kwargs.get("callback"))
+        return self.generator.generate_batch(*args, **kwargs)
+
+
+def test_a_callback_the_engine_still_holds_does_not_keep_the_backend_alive(
+    ct2: object, tiny_models_dir: Path, tiny_config: Callable[..., ModelConfig]
+) -> None:
+    import gc
+    import weakref
+
+    cfg = tiny_config("tiny-qwen2", backend="ctranslate2", quantization="int8",
+                      max_new_tokens=8, threads=2)
+    lm = create_backend(cfg, cache_dir=tiny_models_dir, text_only=True)
+    engine = HoldsCallbacks(lm.generator)
+    lm.generator = engine
+    lm.complete([_conv(QUESTIONS[0])], stop=["never"])
+    assert engine.held and callable(engine.held[0])
+    alive = weakref.ref(lm)
+    del lm
+    gc.collect()
+    # otherwise the engine's worker, dropping the callback last, would destroy the engine
+    # from its own thread (std::system_error "Resource deadlock avoided": an abort)
+    assert alive() is None
+
+
 def test_stop_string_ends_generation(fast_lm, tiny_lm: TransformersBackend) -> None:
     full = tiny_lm.complete([_conv(QUESTIONS[0])], max_new_tokens=24)[0]
     assert len(full.text) > 6

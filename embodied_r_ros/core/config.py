@@ -79,9 +79,13 @@ class ModelConfig(StrictModel):
     top_p: float = Field(1.0, gt=0.0, le=1.0)
     batch_size: int = Field(4, ge=1)
     seed: int = 0
-    # ctranslate2 backend: weight quantisation and CPU threads (0: one per available CPU)
+    # ctranslate2 backend: weight quantisation; the CPU cores the engine may use (0: every one
+    # this process may run on) and how many of them share one reply's matrix products. One is
+    # fastest for a 135M model (bench/ct2_threads.py: 1.7x the decode speed of two on 2 cores);
+    # the rest serve other prompts of a batch in parallel, one prompt per core.
     quantization: Literal["int8", "int8_float32", "int16", "float32"] = "int8"
     threads: int = Field(0, ge=0)
+    threads_per_reply: int = Field(1, ge=1)
     # openai backend
     base_url: str | None = None
     api_key_env: str | None = Field(None, description="name of the env var holding the key")

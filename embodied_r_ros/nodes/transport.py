@@ -39,8 +39,11 @@ IMAGE_HISTORY = 2
 IMAGE_QOS = QoSProfile(history=HistoryPolicy.KEEP_LAST, depth=IMAGE_HISTORY,
                        reliability=ReliabilityPolicy.BEST_EFFORT,
                        durability=DurabilityPolicy.VOLATILE)
-#: allocations at least this large are mapped (and unmapped on free) rather than kept in a heap
-MMAP_THRESHOLD = 1 << 20
+#: allocations at least this large are mapped (and unmapped on free) rather than kept in a
+#: heap: a 720p RGB frame (2.6 MiB) and larger. Not 1 MiB: the reasoning engine's per-token
+#: buffers (1-2 MiB for the 135M reasoner on CTranslate2) would be mapped and faulted in anew
+#: on every token, 1.7x the reply time in a node process (``bench/lm_node_malloc.py``)
+MMAP_THRESHOLD = 2 << 20
 #: heaps (arenas) the executor's threads share: each one more keeps its own freed fragments
 MALLOC_ARENAS = 2
 _M_MMAP_THRESHOLD, _M_ARENA_MAX = -3, -8  # glibc's mallopt parameter numbers

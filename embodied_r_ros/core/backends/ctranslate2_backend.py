@@ -159,6 +159,16 @@ def _convert(source: Path, out: Path, quantization: str) -> None:
             shutil.copy(source / extra, out / extra)
 
 
+def cpu_threads(cores: int, per_reply: int) -> tuple[int, int]:
+    """``(threads per reply, workers)`` for ``cores`` CPU cores: each worker decodes one reply
+    on ``per_reply`` cores. A 135M model's matrix-vector products are too small to split: on
+    2 cores one thread decodes 1.7x faster than two (``bench/ct2_threads.py``; the OpenMP
+    barriers cost more than the second core gives), so the spare cores run other prompts of a
+    batch instead, and stay free for the robot's own work when one question is asked."""
+    intra = max(1, min(per_reply, cores))
+    return intra, max(1, cores // intra)
+
+
 def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
     """The number of leading tokens ``a`` and ``b`` share."""
     n = 0
@@ -181,13 +191,15 @@ class CTranslate2Backend(ChatBackend):
         self._ct2 = ctranslate2
         self.path = ensure_converted(cfg.model, cfg.quantization, cache_dir)
         device = "cpu" if cfg.device == "auto" else cfg.device
-        # threads 0: one per CPU this process may run on (the engine's own default is 4
-        # OpenMP threads, which oversubscribes a 2-core robot computer)
-        threads = cfg.threads or len(os.sched_getaffinity(0))
+        self.on_cpu = device == "cpu"
+        intra, workers = cpu_threads(cfg.threads or len(os.sched_getaffinity(0)),
+                                     cfg.threads_per_reply)
+        if not self.on_cpu:  # a GPU: one engine replica, whose batches share each step
+            workers = 1
         try:
             self.generator = ctranslate2.Generator(
                 str(self.path), device=device, compute_type=cfg.quantization,
-                intra_threads=threads,
+                intra_threads=intra, inter_threads=workers,
             )
         except (RuntimeError, ValueError) as exc:
             raise BackendError(BACKEND_FAILED, f"cannot load {self.path}: {exc}") from None
@@ -205,8 +217,8 @@ class CTranslate2Backend(ChatBackend):
         self._prefix: list[int] | None = None  # the shared prompt prefix, once two are seen
         self._last: list[int] | None = None
         self._lock = threading.Lock()  # one generation at a time; the seed is engine-wide
-        logger.info("loaded %s on CTranslate2 %s (%s, %s)", cfg.model, ctranslate2.__version__,
-                    device, cfg.quantization)
+        logger.info("loaded %s on CTranslate2 %s (%s, %s, %d worker(s) x %d thread(s))",
+                    cfg.model, ctranslate2.__version__, device, cfg.quantization, workers, intra)
 
     # -- prompts -----------------------------------------------------------------------------
 
@@ -269,12 +281,16 @@ class CTranslate2Backend(ChatBackend):
             kwargs.update(static_prompt=tokens(prefix), cache_static_prompt=True)
         out: list[int] = []
         cut: list[str] = []
+        # The engine calls back from its worker thread and may drop the callback there after
+        # this call has returned; it must not hold the backend (or the engine), or a backend
+        # dropped meanwhile is destroyed in that worker, which then joins itself (abort).
+        end_ids, decode = frozenset(self.end_ids), self.tokenizer.decode
 
         def on_step(step: Any) -> bool:
-            if step.token_id not in self.end_ids:
+            if step.token_id not in end_ids:
                 out.append(int(step.token_id))
                 if stop:
-                    text = cut_at_stop(self.tokenizer.decode(out, skip_special_tokens=True), stop)
+                    text = cut_at_stop(decode(out, skip_special_tokens=True), stop)
                     if text is not None:
                         cut.append(text)
                         return True
@@ -292,16 +308,18 @@ class CTranslate2Backend(ChatBackend):
 
     def _batch(self, prompts: list[list[int]], max_new: int,
                stop: Sequence[str]) -> list[Completion]:
-        """Greedy replies of several prompts in one batched engine call (``batch_size`` at a
-        time): what an evaluation asks, many questions and nobody waiting on one of them.
-        Greedy decoding does not depend on the batch, so the answers are those of
-        :meth:`_one`; a stop string cuts the text afterwards."""
+        """Greedy replies of several prompts in one engine call: what an evaluation asks, many
+        questions and nobody waiting on one of them. On CPU every worker takes one prompt at a
+        time: no padding, so each reply is its prompt's own (a padded int8 batch changed 9 of
+        16 replies, and was 2.2x slower: ``bench/ct2_threads.py``; :meth:`_one` prefills the
+        cached prefix apart, which can still move a near tie); on a GPU ``batch_size`` prompts
+        share a step. A stop string cuts the text afterwards."""
         tokens = self.tokenizer.convert_ids_to_tokens
         try:
             results = self.generator.generate_batch(
                 [tokens(ids) for ids in prompts], max_length=max_new, sampling_topk=1,
                 end_token=self.end_ids, include_prompt_in_result=False,
-                max_batch_size=max(self.cfg.batch_size, 1))
+                max_batch_size=1 if self.on_cpu else self.cfg.batch_size)
         except (RuntimeError, ValueError) as exc:
             raise BackendError(BACKEND_FAILED, f"generation failed: {exc}") from exc
         out = []
