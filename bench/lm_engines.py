@@ -29,7 +29,7 @@ resumably), since they take the longest.
 
 Targets (the chosen engine, ``--target``): p50 <= 3 s, p99 <= 6 s, agreement >= 95 %.
 Run: ``.venv/bin/python bench/lm_engines.py [--engines transformers,ct2-int8,ct2-int16]
-[--gguf reasoner-q8_0.gguf] [--onnx DIR] [--measure-install]``
+[--gguf q8_0=reasoner-q8_0.gguf --gguf f32=reasoner-f32.gguf] [--onnx DIR] [--measure-install]``
 """
 
 from __future__ import annotations
@@ -151,20 +151,23 @@ class _Measured:
 
 
 class LlamaCpp(_Measured):
-    """llama-cpp-python on a GGUF of the merged reasoner, greedy, with its in-memory prompt
-    cache (the longest cached prefix's KV state is reused across questions)."""
+    """llama-cpp-python on a GGUF of the merged reasoner, greedy. ``generate`` keeps the KV
+    state of the prefix the new prompt shares with the last one (the fixed system prompt and
+    instructions) and evaluates only the rest."""
 
     def __init__(self, model_dir: Path, gguf: Path, threads: int) -> None:
         super().__init__(model_dir)
-        from llama_cpp import Llama, LlamaRAMCache
+        from llama_cpp import Llama
 
-        self.llm = Llama(model_path=str(gguf), n_ctx=4096, n_threads=threads or None,
-                         n_batch=512, verbose=False)
-        self.llm.set_cache(LlamaRAMCache(capacity_bytes=1 << 28))
+        # one thread a reply by default, as the CTranslate2 backend on CPU (threads_per_reply)
+        self.llm = Llama(model_path=str(gguf), n_ctx=4096, n_threads=threads or 1,
+                         n_threads_batch=threads or 1, n_batch=512, verbose=False)
 
     def generate(self, ids: list[int], max_new: int) -> list[int]:
         out: list[int] = []
-        for token in self.llm.generate(ids, top_k=1, temp=0.0, reset=False):
+        # reset=True (the default) is what reuses the shared prefix; reset=False would append
+        # this prompt after the previous conversation's tokens
+        for token in self.llm.generate(ids, top_k=1, temp=0.0, repeat_penalty=1.0):
             if token in self.eos or len(out) >= max_new:
                 break
             out.append(int(token))
@@ -218,8 +221,8 @@ def run_engine(args: argparse.Namespace) -> dict[str, Any]:
             ensure_converted(str(model_dir), engine[4:], tmp)
             result["convert_s"] = time.perf_counter() - t0
         t0 = time.perf_counter()
-        if engine == "llama.cpp":
-            backend = LlamaCpp(model_dir, Path(args.gguf), args.threads)
+        if _family(engine) == "llama.cpp":
+            backend = LlamaCpp(model_dir, Path(args.gguf[0]), args.threads)
         elif engine == "ort-genai":
             backend = OrtGenAI(model_dir, Path(args.onnx))
         else:
@@ -324,7 +327,31 @@ def percentile(xs: Sequence[float], q: float) -> float:
 # -- the parent: one child per engine, the table ---------------------------------------------
 
 def _family(engine: str) -> str:
-    return "ct2" if engine.startswith("ct2-") else engine
+    for family in ("ct2", "llama.cpp"):
+        if engine.startswith(f"{family}-"):
+            return family
+    return engine
+
+
+def expand_engines(engines: str, ggufs: dict[str, Path]) -> list[str]:
+    """``llama.cpp`` stands for one engine per ``--gguf LABEL=PATH`` (``llama.cpp-LABEL``)."""
+    out: list[str] = []
+    for engine in engines.split(","):
+        if engine == "llama.cpp" and ggufs:
+            out += [f"llama.cpp-{label}" for label in ggufs]
+        else:
+            out.append(engine)
+    return out
+
+
+def parse_ggufs(values: Sequence[str]) -> dict[str, Path]:
+    ggufs = {}
+    for value in values:
+        label, sep, path = value.partition("=")
+        if not sep:
+            raise SystemExit(f"--gguf {value!r}: expected LABEL=PATH (e.g. q8_0=reasoner.gguf)")
+        ggufs[label] = Path(path)
+    return ggufs
 
 
 def package_of(engine: str) -> str:
@@ -366,7 +393,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="ID test questions per category (30: all 180)")
     parser.add_argument("--id-limit", type=int, default=0,
                         help="only the first N of those (0: all)")
-    parser.add_argument("--gguf", type=Path, default=None, help="GGUF of the merged reasoner")
+    parser.add_argument("--gguf", action="append", default=[], metavar="LABEL=PATH",
+                        help="a GGUF of the merged reasoner, measured as engine "
+                             "llama.cpp-LABEL (repeatable)")
     parser.add_argument("--onnx", type=Path, default=None,
                         help="ONNX Runtime GenAI build of the merged reasoner")
     parser.add_argument("--threads", type=int, default=0)
@@ -417,10 +446,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     rows_file.write_text("".join(json.dumps(r) + "\n" for r in id_rows))
     id_rows = id_rows[: args.id_limit or None]
     results: dict[str, dict[str, Any]] = {}
-    for engine in args.engines.split(","):
-        model_file = {"llama.cpp": args.gguf, "ort-genai": args.onnx}
-        if not installed(engine) or (engine in model_file and model_file[engine] is None):
-            why = (f"no --{'gguf' if engine == 'llama.cpp' else 'onnx'}" if installed(engine)
+    ggufs = parse_ggufs(args.gguf)
+    for engine in expand_engines(args.engines, ggufs):
+        model_file = {"llama.cpp": ggufs.get(engine.removeprefix("llama.cpp-")),
+                      "ort-genai": args.onnx}
+        family = _family(engine)
+        if not installed(engine) or (family in model_file and model_file[family] is None):
+            why = (f"no --{'gguf' if family == 'llama.cpp' else 'onnx'}" if installed(engine)
                    else f"{package_of(engine)} not installed")
             print(f"{engine}: skipped ({why})", flush=True)
             results[engine] = {"engine": engine, "skipped": why}
@@ -435,8 +467,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                    "--threads", str(args.threads)]
             if args.model_cache:
                 cmd += ["--model-cache", str(args.model_cache)]
-            if args.gguf:
-                cmd += ["--gguf", str(args.gguf)]
+            if family == "llama.cpp":
+                cmd += ["--gguf", str(model_file["llama.cpp"])]
             if args.onnx:
                 cmd += ["--onnx", str(args.onnx)]
             if engine == "transformers":
@@ -466,7 +498,7 @@ def report(results: dict[str, dict[str, Any]], args: argparse.Namespace, id_rows
     print(f"\ndemo questions timed {timed}, {len(id_rows)} ID test questions "
           f"(agreement with transformers fp32), {MAX_NEW} new tokens max, greedy, "
           f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}")
-    head = (f"{'engine':<13}{'install s':>10}{'convert s':>10}{'load s':>8}{'prefill t/s':>12}"
+    head = (f"{'engine':<16}{'install s':>10}{'convert s':>10}{'load s':>8}{'prefill t/s':>12}"
             f"{'decode t/s':>11}{'p50 s':>7}{'p99 s':>7}{'RSS MB':>8}{'agree % (n)':>13}"
             f"{'ID acc % [95% CI]':>20}{'demo acc':>9}")
     print(head)
@@ -474,7 +506,7 @@ def report(results: dict[str, dict[str, Any]], args: argparse.Namespace, id_rows
     failed = False
     for engine, r in results.items():
         if "skipped" in r:
-            print(f"{engine:<13}skipped: {r['skipped']}")
+            print(f"{engine:<16}skipped: {r['skipped']}")
             continue
         answers = r["id_answers"]
         n = min(len(answers), len(ref or []))
@@ -493,7 +525,7 @@ def report(results: dict[str, dict[str, Any]], args: argparse.Namespace, id_rows
             value = r.get(key)
             return format(value, fmt) if value is not None else "-".rjust(int(fmt[:-3] or 0))
 
-        print(f"{engine:<13}{f('install_s', '10.1f')}{f('convert_s', '10.1f')}"
+        print(f"{engine:<16}{f('install_s', '10.1f')}{f('convert_s', '10.1f')}"
               f"{f('load_s', '8.2f')}{f('prefill_tok_s', '12.0f')}{f('decode_tok_s', '11.1f')}"
               f"{f('p50_s', '7.2f')}{f('p99_s', '7.2f')}{f('peak_rss_mb', '8.0f')}"
               f"{'-' if agree is None else f'{100 * agree:.1f} ({n})':>13}"
