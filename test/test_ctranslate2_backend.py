@@ -15,7 +15,7 @@ from embodied_r_ros.core.backends import create_backend
 from embodied_r_ros.core.backends.base import BACKEND_FAILED, BACKEND_TIMEOUT, BackendError
 from embodied_r_ros.core.backends.transformers_backend import TransformersBackend
 from embodied_r_ros.core.cancel import CANCELLED, CancelToken
-from embodied_r_ros.core.config import ModelConfig, load_config
+from embodied_r_ros.core.config import ModelConfig
 
 SYSTEM = "You are a helpful assistant. Observe the scene and answer."
 QUESTIONS = ["How far is the chair from the table?", "Which object is closest to the agent?",
@@ -200,9 +200,3 @@ def test_falls_back_to_transformers_with_one_log_line(
     lines = [r for r in caplog.records if r.name == "embodied_r_ros.core.backends.factory"]
     assert len(lines) == 1 and "ctranslate2 is not installed" in lines[0].getMessage()
     assert backend.complete([_conv(QUESTIONS[0])], max_new_tokens=3)[0].completion_tokens == 3
-
-
-def test_the_offline_profile_reasons_on_the_fast_engine() -> None:
-    model = load_config("offline").reasoning.model
-    assert model.backend == "ctranslate2" and model.quantization == "int8"
-    assert model.model == "smollm2-135m-embodied-r"

@@ -185,7 +185,7 @@ def test_from_a_recording_to_a_trained_reasoner_answering_on_the_robot(
 
     # the robot's config extends the printed one (no cache under ~/.cache, short replies; on
     # transformers, whose weights can be compared with the base model's below: the offline
-    # profile's ctranslate2 engine would serve a converted copy of the same export)
+    # profile's llama.cpp engine would serve a converted copy of the same export)
     mine = tmp_path / "mine.yaml"
     mine.write_text(f"base: {exported}\ncache: {{enabled: false}}\n"
                     "reasoning: {model: {backend: transformers, max_new_tokens: 8}}\n")

@@ -26,6 +26,7 @@ from embodied_r_ros.core.config import (
     ConfigError,
     ModelConfig,
     StrictModel,
+    check_engine_quantization,
     deep_merge,
     locate_yaml,
     read_yaml,
@@ -219,9 +220,10 @@ class EvalSettings(StrictModel):
     temperature: float = Field(0.0, ge=0.0)
     batch_size: int = Field(8, ge=1)
     # the engine of the evaluated models: transformers, or a CTranslate2 conversion (float32:
-    # the same weights, batched greedy decoding several times faster on CPU; int8: quantised)
-    backend: Literal["transformers", "ctranslate2"] = "transformers"
-    quantization: Literal["int8", "int8_float32", "int16", "float32"] = "float32"
+    # the same weights, batched greedy decoding several times faster on CPU; int8: quantised),
+    # or a llama.cpp one (float16: 98.9 % the same answers as transformers, bench/lm_engines.py)
+    backend: Literal["transformers", "ctranslate2", "llamacpp"] = "transformers"
+    quantization: Literal["int8", "int8_float32", "int16", "float16", "float32"] = "float32"
     device: Device = "auto"
     dtype: Dtype = "auto"
     consistency: bool = Field(True, description="ask the reference LM about correct answers")
@@ -230,6 +232,11 @@ class EvalSettings(StrictModel):
     # None: every question of the split; a number: the first N of each category, in file order
     # (a fixed, balanced subset when the full sets do not fit the time)
     per_category: int | None = Field(None, ge=1)
+
+    @model_validator(mode="after")
+    def _engine_quantization(self) -> EvalSettings:
+        check_engine_quantization(self.backend, self.quantization)
+        return self
 
 
 class OutputSettings(StrictModel):

@@ -331,7 +331,7 @@ motions, colour regions), built by `embodied-r-train build` from each world's ro
   {summary['minutes'].get('GRPO without consistency', '-')} minutes.
 
 ## Evaluation (greedy, {cfg.eval.max_new_tokens} new tokens, {cfg.eval.backend}
-{cfg.eval.quantization if cfg.eval.backend == 'ctranslate2' else ''}; 95 % bootstrap intervals)
+{cfg.eval.quantization if cfg.eval.backend != 'transformers' else ''}; 95 % bootstrap intervals)
 "untrained" is SmolLM2-135M-Instruct itself; "oracle" answers from the same perception text by
 rules (the ceiling the text allows); "chance" is the expected accuracy of a uniform guess. The
 headline accuracy is read as the official evaluation does (the first letter in the answer

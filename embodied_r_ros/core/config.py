@@ -64,11 +64,23 @@ class KeyframeConfig(StrictModel):
         return self
 
 
+#: the weights the llama.cpp backend writes (int8: GGUF Q8_0)
+LLAMACPP_QUANTIZATIONS = ("float32", "float16", "int8")
+
+
+def check_engine_quantization(backend: str, quantization: str) -> None:
+    """Refuse a quantisation the named engine cannot build (a ``ValueError`` for the schema)."""
+    if backend == "llamacpp" and quantization not in LLAMACPP_QUANTIZATIONS:
+        raise ValueError(f"quantization {quantization!r} is not available on backend "
+                         f"'llamacpp': use one of {', '.join(LLAMACPP_QUANTIZATIONS)}")
+
+
 class ModelConfig(StrictModel):
     """A chat model behind one of the backends in ``core/backends``."""
 
-    # ctranslate2: the model converted once to a CPU engine; transformers if not installed
-    backend: Literal["transformers", "openai", "vllm", "ctranslate2"] = "transformers"
+    # ctranslate2 / llamacpp: the model converted once to a CPU engine; when the engine is not
+    # installed, llamacpp falls back to ctranslate2, and ctranslate2 to transformers
+    backend: Literal["transformers", "openai", "vllm", "ctranslate2", "llamacpp"] = "transformers"
     # A hub id, a local directory, or an offline model name (``tiny-qwen2``,
     # ``tiny-qwen2.5-vl``, ``smollm2-135m``) built by ``core/backends/offline.py``.
     model: str = Field(min_length=1)
@@ -79,11 +91,12 @@ class ModelConfig(StrictModel):
     top_p: float = Field(1.0, gt=0.0, le=1.0)
     batch_size: int = Field(4, ge=1)
     seed: int = 0
-    # ctranslate2 backend: weight quantisation; the CPU cores the engine may use (0: every one
-    # this process may run on) and how many of them share one reply's matrix products. One is
-    # fastest for a 135M model (bench/ct2_threads.py: 1.7x the decode speed of two on 2 cores);
-    # the rest serve other prompts of a batch in parallel, one prompt per core.
-    quantization: Literal["int8", "int8_float32", "int16", "float32"] = "int8"
+    # ctranslate2 / llamacpp backends: weight quantisation (llamacpp: float32, float16, or int8
+    # = Q8_0); the CPU cores the engine may use (0: every one this process may run on) and how
+    # many of them share one reply's matrix products. On CTranslate2 one is fastest for a 135M
+    # model (bench/ct2_threads.py: 1.7x the decode speed of two on 2 cores) and the rest serve
+    # other prompts of a batch, one prompt per core; llama.cpp's threads do speed up one reply.
+    quantization: Literal["int8", "int8_float32", "int16", "float16", "float32"] = "int8"
     threads: int = Field(0, ge=0)
     threads_per_reply: int = Field(1, ge=1)
     # openai backend
@@ -120,6 +133,7 @@ class ModelConfig(StrictModel):
     def _endpoint(self) -> ModelConfig:
         if self.backend == "openai" and not self.base_url:
             raise ValueError("base_url is required for backend 'openai'")
+        check_engine_quantization(self.backend, self.quantization)
         return self
 
 

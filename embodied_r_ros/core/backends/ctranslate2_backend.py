@@ -5,8 +5,8 @@ CTranslate2's quantised CPU kernels run the same weights several times faster (t
 table is in the README, ``bench/lm_engines.py``). The engine cannot read a Transformers
 checkpoint directly, so :func:`ensure_converted` converts the local model (an offline model
 name such as the LoRA-merged ``smollm2-135m-embodied-r``, or a directory) once into the model
-cache with CTranslate2's own ``TransformersConverter`` and no hub; the build is keyed by the
-source files, the quantisation and the engine version, so a changed source is rebuilt.
+cache with CTranslate2's own ``TransformersConverter`` and no hub (``local_engine``: keyed by
+the source files, the quantisation and the engine version, so a changed source is rebuilt).
 
 Generation calls back on every token (``generate_batch(callback=...)`` in the calling thread),
 so a cancel token or a deadline stops it at the next token and ``stop`` strings end it as soon
@@ -20,13 +20,9 @@ whose model state CTranslate2 caches, so later questions only prefill their own 
 
 from __future__ import annotations
 
-import hashlib
-import json
 import logging
 import os
-import shutil
 import threading
-import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -43,12 +39,12 @@ from embodied_r_ros.core.backends.base import (
     exclusive,
     raise_if_stopped,
 )
-from embodied_r_ros.core.backends.images import content_parts
-from embodied_r_ros.core.backends.offline import (
-    build_once,
-    is_offline_model,
-    model_cache_dir,
-    resolve_model,
+from embodied_r_ros.core.backends.local_engine import (
+    MARKER_FILE,
+    chat_prompt_ids,
+    common_prefix,
+    ensure_built,
+    load_tokenizer,
 )
 from embodied_r_ros.core.cancel import CancelToken
 from embodied_r_ros.core.config import ModelConfig
@@ -56,9 +52,10 @@ from embodied_r_ros.core.config import ModelConfig
 logger = logging.getLogger(__name__)
 
 MISSING = "backend 'ctranslate2' needs: pip install ctranslate2 (in requirements.txt)"
-MARKER_FILE = "embodied_r_ctranslate2.json"
+ENGINE = "ctranslate2"
+__all__ = ["MARKER_FILE", "CTranslate2Backend", "cpu_threads", "ensure_converted"]
 #: bump when the conversion recipe changes so that cached conversions are rebuilt
-CONVERT_VERSION = 1
+CONVERT_VERSION = 2
 #: a shared prefix shorter than this is not worth a cached engine state
 MIN_PREFIX_TOKENS = 8
 
@@ -80,71 +77,19 @@ def _import() -> Any:
     return ctranslate2
 
 
-def source_digest(source: Path) -> str:
-    """What the conversion depends on: every file's name, size and modification time (cheap on
-    a 500 MB checkpoint; a rebuilt offline model gets new files, hence a new digest)."""
-    digest = hashlib.sha256()
-    for path in sorted(p for p in source.rglob("*") if p.is_file()):
-        stat = path.stat()
-        digest.update(f"{path.relative_to(source)}\0{stat.st_size}\0{stat.st_mtime_ns}\n".encode())
-    return digest.hexdigest()
-
-
-def converted_dir(model: str, source: Path, quantization: str,
-                  cache_dir: str | Path | None = None) -> Path:
-    """Where the conversion of ``model`` lives: ``<model cache>/ctranslate2/<name>-<quant>``;
-    a directory source is told apart by a hash of its absolute path."""
-    if is_offline_model(model):
-        name = model
-    else:
-        where = hashlib.sha256(str(source.resolve()).encode()).hexdigest()[:10]
-        name = f"{source.name}-{where}"
-    return model_cache_dir(cache_dir) / "ctranslate2" / f"{name}-{quantization}"
-
-
-def _marker(source: Path, quantization: str, engine_version: str) -> dict[str, Any]:
-    return {"source": str(source.resolve()), "source_digest": source_digest(source),
-            "quantization": quantization, "engine": engine_version,
-            "convert_version": CONVERT_VERSION}
-
-
-def _is_current(dest: Path, marker: dict[str, Any]) -> bool:
-    try:
-        return json.loads((dest / MARKER_FILE).read_text()) == marker
-    except (OSError, ValueError):
-        return False
-
-
 def ensure_converted(model: str, quantization: str = "int8",
                      cache_dir: str | Path | None = None) -> Path:
     """The engine directory of ``model`` (an offline model name or a local checkpoint
-    directory), converting it first if it is missing or its source changed.
-
-    The tokenizer is saved beside the engine weights, so loading needs nothing else."""
+    directory), converting it first if it is missing or its source changed."""
     ctranslate2 = _import()
-    source = Path(resolve_model(model, cache_dir))
-    if not (source / "config.json").is_file():
-        raise BackendError(
-            BACKEND_FAILED,
-            f"backend 'ctranslate2' converts local models only: '{model}' is neither an offline "
-            "model name nor a directory with config.json",
-        )
-    dest = converted_dir(model, source, quantization, cache_dir)
-    marker = _marker(source, quantization, ctranslate2.__version__)
-
-    def build(tmp: Path) -> None:
-        start = time.perf_counter()
-        _convert(source, tmp, quantization)
-        (tmp / MARKER_FILE).write_text(json.dumps(marker))
-        logger.info("converted %s to CTranslate2 %s in %.1f s", model, quantization,
-                    time.perf_counter() - start)
-
-    return build_once(dest, lambda: _is_current(dest, marker), build)
+    return ensure_built(ENGINE, model, quantization, cache_dir,
+                        engine_version=ctranslate2.__version__,
+                        recipe_version=CONVERT_VERSION,
+                        convert=lambda source, out: _convert(source, out, quantization))
 
 
 def _convert(source: Path, out: Path, quantization: str) -> None:
     from ctranslate2.converters import TransformersConverter
-    from transformers import AutoTokenizer
 
     try:
         TransformersConverter(str(source)).convert(str(out), quantization=quantization,
@@ -153,10 +98,6 @@ def _convert(source: Path, out: Path, quantization: str) -> None:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise BackendError(BACKEND_FAILED, f"cannot convert {source} to CTranslate2: {first}"
                            ) from None
-    AutoTokenizer.from_pretrained(source).save_pretrained(out)
-    for extra in ("generation_config.json", "MODEL_CARD.md"):
-        if (source / extra).is_file():
-            shutil.copy(source / extra, out / extra)
 
 
 def cpu_threads(cores: int, per_reply: int) -> tuple[int, int]:
@@ -169,23 +110,11 @@ def cpu_threads(cores: int, per_reply: int) -> tuple[int, int]:
     return intra, max(1, cores // intra)
 
 
-def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
-    """The number of leading tokens ``a`` and ``b`` share."""
-    n = 0
-    for x, y in zip(a, b, strict=False):
-        if x != y:
-            break
-        n += 1
-    return n
-
-
 class CTranslate2Backend(ChatBackend):
     """A converted text LM in this process (see the module docstring)."""
 
     def __init__(self, cfg: ModelConfig, *, cache_dir: str | None = None) -> None:
         ctranslate2 = _import()
-        from transformers import AutoTokenizer, GenerationConfig
-
         self.cfg = cfg
         self.model_id = cfg.model
         self._ct2 = ctranslate2
@@ -203,17 +132,7 @@ class CTranslate2Backend(ChatBackend):
             )
         except (RuntimeError, ValueError) as exc:
             raise BackendError(BACKEND_FAILED, f"cannot load {self.path}: {exc}") from None
-        self.tokenizer = AutoTokenizer.from_pretrained(self.path)
-        if not self.tokenizer.chat_template:
-            raise BackendError(BACKEND_FAILED, f"model '{cfg.model}' has no chat template")
-        eos: set[int] = set()
-        if (self.path / "generation_config.json").is_file():
-            ids = GenerationConfig.from_pretrained(self.path).eos_token_id
-            eos.update(ids if isinstance(ids, list) else [] if ids is None else [ids])
-        for tok_id in (self.tokenizer.eos_token_id, self.tokenizer.pad_token_id):
-            if tok_id is not None:
-                eos.add(int(tok_id))
-        self.end_ids = sorted(eos)
+        self.tokenizer, self.end_ids = load_tokenizer(self.path, cfg.model)
         self._prefix: list[int] | None = None  # the shared prompt prefix, once two are seen
         self._last: list[int] | None = None
         self._lock = threading.Lock()  # one generation at a time; the seed is engine-wide
@@ -223,19 +142,7 @@ class CTranslate2Backend(ChatBackend):
     # -- prompts -----------------------------------------------------------------------------
 
     def prompt_ids(self, conversation: Conversation) -> list[int]:
-        messages = []
-        for msg in conversation:
-            content = content_parts(msg)
-            if not isinstance(content, str):
-                if any(part["type"] == "image" for part in content):
-                    raise BackendError(BACKEND_FAILED,
-                                       f"model '{self.model_id}' does not accept images")
-                content = "\n".join(part["text"] for part in content)
-            messages.append({"role": msg["role"], "content": content})
-        ids = self.tokenizer.apply_chat_template(
-            messages, add_generation_prompt=True, tokenize=True, return_dict=False
-        )
-        return [int(i) for i in ids]
+        return chat_prompt_ids(self.tokenizer, conversation, self.model_id)
 
     def split_prompt(self, ids: list[int]) -> tuple[list[int], list[int]]:
         """``(static prefix, rest)``: the prefix shrinks to what every prompt so far shares

@@ -23,6 +23,18 @@ def create_backend(
     ``text_only``: the model only ever reads text (the reasoning LM, the consistency
     reference), so an in-process VL checkpoint loads without its vision part."""
     cache = None if cache_dir is None else str(cache_dir)
+    if cfg.backend == "llamacpp":
+        from embodied_r_ros.core.backends import ctranslate2_backend, llamacpp_backend
+
+        if llamacpp_backend.is_installed():
+            return llamacpp_backend.LlamaCppBackend(cfg, cache_dir=cache)
+        fallback = "ctranslate2" if ctranslate2_backend.is_installed() else "transformers"
+        logger.warning("llama-cpp-python is not installed: %s runs on %s (%s)", cfg.model,
+                       fallback, llamacpp_backend.MISSING)
+        update: dict[str, object] = {"backend": fallback}
+        if fallback == "ctranslate2" and cfg.quantization == "float16":
+            update["quantization"] = "int8"  # CTranslate2's CPU kernels have no float16
+        cfg = cfg.model_copy(update=update)
     if cfg.backend == "ctranslate2":
         from embodied_r_ros.core.backends import ctranslate2_backend
 

@@ -1,0 +1,141 @@
+"""What the in-process CPU engines (CTranslate2, llama.cpp) share: a local Transformers
+checkpoint converted once into the model cache, and chat prompts as token ids.
+
+Neither engine reads a Transformers checkpoint directly, so each converts the local model (an
+offline model name such as the LoRA-merged ``smollm2-135m-embodied-r``, or a directory) once
+into ``<model cache>/<engine>/<name>-<quantization>`` with no hub. The build is keyed by the
+source files, the quantisation, the engine version and the recipe's version, so a changed source
+is rebuilt. Both engines are fed token ids made by the model's own Transformers tokenizer and
+chat template (saved beside the engine files), so a prompt is the same tokens on every backend.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import shutil
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from embodied_r_ros.core.backends.base import BACKEND_FAILED, BackendError, Conversation
+from embodied_r_ros.core.backends.images import content_parts
+from embodied_r_ros.core.backends.offline import (
+    build_once,
+    is_offline_model,
+    model_cache_dir,
+    resolve_model,
+)
+
+logger = logging.getLogger(__name__)
+
+MARKER_FILE = "embodied_r_build.json"
+
+
+def source_digest(source: Path) -> str:
+    """What a conversion depends on: every file's name, size and modification time (cheap on
+    a 500 MB checkpoint; a rebuilt offline model gets new files, hence a new digest)."""
+    digest = hashlib.sha256()
+    for path in sorted(p for p in source.rglob("*") if p.is_file()):
+        stat = path.stat()
+        digest.update(f"{path.relative_to(source)}\0{stat.st_size}\0{stat.st_mtime_ns}\n".encode())
+    return digest.hexdigest()
+
+
+def converted_dir(engine: str, model: str, source: Path, quantization: str,
+                  cache_dir: str | Path | None = None) -> Path:
+    """Where ``engine``'s conversion of ``model`` lives: ``<model cache>/<engine>/<name>-<quant>``;
+    a directory source is told apart by a hash of its absolute path."""
+    if is_offline_model(model):
+        name = model
+    else:
+        where = hashlib.sha256(str(source.resolve()).encode()).hexdigest()[:10]
+        name = f"{source.name}-{where}"
+    return model_cache_dir(cache_dir) / engine / f"{name}-{quantization}"
+
+
+def ensure_built(engine: str, model: str, quantization: str, cache_dir: str | Path | None, *,
+                 engine_version: str, recipe_version: int,
+                 convert: Callable[[Path, Path], None]) -> Path:
+    """The directory of ``engine``'s build of ``model``, made by ``convert(source, out)`` first
+    if it is missing or out of date. The tokenizer and generation config are saved beside it,
+    so loading needs nothing else."""
+    source = Path(resolve_model(model, cache_dir))
+    if not (source / "config.json").is_file():
+        raise BackendError(
+            BACKEND_FAILED,
+            f"backend '{engine}' converts local models only: '{model}' is neither an offline "
+            "model name nor a directory with config.json",
+        )
+    dest = converted_dir(engine, model, source, quantization, cache_dir)
+    marker = {"source": str(source.resolve()), "source_digest": source_digest(source),
+              "quantization": quantization, "engine": engine_version,
+              "convert_version": recipe_version}
+
+    def is_current() -> bool:
+        try:
+            return json.loads((dest / MARKER_FILE).read_text()) == marker
+        except (OSError, ValueError):
+            return False
+
+    def build(tmp: Path) -> None:
+        from transformers import AutoTokenizer
+
+        start = time.perf_counter()
+        convert(source, tmp)
+        AutoTokenizer.from_pretrained(source).save_pretrained(tmp)
+        for extra in ("generation_config.json", "MODEL_CARD.md"):
+            if (source / extra).is_file():
+                shutil.copy(source / extra, tmp / extra)
+        (tmp / MARKER_FILE).write_text(json.dumps(marker))
+        logger.info("converted %s for %s (%s) in %.1f s", model, engine, quantization,
+                    time.perf_counter() - start)
+
+    return build_once(dest, is_current, build)
+
+
+def load_tokenizer(path: Path, model: str) -> tuple[Any, list[int]]:
+    """``(tokenizer, end token ids)`` of a build: generation stops at the generation config's
+    EOS ids and at the tokenizer's EOS and pad tokens."""
+    from transformers import AutoTokenizer, GenerationConfig
+
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    if not tokenizer.chat_template:
+        raise BackendError(BACKEND_FAILED, f"model '{model}' has no chat template")
+    eos: set[int] = set()
+    if (path / "generation_config.json").is_file():
+        ids = GenerationConfig.from_pretrained(path).eos_token_id
+        eos.update(ids if isinstance(ids, list) else [] if ids is None else [ids])
+    for tok_id in (tokenizer.eos_token_id, tokenizer.pad_token_id):
+        if tok_id is not None:
+            eos.add(int(tok_id))
+    return tokenizer, sorted(eos)
+
+
+def chat_prompt_ids(tokenizer: Any, conversation: Conversation, model: str) -> list[int]:
+    """The token ids of ``conversation`` under the model's chat template, ready for the
+    assistant's reply; an image is one clear error (these engines run text LMs)."""
+    messages = []
+    for msg in conversation:
+        content = content_parts(msg)
+        if not isinstance(content, str):
+            if any(part["type"] == "image" for part in content):
+                raise BackendError(BACKEND_FAILED, f"model '{model}' does not accept images")
+            content = "\n".join(part["text"] for part in content)
+        messages.append({"role": msg["role"], "content": content})
+    ids = tokenizer.apply_chat_template(
+        messages, add_generation_prompt=True, tokenize=True, return_dict=False
+    )
+    return [int(i) for i in ids]
+
+
+def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
+    """The number of leading tokens ``a`` and ``b`` share."""
+    n = 0
+    for x, y in zip(a, b, strict=False):
+        if x != y:
+            break
+        n += 1
+    return n

@@ -1,0 +1,209 @@
+"""The llama.cpp backend on models built offline: GGUF conversion (Qwen2 and Llama), greedy
+parity with transformers, stop strings, cancellation, deadlines, the context limit, and the
+fallback when the engine is missing."""
+
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from embodied_r_ros.core.backends import create_backend
+from embodied_r_ros.core.backends.base import BACKEND_FAILED, BACKEND_TIMEOUT, BackendError
+from embodied_r_ros.core.backends.transformers_backend import TransformersBackend
+from embodied_r_ros.core.cancel import CANCELLED, CancelToken
+from embodied_r_ros.core.config import ConfigError, ModelConfig, load_config
+
+SYSTEM = "You are a helpful assistant. Observe the scene and answer."
+QUESTIONS = ["How far is the chair from the table?", "Which object is closest to the agent?",
+             "After rotate left, what appears ahead?"]
+
+
+def _conv(question: str) -> list[dict[str, str]]:
+    return [{"role": "system", "content": SYSTEM}, {"role": "user", "content": question}]
+
+
+class StopsAfter(CancelToken):
+    """A token that reports ``why`` from its ``after``-th check on, as a cancel or a deadline
+    arriving mid-generation would; ``checks`` counts how often generation looked at it."""
+
+    def __init__(self, after: int, why: tuple[str, str]) -> None:
+        super().__init__()
+        self.after, self.why, self.checks = after, why, 0
+
+    def reason(self) -> tuple[str, str] | None:
+        self.checks += 1
+        return self.why if self.checks >= self.after else None
+
+
+@pytest.fixture(scope="module")
+def llama_cpp() -> object:
+    pytest.importorskip("gguf")
+    return pytest.importorskip("llama_cpp")
+
+
+@pytest.fixture(scope="module")
+def gguf_lm(llama_cpp: object, tiny_models_dir: Path, tiny_config: Callable[..., ModelConfig]):
+    cfg = tiny_config("tiny-qwen2", backend="llamacpp", quantization="float32",
+                      max_new_tokens=24, threads_per_reply=2)
+    lm = create_backend(cfg, cache_dir=tiny_models_dir, text_only=True)
+    yield lm
+    lm.close()
+
+
+def test_converts_once_and_rebuilds_when_the_source_changes(
+    llama_cpp: object, tiny_models_dir: Path, tmp_path: Path
+) -> None:
+    from embodied_r_ros.core.backends.gguf_export import describe
+    from embodied_r_ros.core.backends.llamacpp_backend import (
+        MARKER_FILE,
+        MODEL_FILE,
+        ensure_converted,
+    )
+
+    source = tmp_path / "my-lm"
+    shutil.copytree(tiny_models_dir / "tiny-qwen2", source)
+    cache = tmp_path / "cache"
+    first = ensure_converted(str(source), "float16", cache)
+    weights = first / MODEL_FILE
+    assert weights.is_file() and (first / MARKER_FILE).is_file()
+    assert (first / "tokenizer.json").is_file()  # loads without the source
+    assert describe(weights)["architecture"] == "qwen2"
+    assert json.loads(describe(weights)["tensor_types"]) == ["F16", "F32"]
+    built = weights.stat().st_mtime_ns
+    assert ensure_converted(str(source), "float16", cache) == first
+    assert weights.stat().st_mtime_ns == built  # reused, not converted again
+    (source / "generation_config.json").write_text(
+        (source / "generation_config.json").read_text().replace("false", "false "))
+    again = ensure_converted(str(source), "float16", cache)
+    assert again == first and (again / MODEL_FILE).stat().st_mtime_ns != built
+    q8 = ensure_converted(str(source), "int8", cache)  # one build per quantisation
+    assert q8 != first and "Q8_0" in json.loads(describe(q8 / MODEL_FILE)["tensor_types"])
+
+
+def test_what_it_cannot_convert_is_one_clear_error(
+    llama_cpp: object, tiny_models_dir: Path, tmp_path: Path
+) -> None:
+    from embodied_r_ros.core.backends.llamacpp_backend import ensure_converted
+
+    with pytest.raises(BackendError) as err:
+        ensure_converted("someone/some-hub-model", "float16", tmp_path)
+    assert err.value.code == BACKEND_FAILED
+    assert "local models only" in str(err.value) and "\n" not in str(err.value)
+    with pytest.raises(BackendError) as err:  # a VLM: not a text LM family it writes
+        ensure_converted(str(tiny_models_dir / "tiny-qwen2.5-vl"), "float16", tmp_path)
+    assert err.value.code == BACKEND_FAILED
+    assert "architecture" in str(err.value) and "\n" not in str(err.value)
+
+
+def test_greedy_replies_equal_transformers_with_the_prefix_kept(
+    gguf_lm, tiny_lm: TransformersBackend
+) -> None:
+    convs = [_conv(q) for q in QUESTIONS]
+    ref = tiny_lm.complete(convs, max_new_tokens=24)
+    batched = gguf_lm.complete(convs, max_new_tokens=24)
+    # one at a time, twice: the engine keeps the shared system turn's state between questions
+    single = [gguf_lm.complete([c], max_new_tokens=24)[0] for c in convs + convs[:1]]
+    for ours in (batched, single[:3], single[3:]):
+        assert [c.text for c in ours] == [c.text for c in ref[: len(ours)]]
+        assert [c.completion_tokens for c in ours] == [c.completion_tokens
+                                                       for c in ref[: len(ours)]]
+        assert [c.finish_reason for c in ours] == [c.finish_reason for c in ref[: len(ours)]]
+
+
+def test_a_llama_model_converts_with_its_rope_layout(
+    llama_cpp: object, smollm2_dir: Path, tmp_path: Path,
+    tiny_config: Callable[..., ModelConfig]
+) -> None:
+    """SmolLM2 is a Llama: q and k rows must be interleaved for ggml's rope, or the replies
+    part from transformers' after a few tokens."""
+    conv = [{"role": "user", "content": "Name three colours of a traffic light."}]
+    ref = create_backend(tiny_config(str(smollm2_dir), max_new_tokens=20), text_only=True)
+    expected = ref.complete([conv])[0]
+    lm = create_backend(tiny_config(str(smollm2_dir), backend="llamacpp",
+                                    quantization="float32", max_new_tokens=20),
+                        cache_dir=tmp_path, text_only=True)
+    try:
+        reply = lm.complete([conv])[0]
+    finally:
+        lm.close()
+    assert expected.completion_tokens == 20
+    assert reply.text == expected.text
+
+
+def test_stop_string_ends_generation(gguf_lm, tiny_lm: TransformersBackend) -> None:
+    full = tiny_lm.complete([_conv(QUESTIONS[0])], max_new_tokens=24)[0]
+    assert len(full.text) > 6
+    stop = full.text[4:7]
+    first = full.text.find(stop)
+    reply = gguf_lm.complete([_conv(QUESTIONS[0])], max_new_tokens=24, stop=[stop])[0]
+    assert reply.text == full.text[:first]
+    assert reply.finish_reason == "stop"
+    assert reply.completion_tokens < full.completion_tokens
+
+
+@pytest.mark.parametrize("why", [(CANCELLED, "cancelled"), (BACKEND_TIMEOUT, "time is up")])
+def test_cancel_or_deadline_mid_generation_stops_the_engine(gguf_lm, why) -> None:
+    token = StopsAfter(after=5, why=why)
+    with pytest.raises(BackendError) as err:
+        gguf_lm.complete([_conv(QUESTIONS[1])], max_new_tokens=2000, cancel=token)
+    assert err.value.code == why[0]
+    assert token.checks < 40  # stopped within a few tokens, not after 2000
+    assert gguf_lm.complete([_conv(QUESTIONS[1])], max_new_tokens=4)[0].completion_tokens == 4
+
+
+def test_a_passed_deadline_generates_nothing(gguf_lm) -> None:
+    token = CancelToken(deadline=time.monotonic() - 1.0)
+    with pytest.raises(BackendError) as err:
+        gguf_lm.complete([_conv(QUESTIONS[2])], cancel=token)
+    assert err.value.code == BACKEND_TIMEOUT
+    assert gguf_lm.healthy()  # a spent budget says nothing about the engine
+
+
+def test_a_prompt_past_the_context_is_one_clear_error(gguf_lm) -> None:
+    with pytest.raises(BackendError) as err:
+        gguf_lm.complete([_conv(QUESTIONS[0])], max_new_tokens=gguf_lm.context)
+    assert err.value.code == BACKEND_FAILED
+    assert "context" in str(err.value) and "\n" not in str(err.value)
+    assert gguf_lm.complete([_conv(QUESTIONS[0])], max_new_tokens=3)[0].completion_tokens == 3
+
+
+@pytest.mark.parametrize(("ct2_installed", "expected"),
+                         [(True, "CTranslate2Backend"), (False, "TransformersBackend")])
+def test_falls_back_with_one_log_line_when_llama_cpp_is_missing(
+    ct2_installed: bool, expected: str, tiny_models_dir: Path,
+    tiny_config: Callable[..., ModelConfig], monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    if ct2_installed:
+        pytest.importorskip("ctranslate2")
+    else:
+        monkeypatch.setitem(sys.modules, "ctranslate2", None)
+    monkeypatch.setitem(sys.modules, "llama_cpp", None)  # import llama_cpp -> ImportError
+    cfg = tiny_config("tiny-qwen2", backend="llamacpp", quantization="float16")
+    with caplog.at_level(logging.INFO, logger="embodied_r_ros.core.backends.factory"):
+        backend = create_backend(cfg, cache_dir=tiny_models_dir, text_only=True)
+    assert type(backend).__name__ == expected
+    lines = [r for r in caplog.records if r.name == "embodied_r_ros.core.backends.factory"]
+    assert len(lines) == 1 and "llama-cpp-python is not installed" in lines[0].getMessage()
+    assert backend.complete([_conv(QUESTIONS[0])], max_new_tokens=3)[0].completion_tokens == 3
+
+
+def test_a_quantisation_the_engine_lacks_is_refused_by_the_schema() -> None:
+    with pytest.raises(ValueError, match="not available on backend 'llamacpp'"):
+        ModelConfig(model="tiny-qwen2", backend="llamacpp", quantization="int16")
+    with pytest.raises(ConfigError, match="llamacpp"):
+        load_config("offline", overrides={"reasoning": {"model": {"quantization": "int16"}}})
+
+
+def test_the_offline_profile_reasons_on_llama_cpp_in_float16_on_two_threads() -> None:
+    model = load_config("offline").reasoning.model
+    assert model.backend == "llamacpp" and model.quantization == "float16"
+    assert model.threads_per_reply == 2
+    assert model.model == "smollm2-135m-embodied-r"
