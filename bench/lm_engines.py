@@ -13,12 +13,14 @@ peak RSS is its own. Per engine:
   agreement  the same answer letter as transformers fp32 on the in-distribution test questions,
              and each engine's accuracy with its 95 % bootstrap interval
 
-Engines: ``transformers`` (fp32, today's backend), ``ct2-int8`` / ``ct2-int16`` / ``ct2-float32``
-(the ``ctranslate2`` backend), ``llama.cpp`` (``llama-cpp-python``, compiled on install, on a
-GGUF of the merged model made with llama.cpp's ``convert_hf_to_gguf.py``: ``--gguf``) and
-``ort-genai`` (ONNX Runtime GenAI on its own builder's int4 CPU model: ``--onnx``); the last two
-are measured here, not project backends, and read the same token ids (the reasoner's chat
-template). Engines whose package is not installed are listed as such.
+Engines: ``transformers`` (fp32), ``ct2-int8`` / ``ct2-int16`` / ``ct2-float32`` (the
+``ctranslate2`` backend), ``llamacpp-float16`` / ``llamacpp-int8`` / ``llamacpp-float32`` (the
+``llamacpp`` backend, the offline profile's: its own GGUF conversion, ``--threads`` threads a
+reply, 2 by default), ``llama.cpp`` (``llama-cpp-python`` on a GGUF made elsewhere, e.g. with
+llama.cpp's ``convert_hf_to_gguf.py``: ``--gguf``) and ``ort-genai`` (ONNX Runtime GenAI on its
+own builder's int4 CPU model: ``--onnx``); the last two are measured here, not project backends,
+and read the same token ids (the reasoner's chat template). Engines whose package is not
+installed are listed as such.
 
 Prompts: the demo's sample world (seed 7, 30 questions) and the ID test split (seeds 3000+,
 30 a category; ``--id-per-category`` takes the first N of each), built with ``embodied-r-train
@@ -28,7 +30,7 @@ transformers' ID replies, the agreement reference, are generated in batches and 
 resumably), since they take the longest.
 
 Targets (the chosen engine, ``--target``): p50 <= 3 s, p99 <= 6 s, agreement >= 95 %.
-Run: ``.venv/bin/python bench/lm_engines.py [--engines transformers,ct2-int8,ct2-int16]
+Run: ``.venv/bin/python bench/lm_engines.py [--engines transformers,llamacpp-float16,ct2-int8]
 [--gguf q8_0=reasoner-q8_0.gguf --gguf f32=reasoner-f32.gguf] [--onnx DIR] [--measure-install]``
 """
 
@@ -53,9 +55,9 @@ MAX_NEW = 256
 DEMO_SEED = 7
 TARGET_P50_S, TARGET_P99_S, TARGET_AGREEMENT = 3.0, 6.0, 0.95
 PACKAGES = {"transformers": "transformers", "ct2": "ctranslate2", "llama.cpp": "llama-cpp-python",
-            "ort-genai": "onnxruntime-genai"}
+            "llamacpp": "llama-cpp-python", "ort-genai": "onnxruntime-genai"}
 MODULES = {"transformers": "transformers", "ct2": "ctranslate2", "llama.cpp": "llama_cpp",
-           "ort-genai": "onnxruntime_genai"}
+           "llamacpp": "llama_cpp", "ort-genai": "onnxruntime_genai"}
 DEMO_TRUTH = "demo_truth"
 DEFAULT_DATA = Path("~/.cache/embodied_r/bench-lm").expanduser()
 
@@ -102,7 +104,7 @@ def prompts_digest(rows: Sequence[dict]) -> str:
 
 # -- one engine (runs in a child process) ----------------------------------------------------
 
-def make_backend(engine: str, model_dir: Path, cache: Path) -> Any:
+def make_backend(engine: str, model_dir: Path, cache: Path, threads: int) -> Any:
     from embodied_r_ros.core.backends.factory import create_backend
     from embodied_r_ros.core.config import ModelConfig
 
@@ -113,6 +115,11 @@ def make_backend(engine: str, model_dir: Path, cache: Path) -> Any:
     if engine.startswith("ct2-"):
         cfg = ModelConfig(backend="ctranslate2", model=str(model_dir), device="cpu",
                           quantization=engine[4:], max_new_tokens=MAX_NEW)
+        return create_backend(cfg, cache_dir=cache, text_only=True)
+    if engine.startswith("llamacpp-"):  # the project's backend, as the offline profile runs it
+        cfg = ModelConfig(backend="llamacpp", model=str(model_dir), device="cpu",
+                          quantization=engine[9:], max_new_tokens=MAX_NEW,
+                          threads_per_reply=threads or 2)
         return create_backend(cfg, cache_dir=cache, text_only=True)
     raise ValueError(engine)
 
@@ -220,13 +227,18 @@ def run_engine(args: argparse.Namespace) -> dict[str, Any]:
 
             ensure_converted(str(model_dir), engine[4:], tmp)
             result["convert_s"] = time.perf_counter() - t0
+        elif engine.startswith("llamacpp-"):
+            from embodied_r_ros.core.backends import llamacpp_backend
+
+            llamacpp_backend.ensure_converted(str(model_dir), engine[9:], tmp)
+            result["convert_s"] = time.perf_counter() - t0
         t0 = time.perf_counter()
         if _family(engine) == "llama.cpp":
             backend = LlamaCpp(model_dir, Path(args.gguf[0]), args.threads)
         elif engine == "ort-genai":
             backend = OrtGenAI(model_dir, Path(args.onnx))
         else:
-            backend = make_backend(engine, model_dir, Path(tmp))
+            backend = make_backend(engine, model_dir, Path(tmp), args.threads)
         result["load_s"] = time.perf_counter() - t0
         if args.id_only:  # the transformers reference alone (resumable, batched)
             backend.close()
@@ -327,7 +339,7 @@ def percentile(xs: Sequence[float], q: float) -> float:
 # -- the parent: one child per engine, the table ---------------------------------------------
 
 def _family(engine: str) -> str:
-    for family in ("ct2", "llama.cpp"):
+    for family in ("ct2", "llama.cpp", "llamacpp"):
         if engine.startswith(f"{family}-"):
             return family
     return engine
@@ -384,8 +396,10 @@ def reference_path(data: Path, model_dir: Path, rows: Sequence[dict]) -> Path:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--engines",
-                        default="transformers,ct2-int8,ct2-int16,llama.cpp,ort-genai")
-    parser.add_argument("--target", default="ct2-int8", help="the engine the targets apply to")
+                        default="transformers,llamacpp-float16,llamacpp-int8,ct2-int8,llama.cpp,"
+                                "ort-genai")
+    parser.add_argument("--target", default="llamacpp-float16",
+                        help="the engine the targets apply to")
     parser.add_argument("--data", type=Path, default=DEFAULT_DATA)
     parser.add_argument("--model-cache", type=Path, default=None,
                         help="offline model cache (default: $EMBODIED_R_MODEL_CACHE)")

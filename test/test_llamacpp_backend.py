@@ -87,6 +87,20 @@ def test_converts_once_and_rebuilds_when_the_source_changes(
     assert q8 != first and "Q8_0" in json.loads(describe(q8 / MODEL_FILE)["tensor_types"])
 
 
+def test_int8_weights_answer(
+    llama_cpp: object, tiny_models_dir: Path, tiny_config: Callable[..., ModelConfig]
+) -> None:
+    """Q8_0 runs (a build with ggml's AMX int8 kernels crashed on its first Q8_0 prompt batch
+    on this CPU; the Makefile builds without them)."""
+    cfg = tiny_config("tiny-qwen2", backend="llamacpp", quantization="int8", max_new_tokens=6)
+    lm = create_backend(cfg, cache_dir=tiny_models_dir, text_only=True)
+    try:
+        replies = lm.complete([_conv(q) for q in QUESTIONS])
+    finally:
+        lm.close()
+    assert [r.completion_tokens for r in replies] == [6, 6, 6]
+
+
 def test_what_it_cannot_convert_is_one_clear_error(
     llama_cpp: object, tiny_models_dir: Path, tmp_path: Path
 ) -> None:
