@@ -1001,3 +1001,37 @@ def test_a_deactivation_stop_is_not_recorded_as_the_models_failure(tiny_lm: Chat
         tiny_lm.complete(text_convs(1), cancel=token)
     assert err.value.code == BACKEND_DOWN and "deactivated" in str(err.value)
     assert tiny_lm.healthy(), tiny_lm.health()
+
+
+def test_counting_tokens_in_another_thread_does_not_unpad_a_batch(tiny_lm: Any) -> None:
+    """A server counts each request's tokens in its handler thread while the batcher encodes a
+    padded batch: the fast tokenizer's padding is shared state, and an unpadded count used to
+    switch it off mid-encode (a ragged batch: 'Unable to create tensor'). Thread switches are
+    made very frequent so that the interleaving, once seen under 50 concurrent requests, shows
+    up within this test."""
+    batch = [[{"role": "user", "content": "short"}],
+             [{"role": "user", "content": "a much longer question " * 30}]]
+    errors: list[str] = []
+
+    def encode() -> None:
+        for _ in range(300):
+            try:
+                tiny_lm.encode(batch)
+            except ValueError as exc:
+                errors.append(str(exc))
+
+    def count() -> None:
+        for _ in range(600):
+            tiny_lm.count_prompt_tokens(batch[0])
+
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        threads = [threading.Thread(target=encode), threading.Thread(target=count)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    finally:
+        sys.setswitchinterval(interval)
+    assert errors == []

@@ -198,6 +198,10 @@ class TransformersBackend(ChatBackend):
             raise BackendError(BACKEND_FAILED, f"model '{cfg.model}' has no chat template")
         self._stop_ids = self._collect_stop_ids()
         self._lock = threading.Lock()  # one generation at a time (ROS executors may share us)
+        # A fast tokenizer's padding is state of its Rust tokenizer, set per call: a call
+        # without padding (counting a request's tokens in a server thread) switched it off
+        # under a padded batch being encoded in another, which then failed as ragged.
+        self._tokenizer_lock = threading.Lock()
         logger.info(
             "loaded %s on %s (%s, images: %s)",
             cfg.model,
@@ -247,7 +251,8 @@ class TransformersBackend(ChatBackend):
         text = self.tokenizer.apply_chat_template(
             messages, chat_template=self.chat_template, tokenize=False, add_generation_prompt=True
         )
-        return len(self.tokenizer(text)["input_ids"])
+        with self._tokenizer_lock:
+            return len(self.tokenizer(text)["input_ids"])
 
     def encode(self, conversations: Sequence[Conversation]) -> BatchFeature:
         texts: list[str] = []
@@ -263,12 +268,13 @@ class TransformersBackend(ChatBackend):
                 )
             )
             images.extend(conv_images)
-        if self.processor is not None:
-            enc = self.processor(
-                text=texts, images=images or None, return_tensors="pt", padding=True
-            )
-        else:
-            enc = self.tokenizer(texts, return_tensors="pt", padding=True)
+        with self._tokenizer_lock:
+            if self.processor is not None:
+                enc = self.processor(
+                    text=texts, images=images or None, return_tensors="pt", padding=True
+                )
+            else:
+                enc = self.tokenizer(texts, return_tensors="pt", padding=True)
         return enc.to(self.device)
 
     # -- generation --------------------------------------------------------------------------
