@@ -10,33 +10,13 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from engine_helpers import QUESTIONS, StopsAfter, chat
 
 from embodied_r_ros.core.backends import create_backend
 from embodied_r_ros.core.backends.base import BACKEND_FAILED, BACKEND_TIMEOUT, BackendError
 from embodied_r_ros.core.backends.transformers_backend import TransformersBackend
 from embodied_r_ros.core.cancel import CANCELLED, CancelToken
 from embodied_r_ros.core.config import ModelConfig
-
-SYSTEM = "You are a helpful assistant. Observe the scene and answer."
-QUESTIONS = ["How far is the chair from the table?", "Which object is closest to the agent?",
-             "After rotate left, what appears ahead?"]
-
-
-def _conv(question: str) -> list[dict[str, str]]:
-    return [{"role": "system", "content": SYSTEM}, {"role": "user", "content": question}]
-
-
-class StopsAfter(CancelToken):
-    """A token that reports ``why`` from its ``after``-th check on, as a cancel or a deadline
-    arriving mid-generation would; ``checks`` counts how often generation looked at it."""
-
-    def __init__(self, after: int, why: tuple[str, str]) -> None:
-        super().__init__()
-        self.after, self.why, self.checks = after, why, 0
-
-    def reason(self) -> tuple[str, str] | None:
-        self.checks += 1
-        return self.why if self.checks >= self.after else None
 
 
 @pytest.fixture(scope="module")
@@ -87,7 +67,7 @@ def test_a_name_that_is_not_local_is_one_clear_error(ct2: object, tmp_path: Path
 def test_greedy_replies_equal_transformers_batched_and_streamed_with_the_prefix_cached(
     fast_lm, tiny_lm: TransformersBackend
 ) -> None:
-    convs = [_conv(q) for q in QUESTIONS]
+    convs = [chat(q) for q in QUESTIONS]
     ref = tiny_lm.complete(convs, max_new_tokens=24)
     # several greedy prompts, nobody to cancel or to hear single replies: one batched call
     batched = fast_lm.complete(convs, max_new_tokens=24)
@@ -118,7 +98,7 @@ def test_int8_batch_replies_are_the_single_replies_one_worker_per_core(
                       max_new_tokens=24, threads=2, threads_per_reply=1, batch_size=4)
     lm = create_backend(cfg, cache_dir=tiny_models_dir, text_only=True)
     assert lm.generator.num_generators == 2  # two workers, one core each
-    convs = [_conv(q) for q in QUESTIONS]
+    convs = [chat(q) for q in QUESTIONS]
     batched = lm.complete(convs, max_new_tokens=24)
     single = [lm.complete([c], max_new_tokens=24)[0] for c in convs]
     assert [c.text for c in batched] == [c.text for c in single]
@@ -148,7 +128,7 @@ def test_a_callback_the_engine_still_holds_does_not_keep_the_backend_alive(
     lm = create_backend(cfg, cache_dir=tiny_models_dir, text_only=True)
     engine = HoldsCallbacks(lm.generator)
     lm.generator = engine
-    lm.complete([_conv(QUESTIONS[0])], stop=["never"])
+    lm.complete([chat(QUESTIONS[0])], stop=["never"])
     assert engine.held and callable(engine.held[0])
     alive = weakref.ref(lm)
     del lm
@@ -159,11 +139,11 @@ def test_a_callback_the_engine_still_holds_does_not_keep_the_backend_alive(
 
 
 def test_stop_string_ends_generation(fast_lm, tiny_lm: TransformersBackend) -> None:
-    full = tiny_lm.complete([_conv(QUESTIONS[0])], max_new_tokens=24)[0]
+    full = tiny_lm.complete([chat(QUESTIONS[0])], max_new_tokens=24)[0]
     assert len(full.text) > 6
     stop = full.text[4:7]
     first = full.text.find(stop)
-    reply = fast_lm.complete([_conv(QUESTIONS[0])], max_new_tokens=24, stop=[stop])[0]
+    reply = fast_lm.complete([chat(QUESTIONS[0])], max_new_tokens=24, stop=[stop])[0]
     assert reply.text == full.text[:first]
     assert reply.finish_reason == "stop"
     assert reply.completion_tokens < full.completion_tokens
@@ -173,17 +153,17 @@ def test_stop_string_ends_generation(fast_lm, tiny_lm: TransformersBackend) -> N
 def test_cancel_or_deadline_mid_generation_stops_the_engine(fast_lm, why) -> None:
     token = StopsAfter(after=5, why=why)
     with pytest.raises(BackendError) as err:
-        fast_lm.complete([_conv(QUESTIONS[1])], max_new_tokens=2000, cancel=token)
+        fast_lm.complete([chat(QUESTIONS[1])], max_new_tokens=2000, cancel=token)
     assert err.value.code == why[0]
     # the engine's own decoding loop saw the stop: not 2000 tokens of checks
     assert token.checks < 40
-    assert fast_lm.complete([_conv(QUESTIONS[1])], max_new_tokens=4)[0].completion_tokens == 4
+    assert fast_lm.complete([chat(QUESTIONS[1])], max_new_tokens=4)[0].completion_tokens == 4
 
 
 def test_a_passed_deadline_generates_nothing(fast_lm) -> None:
     token = CancelToken(deadline=time.monotonic() - 1.0)
     with pytest.raises(BackendError) as err:
-        fast_lm.complete([_conv(QUESTIONS[2])], cancel=token)
+        fast_lm.complete([chat(QUESTIONS[2])], cancel=token)
     assert err.value.code == BACKEND_TIMEOUT
     assert fast_lm.healthy()  # a spent budget says nothing about the engine
 
@@ -199,4 +179,4 @@ def test_falls_back_to_transformers_with_one_log_line(
     assert isinstance(backend, TransformersBackend)
     lines = [r for r in caplog.records if r.name == "embodied_r_ros.core.backends.factory"]
     assert len(lines) == 1 and "ctranslate2 is not installed" in lines[0].getMessage()
-    assert backend.complete([_conv(QUESTIONS[0])], max_new_tokens=3)[0].completion_tokens == 3
+    assert backend.complete([chat(QUESTIONS[0])], max_new_tokens=3)[0].completion_tokens == 3

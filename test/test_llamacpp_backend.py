@@ -13,33 +13,13 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from engine_helpers import QUESTIONS, StopsAfter, chat
 
 from embodied_r_ros.core.backends import create_backend
 from embodied_r_ros.core.backends.base import BACKEND_FAILED, BACKEND_TIMEOUT, BackendError
 from embodied_r_ros.core.backends.transformers_backend import TransformersBackend
 from embodied_r_ros.core.cancel import CANCELLED, CancelToken
 from embodied_r_ros.core.config import ConfigError, ModelConfig, load_config
-
-SYSTEM = "You are a helpful assistant. Observe the scene and answer."
-QUESTIONS = ["How far is the chair from the table?", "Which object is closest to the agent?",
-             "After rotate left, what appears ahead?"]
-
-
-def _conv(question: str) -> list[dict[str, str]]:
-    return [{"role": "system", "content": SYSTEM}, {"role": "user", "content": question}]
-
-
-class StopsAfter(CancelToken):
-    """A token that reports ``why`` from its ``after``-th check on, as a cancel or a deadline
-    arriving mid-generation would; ``checks`` counts how often generation looked at it."""
-
-    def __init__(self, after: int, why: tuple[str, str]) -> None:
-        super().__init__()
-        self.after, self.why, self.checks = after, why, 0
-
-    def reason(self) -> tuple[str, str] | None:
-        self.checks += 1
-        return self.why if self.checks >= self.after else None
 
 
 @pytest.fixture(scope="module")
@@ -95,7 +75,7 @@ def test_int8_weights_answer(
     cfg = tiny_config("tiny-qwen2", backend="llamacpp", quantization="int8", max_new_tokens=6)
     lm = create_backend(cfg, cache_dir=tiny_models_dir, text_only=True)
     try:
-        replies = lm.complete([_conv(q) for q in QUESTIONS])
+        replies = lm.complete([chat(q) for q in QUESTIONS])
     finally:
         lm.close()
     assert [r.completion_tokens for r in replies] == [6, 6, 6]
@@ -119,7 +99,7 @@ def test_what_it_cannot_convert_is_one_clear_error(
 def test_greedy_replies_equal_transformers_with_the_prefix_kept(
     gguf_lm, tiny_lm: TransformersBackend
 ) -> None:
-    convs = [_conv(q) for q in QUESTIONS]
+    convs = [chat(q) for q in QUESTIONS]
     ref = tiny_lm.complete(convs, max_new_tokens=24)
     batched = gguf_lm.complete(convs, max_new_tokens=24)
     # one at a time, twice: the engine keeps the shared system turn's state between questions
@@ -152,11 +132,11 @@ def test_a_llama_model_converts_with_its_rope_layout(
 
 
 def test_stop_string_ends_generation(gguf_lm, tiny_lm: TransformersBackend) -> None:
-    full = tiny_lm.complete([_conv(QUESTIONS[0])], max_new_tokens=24)[0]
+    full = tiny_lm.complete([chat(QUESTIONS[0])], max_new_tokens=24)[0]
     assert len(full.text) > 6
     stop = full.text[4:7]
     first = full.text.find(stop)
-    reply = gguf_lm.complete([_conv(QUESTIONS[0])], max_new_tokens=24, stop=[stop])[0]
+    reply = gguf_lm.complete([chat(QUESTIONS[0])], max_new_tokens=24, stop=[stop])[0]
     assert reply.text == full.text[:first]
     assert reply.finish_reason == "stop"
     assert reply.completion_tokens < full.completion_tokens
@@ -166,26 +146,26 @@ def test_stop_string_ends_generation(gguf_lm, tiny_lm: TransformersBackend) -> N
 def test_cancel_or_deadline_mid_generation_stops_the_engine(gguf_lm, why) -> None:
     token = StopsAfter(after=5, why=why)
     with pytest.raises(BackendError) as err:
-        gguf_lm.complete([_conv(QUESTIONS[1])], max_new_tokens=2000, cancel=token)
+        gguf_lm.complete([chat(QUESTIONS[1])], max_new_tokens=2000, cancel=token)
     assert err.value.code == why[0]
     assert token.checks < 40  # stopped within a few tokens, not after 2000
-    assert gguf_lm.complete([_conv(QUESTIONS[1])], max_new_tokens=4)[0].completion_tokens == 4
+    assert gguf_lm.complete([chat(QUESTIONS[1])], max_new_tokens=4)[0].completion_tokens == 4
 
 
 def test_a_passed_deadline_generates_nothing(gguf_lm) -> None:
     token = CancelToken(deadline=time.monotonic() - 1.0)
     with pytest.raises(BackendError) as err:
-        gguf_lm.complete([_conv(QUESTIONS[2])], cancel=token)
+        gguf_lm.complete([chat(QUESTIONS[2])], cancel=token)
     assert err.value.code == BACKEND_TIMEOUT
     assert gguf_lm.healthy()  # a spent budget says nothing about the engine
 
 
 def test_a_prompt_past_the_context_is_one_clear_error(gguf_lm) -> None:
     with pytest.raises(BackendError) as err:
-        gguf_lm.complete([_conv(QUESTIONS[0])], max_new_tokens=gguf_lm.context)
+        gguf_lm.complete([chat(QUESTIONS[0])], max_new_tokens=gguf_lm.context)
     assert err.value.code == BACKEND_FAILED
     assert "context" in str(err.value) and "\n" not in str(err.value)
-    assert gguf_lm.complete([_conv(QUESTIONS[0])], max_new_tokens=3)[0].completion_tokens == 3
+    assert gguf_lm.complete([chat(QUESTIONS[0])], max_new_tokens=3)[0].completion_tokens == 3
 
 
 @pytest.mark.parametrize(("ct2_installed", "expected"),
@@ -206,7 +186,7 @@ def test_falls_back_with_one_log_line_when_llama_cpp_is_missing(
     assert type(backend).__name__ == expected
     lines = [r for r in caplog.records if r.name == "embodied_r_ros.core.backends.factory"]
     assert len(lines) == 1 and "llama-cpp-python is not installed" in lines[0].getMessage()
-    assert backend.complete([_conv(QUESTIONS[0])], max_new_tokens=3)[0].completion_tokens == 3
+    assert backend.complete([chat(QUESTIONS[0])], max_new_tokens=3)[0].completion_tokens == 3
 
 
 def test_a_quantisation_the_engine_lacks_is_refused_by_the_schema() -> None:

@@ -22,28 +22,24 @@ from __future__ import annotations
 
 import logging
 import os
-import threading
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from embodied_r_ros.core.backends.base import (
-    BACKEND_DOWN,
     BACKEND_FAILED,
     BackendError,
-    ChatBackend,
     Completion,
-    Conversation,
-    ReplyFn,
     cut_at_stop,
-    exclusive,
     raise_if_stopped,
 )
 from embodied_r_ros.core.backends.local_engine import (
     MARKER_FILE,
-    chat_prompt_ids,
+    LocalEngineBackend,
     common_prefix,
+    engine_installed,
     ensure_built,
+    import_engine,
     load_tokenizer,
 )
 from embodied_r_ros.core.cancel import CancelToken
@@ -62,19 +58,11 @@ MIN_PREFIX_TOKENS = 8
 
 def is_installed() -> bool:
     """Whether the engine imports (it is small: no torch)."""
-    try:
-        _import()
-    except BackendError:
-        return False
-    return True
+    return engine_installed(MISSING, "ctranslate2")
 
 
 def _import() -> Any:
-    try:
-        import ctranslate2
-    except ImportError:
-        raise BackendError(BACKEND_DOWN, MISSING) from None
-    return ctranslate2
+    return import_engine(MISSING, "ctranslate2")
 
 
 def ensure_converted(model: str, quantization: str = "int8",
@@ -110,10 +98,13 @@ def cpu_threads(cores: int, per_reply: int) -> tuple[int, int]:
     return intra, max(1, cores // intra)
 
 
-class CTranslate2Backend(ChatBackend):
+class CTranslate2Backend(LocalEngineBackend):
     """A converted text LM in this process (see the module docstring)."""
 
+    batches_greedy = True
+
     def __init__(self, cfg: ModelConfig, *, cache_dir: str | None = None) -> None:
+        super().__init__()
         ctranslate2 = _import()
         self.cfg = cfg
         self.model_id = cfg.model
@@ -135,14 +126,10 @@ class CTranslate2Backend(ChatBackend):
         self.tokenizer, self.end_ids = load_tokenizer(self.path, cfg.model)
         self._prefix: list[int] | None = None  # the shared prompt prefix, once two are seen
         self._last: list[int] | None = None
-        self._lock = threading.Lock()  # one generation at a time; the seed is engine-wide
         logger.info("loaded %s on CTranslate2 %s (%s, %s, %d worker(s) x %d thread(s))",
                     cfg.model, ctranslate2.__version__, device, cfg.quantization, workers, intra)
 
     # -- prompts -----------------------------------------------------------------------------
-
-    def prompt_ids(self, conversation: Conversation) -> list[int]:
-        return chat_prompt_ids(self.tokenizer, conversation, self.model_id)
 
     def split_prompt(self, ids: list[int]) -> tuple[list[int], list[int]]:
         """``(static prefix, rest)``: the prefix shrinks to what every prompt so far shares
@@ -237,44 +224,6 @@ class CTranslate2Backend(ChatBackend):
             finish = "stop" if cut is not None or len(new) < max_new else "length"
             out.append(Completion(text=text if cut is None else cut, finish_reason=finish,
                                   prompt_tokens=len(ids), completion_tokens=len(new)))
-        return out
-
-    def complete(
-        self,
-        conversations: Sequence[Conversation],
-        *,
-        max_new_tokens: int | None = None,
-        temperature: float | None = None,
-        top_p: float | None = None,
-        seed: int | None = None,
-        stop: Sequence[str] = (),
-        cancel: CancelToken | None = None,
-        on_reply: ReplyFn | None = None,
-    ) -> list[Completion]:
-        max_new = max_new_tokens if max_new_tokens is not None else self.cfg.max_new_tokens
-        temp = self.cfg.temperature if temperature is None else temperature
-        p = self.cfg.top_p if top_p is None else top_p
-        seeds = self.call_seeds(self.cfg.seed, temp, seed, len(conversations))
-        out: list[Completion] = []
-        try:
-            if temp == 0 and cancel is None and on_reply is None and len(conversations) > 1:
-                prompts = [self.prompt_ids(c) for c in conversations]
-                with exclusive(self._lock, None):
-                    out = self._batch(prompts, max_new, stop)
-                self._record(None)
-                return out
-            for i, conversation in enumerate(conversations):
-                raise_if_stopped(cancel)
-                ids = self.prompt_ids(conversation)
-                with exclusive(self._lock, cancel):
-                    completion = self._one(ids, max_new, temp, p, seeds[i], stop, cancel)
-                out.append(completion)
-                if on_reply is not None:
-                    on_reply(i, completion)
-        except BackendError as exc:
-            self._record(exc, cancel)
-            raise
-        self._record(None)
         return out
 
     def close(self) -> None:

@@ -22,27 +22,23 @@ from __future__ import annotations
 
 import logging
 import os
-import threading
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from embodied_r_ros.core.backends.base import (
-    BACKEND_DOWN,
     BACKEND_FAILED,
     BackendError,
-    ChatBackend,
     Completion,
-    Conversation,
-    ReplyFn,
     cut_at_stop,
-    exclusive,
     raise_if_stopped,
 )
 from embodied_r_ros.core.backends.local_engine import (
     MARKER_FILE,
-    chat_prompt_ids,
+    LocalEngineBackend,
+    engine_installed,
     ensure_built,
+    import_engine,
     load_tokenizer,
 )
 from embodied_r_ros.core.cancel import CancelToken
@@ -63,21 +59,12 @@ __all__ = ["MARKER_FILE", "LlamaCppBackend", "ensure_converted", "is_installed"]
 
 
 def is_installed() -> bool:
-    """Whether the engine and the GGUF writer import."""
-    try:
-        _import()
-    except BackendError:
-        return False
-    return True
+    """Whether the engine and the GGUF writer (the converter's dependency) import."""
+    return engine_installed(MISSING, "gguf", "llama_cpp")
 
 
 def _import() -> Any:
-    try:
-        import gguf  # noqa: F401 - the converter's dependency, checked up front
-        import llama_cpp
-    except ImportError:
-        raise BackendError(BACKEND_DOWN, MISSING) from None
-    return llama_cpp
+    return import_engine(MISSING, "gguf", "llama_cpp")
 
 
 def ensure_converted(model: str, quantization: str = "float16",
@@ -93,10 +80,13 @@ def ensure_converted(model: str, quantization: str = "float16",
                                                                quantization))
 
 
-class LlamaCppBackend(ChatBackend):
-    """A converted text LM in this process (see the module docstring)."""
+class LlamaCppBackend(LocalEngineBackend):
+    """A converted text LM in this process (see the module docstring). Several prompts are
+    replied to one after another, each on ``threads_per_reply`` cores (on two cores a second
+    reply in parallel would only take the first one's second thread)."""
 
     def __init__(self, cfg: ModelConfig, *, cache_dir: str | None = None) -> None:
+        super().__init__()
         llama_cpp = _import()
         if cfg.device not in ("auto", "cpu"):
             raise BackendError(BACKEND_FAILED, f"backend 'llamacpp' runs on the CPU here, "
@@ -116,12 +106,8 @@ class LlamaCppBackend(ChatBackend):
         except (RuntimeError, ValueError) as exc:
             raise BackendError(BACKEND_FAILED, f"cannot load {self.path}: {exc}") from None
         self.context = min(CONTEXT_TOKENS, self.llm.n_ctx())
-        self._lock = threading.Lock()  # one generation at a time: one key/value cache
         logger.info("loaded %s on llama.cpp (llama-cpp-python %s, %s, %d thread(s))",
                     cfg.model, llama_cpp.__version__, cfg.quantization, self.threads)
-
-    def prompt_ids(self, conversation: Conversation) -> list[int]:
-        return chat_prompt_ids(self.tokenizer, conversation, self.model_id)
 
     def _one(self, ids: list[int], max_new: int, temperature: float, top_p: float,
              seed: int | None, stop: Sequence[str], cancel: CancelToken | None) -> Completion:
@@ -160,40 +146,6 @@ class LlamaCppBackend(ChatBackend):
         finish = "stop" if cut is not None or len(out) < max_new else "length"
         return Completion(text=text, finish_reason=finish, prompt_tokens=len(ids),
                           completion_tokens=len(out))
-
-    def complete(
-        self,
-        conversations: Sequence[Conversation],
-        *,
-        max_new_tokens: int | None = None,
-        temperature: float | None = None,
-        top_p: float | None = None,
-        seed: int | None = None,
-        stop: Sequence[str] = (),
-        cancel: CancelToken | None = None,
-        on_reply: ReplyFn | None = None,
-    ) -> list[Completion]:
-        """Replies one prompt after another, each on ``threads_per_reply`` cores (on two cores
-        a second reply in parallel would only take the first one's second thread)."""
-        max_new = max_new_tokens if max_new_tokens is not None else self.cfg.max_new_tokens
-        temp = self.cfg.temperature if temperature is None else temperature
-        p = self.cfg.top_p if top_p is None else top_p
-        seeds = self.call_seeds(self.cfg.seed, temp, seed, len(conversations))
-        out: list[Completion] = []
-        try:
-            for i, conversation in enumerate(conversations):
-                raise_if_stopped(cancel)
-                ids = self.prompt_ids(conversation)
-                with exclusive(self._lock, cancel):
-                    completion = self._one(ids, max_new, temp, p, seeds[i], stop, cancel)
-                out.append(completion)
-                if on_reply is not None:
-                    on_reply(i, completion)
-        except BackendError as exc:
-            self._record(exc, cancel)
-            raise
-        self._record(None)
-        return out
 
     def close(self) -> None:
         """Free the engine's weights (e.g. on a lifecycle cleanup)."""

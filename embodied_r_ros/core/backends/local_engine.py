@@ -12,15 +12,28 @@ chat template (saved beside the engine files), so a prompt is the same tokens on
 from __future__ import annotations
 
 import hashlib
+import importlib
 import json
 import logging
 import shutil
+import threading
 import time
+from abc import abstractmethod
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from embodied_r_ros.core.backends.base import BACKEND_FAILED, BackendError, Conversation
+from embodied_r_ros.core.backends.base import (
+    BACKEND_DOWN,
+    BACKEND_FAILED,
+    BackendError,
+    ChatBackend,
+    Completion,
+    Conversation,
+    ReplyFn,
+    exclusive,
+    raise_if_stopped,
+)
 from embodied_r_ros.core.backends.images import content_parts
 from embodied_r_ros.core.backends.offline import (
     build_once,
@@ -28,10 +41,31 @@ from embodied_r_ros.core.backends.offline import (
     model_cache_dir,
     resolve_model,
 )
+from embodied_r_ros.core.cancel import CancelToken
+from embodied_r_ros.core.config import ModelConfig
 
 logger = logging.getLogger(__name__)
 
 MARKER_FILE = "embodied_r_build.json"
+
+
+def import_engine(missing: str, *modules: str) -> Any:
+    """The last of ``modules`` imported (the engine; the others are what its conversion needs),
+    or ``BACKEND_DOWN`` with ``missing``, the line that says what to install."""
+    try:
+        loaded = [importlib.import_module(name) for name in modules]
+    except ImportError:
+        raise BackendError(BACKEND_DOWN, missing) from None
+    return loaded[-1]
+
+
+def engine_installed(missing: str, *modules: str) -> bool:
+    """Whether :func:`import_engine` would succeed."""
+    try:
+        import_engine(missing, *modules)
+    except BackendError:
+        return False
+    return True
 
 
 def source_digest(source: Path) -> str:
@@ -139,3 +173,71 @@ def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
             break
         n += 1
     return n
+
+
+class LocalEngineBackend(ChatBackend):
+    """What both in-process engines do around decoding one reply: the chat prompt as token ids,
+    one generation at a time, and :meth:`complete`'s loop over the conversations (each reply
+    handed to ``on_reply`` as it is done, ``cancel`` checked between them). An engine that can
+    serve a greedy batch nobody watches in one call sets ``batches_greedy`` and
+    :meth:`_batch`."""
+
+    model_id: str
+    cfg: ModelConfig
+    tokenizer: Any
+    #: whether :meth:`_batch` serves greedy calls of several prompts without cancel/on_reply
+    batches_greedy: bool = False
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()  # one generation at a time: one engine state
+
+    def prompt_ids(self, conversation: Conversation) -> list[int]:
+        return chat_prompt_ids(self.tokenizer, conversation, self.model_id)
+
+    @abstractmethod
+    def _one(self, ids: list[int], max_new: int, temperature: float, top_p: float,
+             seed: int | None, stop: Sequence[str], cancel: CancelToken | None) -> Completion:
+        """One reply to the prompt ``ids``, stopped at the next token once ``cancel`` is."""
+
+    def _batch(self, prompts: list[list[int]], max_new: int,
+               stop: Sequence[str]) -> list[Completion]:
+        raise NotImplementedError
+
+    def complete(
+        self,
+        conversations: Sequence[Conversation],
+        *,
+        max_new_tokens: int | None = None,
+        temperature: float | None = None,
+        top_p: float | None = None,
+        seed: int | None = None,
+        stop: Sequence[str] = (),
+        cancel: CancelToken | None = None,
+        on_reply: ReplyFn | None = None,
+    ) -> list[Completion]:
+        max_new = max_new_tokens if max_new_tokens is not None else self.cfg.max_new_tokens
+        temp = self.cfg.temperature if temperature is None else temperature
+        p = self.cfg.top_p if top_p is None else top_p
+        seeds = self.call_seeds(self.cfg.seed, temp, seed, len(conversations))
+        out: list[Completion] = []
+        try:
+            if (self.batches_greedy and temp == 0 and cancel is None and on_reply is None
+                    and len(conversations) > 1):
+                prompts = [self.prompt_ids(c) for c in conversations]
+                with exclusive(self._lock, None):
+                    out = self._batch(prompts, max_new, stop)
+                self._record(None)
+                return out
+            for i, conversation in enumerate(conversations):
+                raise_if_stopped(cancel)
+                ids = self.prompt_ids(conversation)
+                with exclusive(self._lock, cancel):
+                    completion = self._one(ids, max_new, temp, p, seeds[i], stop, cancel)
+                out.append(completion)
+                if on_reply is not None:
+                    on_reply(i, completion)
+        except BackendError as exc:
+            self._record(exc, cancel)
+            raise
+        self._record(None)
+        return out
