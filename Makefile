@@ -8,10 +8,14 @@ STAMP  := $(VENV)/.setup-done
 REQS   := requirements.txt requirements-dev.txt requirements-ros.txt requirements-llamacpp.txt
 # llama.cpp is built for this CPU (-march=native) without ggml's AMX int8 kernels (on this Xeon
 # they segfault in ggml_backend_amx_mul_mat on the first Q8_0 batch; -U drops the macro that
-# enables them, whatever -march implies) and without its examples, tools and tests
+# enables them, whatever -march implies), without its examples, tools and tests, and without
+# its `common` library, which llama-cpp-python forces on but never loads (half the compile time:
+# tools/llama_cpp_core_only.cmake)
+LLAMA_ONLY  := tools/llama_cpp_core_only.cmake
 LLAMA_CMAKE := -DGGML_NATIVE=ON -DCMAKE_C_FLAGS=-U__AMX_INT8__ -DCMAKE_CXX_FLAGS=-U__AMX_INT8__ \
                -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_TOOLS=OFF \
-               -DLLAMA_BUILD_SERVER=OFF -DLLAVA_BUILD=OFF
+               -DLLAMA_BUILD_SERVER=OFF -DLLAVA_BUILD=OFF \
+               -DCMAKE_PROJECT_llama.cpp_INCLUDE=$(CURDIR)/$(LLAMA_ONLY)
 IFACES := $(wildcard embodied_r_interfaces/*/*) embodied_r_interfaces/CMakeLists.txt \
           embodied_r_interfaces/package.xml
 
@@ -19,7 +23,7 @@ IFACES := $(wildcard embodied_r_interfaces/*/*) embodied_r_interfaces/CMakeLists
 
 setup: $(STAMP)
 
-$(STAMP): $(REQS) setup.py tools/setup_ros.py $(IFACES)
+$(STAMP): $(REQS) setup.py tools/setup_ros.py $(LLAMA_ONLY) $(IFACES)
 	@# the interface package is built with cmake and a C++ compiler (Debian: cmake g++); colcon
 	@# (Debian's packages) builds both packages the native way in the installed-layout test
 	@command -v cmake >/dev/null && command -v c++ >/dev/null && command -v colcon >/dev/null || \
