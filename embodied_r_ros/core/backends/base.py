@@ -87,6 +87,17 @@ def cut_at_stop(text: str, stop: Sequence[str]) -> str | None:
     return text[: min(hits)] if hits else None
 
 
+def end_token_ids(generation_eos: int | list[int] | None, tokenizer: Any) -> set[int]:
+    """The tokens that end a reply: the generation config's end-of-sequence id(s) and the
+    tokenizer's end-of-sequence and padding tokens (one rule for every in-process backend)."""
+    ids = set(generation_eos if isinstance(generation_eos, list)
+              else [] if generation_eos is None else [generation_eos])
+    for tok_id in (tokenizer.eos_token_id, tokenizer.pad_token_id):
+        if tok_id is not None:
+            ids.add(int(tok_id))
+    return ids
+
+
 @dataclass(frozen=True)
 class Completion:
     """One reply with what an OpenAI-compatible API reports about it."""

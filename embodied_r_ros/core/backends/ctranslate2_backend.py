@@ -31,7 +31,6 @@ from embodied_r_ros.core.backends.base import (
     BackendError,
     Completion,
     cut_at_stop,
-    raise_if_stopped,
 )
 from embodied_r_ros.core.backends.local_engine import (
     MARKER_FILE,
@@ -194,11 +193,7 @@ class CTranslate2Backend(LocalEngineBackend):
             self.generator.generate_batch([tokens(rest)], callback=on_step, **kwargs)
         except (RuntimeError, ValueError) as exc:
             raise BackendError(BACKEND_FAILED, f"generation failed: {exc}") from exc
-        raise_if_stopped(cancel)  # stopped mid-generation: the reply is incomplete
-        text = cut[0] if cut else self.tokenizer.decode(out, skip_special_tokens=True)
-        finish = "stop" if cut or len(out) < max_new else "length"
-        return Completion(text=text, finish_reason=finish, prompt_tokens=len(ids),
-                          completion_tokens=len(out))
+        return self._reply(ids, out, cut[0] if cut else None, max_new, cancel)
 
     def _batch(self, prompts: list[list[int]], max_new: int,
                stop: Sequence[str]) -> list[Completion]:

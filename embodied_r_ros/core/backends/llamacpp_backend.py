@@ -31,7 +31,6 @@ from embodied_r_ros.core.backends.base import (
     BackendError,
     Completion,
     cut_at_stop,
-    raise_if_stopped,
 )
 from embodied_r_ros.core.backends.local_engine import (
     MARKER_FILE,
@@ -47,8 +46,9 @@ from embodied_r_ros.core.config import ModelConfig
 logger = logging.getLogger(__name__)
 
 ENGINE = "llamacpp"
-MISSING = ("backend 'llamacpp' needs: pip install llama-cpp-python gguf (in requirements.txt; "
-           "llama-cpp-python compiles on install)")
+MISSING = ("backend 'llamacpp' needs: pip install llama-cpp-python gguf "
+           "(requirements-llamacpp.txt and requirements.txt; llama-cpp-python compiles on "
+           "install, with the Makefile's flags)")
 MODEL_FILE = "model.gguf"
 #: bump when the conversion recipe changes so that cached conversions are rebuilt
 CONVERT_VERSION = 1
@@ -141,11 +141,7 @@ class LlamaCppBackend(LocalEngineBackend):
                     break
         except (RuntimeError, ValueError) as exc:
             raise BackendError(BACKEND_FAILED, f"generation failed: {exc}") from exc
-        raise_if_stopped(cancel)  # stopped mid-generation: the reply is incomplete
-        text = cut if cut is not None else self.tokenizer.decode(out, skip_special_tokens=True)
-        finish = "stop" if cut is not None or len(out) < max_new else "length"
-        return Completion(text=text, finish_reason=finish, prompt_tokens=len(ids),
-                          completion_tokens=len(out))
+        return self._reply(ids, out, cut, max_new, cancel)
 
     def close(self) -> None:
         """Free the engine's weights (e.g. on a lifecycle cleanup)."""

@@ -31,6 +31,7 @@ from embodied_r_ros.core.backends.base import (
     Completion,
     Conversation,
     ReplyFn,
+    end_token_ids,
     exclusive,
     raise_if_stopped,
 )
@@ -138,14 +139,9 @@ def load_tokenizer(path: Path, model: str) -> tuple[Any, list[int]]:
     tokenizer = AutoTokenizer.from_pretrained(path)
     if not tokenizer.chat_template:
         raise BackendError(BACKEND_FAILED, f"model '{model}' has no chat template")
-    eos: set[int] = set()
-    if (path / "generation_config.json").is_file():
-        ids = GenerationConfig.from_pretrained(path).eos_token_id
-        eos.update(ids if isinstance(ids, list) else [] if ids is None else [ids])
-    for tok_id in (tokenizer.eos_token_id, tokenizer.pad_token_id):
-        if tok_id is not None:
-            eos.add(int(tok_id))
-    return tokenizer, sorted(eos)
+    generation_eos = (GenerationConfig.from_pretrained(path).eos_token_id
+                      if (path / "generation_config.json").is_file() else None)
+    return tokenizer, sorted(end_token_ids(generation_eos, tokenizer))
 
 
 def chat_prompt_ids(tokenizer: Any, conversation: Conversation, model: str) -> list[int]:
@@ -198,6 +194,17 @@ class LocalEngineBackend(ChatBackend):
     def _one(self, ids: list[int], max_new: int, temperature: float, top_p: float,
              seed: int | None, stop: Sequence[str], cancel: CancelToken | None) -> Completion:
         """One reply to the prompt ``ids``, stopped at the next token once ``cancel`` is."""
+
+    def _reply(self, ids: list[int], new: list[int], cut: str | None, max_new: int,
+               cancel: CancelToken | None) -> Completion:
+        """The completion of the prompt ``ids`` from the ``new`` tokens decoded for it (``cut``:
+        the text up to a ``stop`` string, when one ended it); a reply that ``cancel`` stopped
+        mid-generation is incomplete and raises instead."""
+        raise_if_stopped(cancel)
+        text = cut if cut is not None else self.tokenizer.decode(new, skip_special_tokens=True)
+        finish = "stop" if cut is not None or len(new) < max_new else "length"
+        return Completion(text=text, finish_reason=finish, prompt_tokens=len(ids),
+                          completion_tokens=len(new))
 
     def _batch(self, prompts: list[list[int]], max_new: int,
                stop: Sequence[str]) -> list[Completion]:

@@ -46,6 +46,7 @@ from embodied_r_ros.core.backends.base import (
     Conversation,
     ReplyFn,
     cut_at_stop,
+    end_token_ids,
     exclusive,
     raise_if_stopped,
 )
@@ -196,7 +197,7 @@ class TransformersBackend(ChatBackend):
         )
         if not self.chat_template:
             raise BackendError(BACKEND_FAILED, f"model '{cfg.model}' has no chat template")
-        self._stop_ids = self._collect_stop_ids()
+        self._stop_ids = end_token_ids(self.model.generation_config.eos_token_id, self.tokenizer)
         self._lock = threading.Lock()  # one generation at a time (ROS executors may share us)
         # A fast tokenizer's padding is state of its Rust tokenizer, set per call: a call
         # without padding (counting a request's tokens in a server thread) switched it off
@@ -209,14 +210,6 @@ class TransformersBackend(ChatBackend):
             self.dtype,
             self.supports_images,
         )
-
-    def _collect_stop_ids(self) -> set[int]:
-        eos = self.model.generation_config.eos_token_id
-        ids = set(eos if isinstance(eos, list) else [eos] if eos is not None else [])
-        for tok_id in (self.tokenizer.eos_token_id, self.tokenizer.pad_token_id):
-            if tok_id is not None:
-                ids.add(int(tok_id))
-        return ids
 
     # -- prompts -----------------------------------------------------------------------------
 
