@@ -1,21 +1,20 @@
 """The CTranslate2 backend on the tiny offline model: conversion, greedy parity with
-transformers, stop strings, cancellation, deadlines, and the fallback when it is missing."""
+transformers, and the fallback when it is missing (stop strings, cancellation and deadlines:
+``test_local_engines.py``, for both CPU engines)."""
 
 from __future__ import annotations
 
 import logging
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from engine_helpers import QUESTIONS, StopsAfter, chat
+from engine_helpers import QUESTIONS, chat
 
 from embodied_r_ros.core.backends import create_backend
-from embodied_r_ros.core.backends.base import BACKEND_FAILED, BACKEND_TIMEOUT, BackendError
+from embodied_r_ros.core.backends.base import BACKEND_FAILED, BackendError
 from embodied_r_ros.core.backends.transformers_backend import TransformersBackend
-from embodied_r_ros.core.cancel import CANCELLED, CancelToken
 from embodied_r_ros.core.config import ModelConfig
 
 
@@ -136,36 +135,6 @@ def test_a_callback_the_engine_still_holds_does_not_keep_the_backend_alive(
     # otherwise the engine's worker, dropping the callback last, would destroy the engine
     # from its own thread (std::system_error "Resource deadlock avoided": an abort)
     assert alive() is None
-
-
-def test_stop_string_ends_generation(fast_lm, tiny_lm: TransformersBackend) -> None:
-    full = tiny_lm.complete([chat(QUESTIONS[0])], max_new_tokens=24)[0]
-    assert len(full.text) > 6
-    stop = full.text[4:7]
-    first = full.text.find(stop)
-    reply = fast_lm.complete([chat(QUESTIONS[0])], max_new_tokens=24, stop=[stop])[0]
-    assert reply.text == full.text[:first]
-    assert reply.finish_reason == "stop"
-    assert reply.completion_tokens < full.completion_tokens
-
-
-@pytest.mark.parametrize("why", [(CANCELLED, "cancelled"), (BACKEND_TIMEOUT, "time is up")])
-def test_cancel_or_deadline_mid_generation_stops_the_engine(fast_lm, why) -> None:
-    token = StopsAfter(after=5, why=why)
-    with pytest.raises(BackendError) as err:
-        fast_lm.complete([chat(QUESTIONS[1])], max_new_tokens=2000, cancel=token)
-    assert err.value.code == why[0]
-    # the engine's own decoding loop saw the stop: not 2000 tokens of checks
-    assert token.checks < 40
-    assert fast_lm.complete([chat(QUESTIONS[1])], max_new_tokens=4)[0].completion_tokens == 4
-
-
-def test_a_passed_deadline_generates_nothing(fast_lm) -> None:
-    token = CancelToken(deadline=time.monotonic() - 1.0)
-    with pytest.raises(BackendError) as err:
-        fast_lm.complete([chat(QUESTIONS[2])], cancel=token)
-    assert err.value.code == BACKEND_TIMEOUT
-    assert fast_lm.healthy()  # a spent budget says nothing about the engine
 
 
 def test_falls_back_to_transformers_with_one_log_line(

@@ -1,6 +1,6 @@
 """The llama.cpp backend on models built offline: GGUF conversion (Qwen2 and Llama), greedy
-parity with transformers, stop strings, cancellation, deadlines, the context limit, and the
-fallback when the engine is missing."""
+parity with transformers, the context limit, and the fallback when the engine is missing (stop
+strings, cancellation and deadlines: ``test_local_engines.py``, for both CPU engines)."""
 
 from __future__ import annotations
 
@@ -8,17 +8,15 @@ import json
 import logging
 import shutil
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from engine_helpers import QUESTIONS, StopsAfter, chat
+from engine_helpers import QUESTIONS, chat
 
 from embodied_r_ros.core.backends import create_backend
-from embodied_r_ros.core.backends.base import BACKEND_FAILED, BACKEND_TIMEOUT, BackendError
+from embodied_r_ros.core.backends.base import BACKEND_FAILED, BackendError
 from embodied_r_ros.core.backends.transformers_backend import TransformersBackend
-from embodied_r_ros.core.cancel import CANCELLED, CancelToken
 from embodied_r_ros.core.config import ConfigError, ModelConfig, load_config
 
 
@@ -129,35 +127,6 @@ def test_a_llama_model_converts_with_its_rope_layout(
         lm.close()
     assert expected.completion_tokens == 20
     assert reply.text == expected.text
-
-
-def test_stop_string_ends_generation(gguf_lm, tiny_lm: TransformersBackend) -> None:
-    full = tiny_lm.complete([chat(QUESTIONS[0])], max_new_tokens=24)[0]
-    assert len(full.text) > 6
-    stop = full.text[4:7]
-    first = full.text.find(stop)
-    reply = gguf_lm.complete([chat(QUESTIONS[0])], max_new_tokens=24, stop=[stop])[0]
-    assert reply.text == full.text[:first]
-    assert reply.finish_reason == "stop"
-    assert reply.completion_tokens < full.completion_tokens
-
-
-@pytest.mark.parametrize("why", [(CANCELLED, "cancelled"), (BACKEND_TIMEOUT, "time is up")])
-def test_cancel_or_deadline_mid_generation_stops_the_engine(gguf_lm, why) -> None:
-    token = StopsAfter(after=5, why=why)
-    with pytest.raises(BackendError) as err:
-        gguf_lm.complete([chat(QUESTIONS[1])], max_new_tokens=2000, cancel=token)
-    assert err.value.code == why[0]
-    assert token.checks < 40  # stopped within a few tokens, not after 2000
-    assert gguf_lm.complete([chat(QUESTIONS[1])], max_new_tokens=4)[0].completion_tokens == 4
-
-
-def test_a_passed_deadline_generates_nothing(gguf_lm) -> None:
-    token = CancelToken(deadline=time.monotonic() - 1.0)
-    with pytest.raises(BackendError) as err:
-        gguf_lm.complete([chat(QUESTIONS[2])], cancel=token)
-    assert err.value.code == BACKEND_TIMEOUT
-    assert gguf_lm.healthy()  # a spent budget says nothing about the engine
 
 
 def test_a_prompt_past_the_context_is_one_clear_error(gguf_lm) -> None:
