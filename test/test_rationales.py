@@ -195,6 +195,28 @@ def test_sft_teaches_the_reference_task_on_a_share_of_the_gold_rationales(
         assert extra["completion"] == [{"role": "assistant", "content": row["solution"]}]
 
 
+def test_reference_targets_are_the_reference_task_alone_one_row_per_gold_rationale(
+    built_rows: tuple[dict, ...],
+) -> None:
+    """``sft.targets: reference`` trains a reference of its own: a row per supported gold
+    rationale, each the reference prompt with that think text (concluded as the policy's are)
+    answered with the letter, and no policy rows."""
+    from embodied_r_training.config import SFTSettings
+    from embodied_r_training.sft import sft_rows
+
+    rows = list(built_rows)
+    cfg = SFTSettings(targets="reference", supported_only=True, conclusion="option_walk")
+    only = sft_rows(rows, cfg)
+    supported = [r for r in rows if rationale(r, conclusion="option_walk").supported]
+    assert supported and len(only) == len(supported)
+    thinks = {rationale(r, conclusion="option_walk").think: r["solution"] for r in supported}
+    for row in only:
+        _, user = row["prompt"]
+        think = user["content"].split("Thinking process:")[1].split("Your answer")[0].strip()
+        assert row["completion"] == [{"role": "assistant", "content": thinks[think]}]
+        assert "Video content" not in user["content"]
+
+
 class _OptionMatcher(ChatBackend):
     """A reader that does by rule what the consistency reference must do: find the option
     the think text concludes with (``So: <letter>. <text>`` or ``So: <text>``) and reply with

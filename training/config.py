@@ -181,8 +181,11 @@ class SFTSettings(StrictModel):
     """SFT on the same rows: the baseline (a fixed think text + the right option) or the cold
     start (a reasoning text written from the row, :mod:`embodied_r_training.rationales`)."""
 
-    targets: Literal["template", "rationale"] = "template"
-    # rationale targets only: keep rows whose text supports the answer by the oracle's rules
+    # reference: only the consistency reference's task (the question and a gold rationale's
+    # think text -> its letter), for every gold rationale: a reference of its own, so that the
+    # policy's SFT keeps its whole budget for rationales (reference_share 0)
+    targets: Literal["template", "rationale", "reference"] = "template"
+    # rationale and reference targets: only rows whose text supports the answer (oracle rules)
     supported_only: bool = False
     answer_letter: bool = Field(True, description="'B. text' in the answer tag, else 'text'")
     # with answer_letter: how the think text concludes. letter_first, "So: B. back-right": the

@@ -4,7 +4,9 @@
 honest think text followed by the correct option (the SFT-vs-RL comparison of the paper).
 ``sft.targets: rationale``: a think text written from the row's own perception text that walks
 through the frames to the answer (:mod:`embodied_r_training.rationales`), DeepSeek-R1's
-cold-start data. The loss covers the completion only.
+cold-start data. ``sft.targets: reference``: the consistency reference's task alone (the
+question and a gold think text -> its letter), a reference of its own for GRPO. The loss covers
+the completion only.
 """
 
 from __future__ import annotations
@@ -40,13 +42,14 @@ def sft_rows(
 ) -> list[dict[str, Any]]:
     """Prompt-completion rows for TRL, conversational or, for prompts that are chat-templated
     text (``data.over_length: left``), text (rationale rows the oracle does not support are
-    left out when ``cfg.supported_only``); then ``cfg.reference_share`` of reference rows."""
+    left out when ``cfg.supported_only``); then ``cfg.reference_share`` of reference rows.
+    ``targets: reference``: reference rows only, one per gold rationale."""
     from .rationales import Rationale, rationale
 
     out = []
     gold: list[tuple[dict[str, Any], Rationale]] = []
     for r in rows:
-        if cfg.targets == "rationale":
+        if cfg.targets in ("rationale", "reference"):
             why = rationale(r, letter=cfg.answer_letter, conclusion=cfg.conclusion)
             if cfg.supported_only and not why.supported:
                 continue
@@ -57,21 +60,24 @@ def sft_rows(
         completion: Any = target if isinstance(r["prompt"], str) else [
             {"role": "assistant", "content": target}]
         out.append({"prompt": r["prompt"], "completion": completion})
-    return out + reference_rows(gold, cfg, prompts)
+    if cfg.targets == "reference":
+        return reference_rows(gold, cfg, prompts, share=1.0)
+    return out + reference_rows(gold, cfg, prompts, share=cfg.reference_share)
 
 
 def reference_rows(
-    gold: list[tuple[dict[str, Any], Any]], cfg: SFTSettings, prompts: PromptSet | None
+    gold: list[tuple[dict[str, Any], Any]], cfg: SFTSettings, prompts: PromptSet | None,
+    *, share: float,
 ) -> list[dict[str, Any]]:
-    """A seeded ``cfg.reference_share`` of the gold rationales as the consistency reference
-    sees them (:func:`~embodied_r_ros.core.rewards.reference_conversation`: the question and
-    the think text only), answered with the solution's letter alone, as its prompt asks."""
+    """A seeded ``share`` of the gold rationales as the consistency reference sees them
+    (:func:`~embodied_r_ros.core.rewards.reference_conversation`: the question and the think
+    text only), answered with the solution's letter alone, as its prompt asks."""
     import random
 
     from embodied_r_ros.core.reasoning import question_from_prompt
     from embodied_r_ros.core.rewards import prompt_text, reference_conversation
 
-    n = round(cfg.reference_share * len(gold))
+    n = round(share * len(gold))
     if n == 0:
         return []
     if any(isinstance(r["prompt"], str) for r, _ in gold):
