@@ -170,6 +170,12 @@ def test_an_option_walk_compares_each_option_with_the_text_up_to_the_answer(
         assert correct(walked.completion, letter, row["options"], "official")
 
 
+def shown_think(reference_user: str) -> str:
+    """The think text a reference prompt shows (between "Thinking process:" and "Your
+    answer")."""
+    return reference_user.split("Thinking process:")[1].split("Your answer")[0].strip()
+
+
 def test_sft_teaches_the_reference_task_on_a_share_of_the_gold_rationales(
     built_rows: tuple[dict, ...],
 ) -> None:
@@ -189,7 +195,7 @@ def test_sft_teaches_the_reference_task_on_a_share_of_the_gold_rationales(
     for extra in mixed[len(plain):]:
         system, user = extra["prompt"]
         assert system == {"role": "system", "content": p.reference_system}
-        think = user["content"].split("Thinking process:")[1].split("Your answer")[0].strip()
+        think = shown_think(user["content"])
         row = by_think[think]  # a gold think text, verbatim
         assert "Video content" not in user["content"] and "Choices:" in user["content"]
         assert extra["completion"] == [{"role": "assistant", "content": row["solution"]}]
@@ -212,7 +218,7 @@ def test_reference_targets_are_the_reference_task_alone_one_row_per_gold_rationa
     thinks = {rationale(r, conclusion="option_walk").think: r["solution"] for r in supported}
     for row in only:
         _, user = row["prompt"]
-        think = user["content"].split("Thinking process:")[1].split("Your answer")[0].strip()
+        think = shown_think(user["content"])
         assert row["completion"] == [{"role": "assistant", "content": thinks[think]}]
         assert "Video content" not in user["content"]
 
@@ -234,7 +240,7 @@ class _OptionMatcher(ChatBackend):
         for conv in conversations:
             user = conv[-1]["content"]
             self.shown.append(user)
-            think = user.split("Thinking process:")[1].split("Your answer")[0]
+            think = shown_think(user)
             conclusion = think.rpartition("So:")[2].strip()
             letters = [letter for letter, text in re.findall(r"^([A-H])\. (.*)$", user, re.M)
                        if conclusion in (text.strip(), f"{letter}. {text.strip()}")]

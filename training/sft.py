@@ -53,16 +53,17 @@ def sft_rows(
             why = rationale(r, letter=cfg.answer_letter, conclusion=cfg.conclusion)
             if cfg.supported_only and not why.supported:
                 continue
-            target = why.completion
             gold.append((r, why))
+            if cfg.targets == "reference":
+                continue  # no policy row: the reference rows below are all it trains on
+            target = why.completion
         else:
             target = target_text(r, cfg.think_template)
         completion: Any = target if isinstance(r["prompt"], str) else [
             {"role": "assistant", "content": target}]
         out.append({"prompt": r["prompt"], "completion": completion})
-    if cfg.targets == "reference":
-        return reference_rows(gold, cfg, prompts, share=1.0)
-    return out + reference_rows(gold, cfg, prompts, share=cfg.reference_share)
+    share = 1.0 if cfg.targets == "reference" else cfg.reference_share
+    return out + reference_rows(gold, cfg, prompts, share=share)
 
 
 def reference_rows(
