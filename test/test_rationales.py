@@ -57,6 +57,54 @@ def test_appearance_rationale_walks_the_frames() -> None:
     assert FORMAT.match(r.completion) and r.completion.endswith("</answer>")
 
 
+def test_an_appearance_check_numbers_each_object_and_takes_the_first_option_that_never_falls(
+) -> None:
+    """``sft.conclusion: option_check``: the first frames in the question's order, then each
+    option with those numbers up to the first whose numbers never fall."""
+    r = rationale(APPEARANCE, conclusion="option_check")
+    assert r.supported and r.answer == "C. red box, green box, blue cone"
+    assert r.think == (
+        "Frame 0: red. Frame 1: green. Frame 2: blue. "
+        "First: blue cone 2, green box 1, red box 0. "
+        "So: A. blue cone 2, green box 1, red box 0: no. B. green box 1, red box 0, blue cone "
+        "2: no. C. red box 0, green box 1, blue cone 2: yes.")
+    assert correct(r.completion, "C", APPEARANCE["options"], "official")
+    # a solution the numbers do not reach is still the answer, by the option walk, unsupported
+    wrong = rationale({**APPEARANCE, "solution": "D"}, conclusion="option_check")
+    assert not wrong.supported and wrong.answer.startswith("D. ")
+    assert wrong.think.endswith("D. red box, blue cone, green box: yes.")
+
+
+DISTANCE = _row(
+    [(None, "I see a small red object straight ahead (2 degrees left); a small green object "
+            "to the left (30 degrees left)."),
+     ("rotate right, about 40 degrees", "I see a small red object to the left (38 degrees "
+                                        "left); a small blue object to the right (25 degrees "
+                                        "right)."),
+     ("rotate right, about 20 degrees", "I see a small yellow object straight ahead (1 degree "
+                                        "right).")],
+    "Which of these objects (green box, blue cone, yellow box) is the closest to the red box?",
+    ["A. green box", "B. yellow box", "C. blue cone"],
+    "relative_distance", "A",
+)
+
+
+def test_a_distance_check_copies_both_bearings_and_keeps_the_smallest_gap_so_far() -> None:
+    """Relative distance under ``option_check``: per option, the last frame that shows it with
+    the target, both bearings copied, their gap, the smallest so far marked; the last so
+    marked is the answer."""
+    r = rationale(DISTANCE, conclusion="option_check")
+    assert r.supported and r.answer == "A. green box"
+    assert r.think == (
+        "A. green box: frame 0, red 2 left, green 30 left: 28 apart, closest so far. "
+        "B. yellow box: never seen with red. "
+        "C. blue cone: frame 1, red 38 left, blue 25 right: 63 apart. So: A. green box.")
+    closer_blue = {**DISTANCE, "solution": "C"}
+    walked = rationale(closer_blue, conclusion="option_check")
+    assert not walked.supported and walked.think.endswith("C. blue cone: yes.")
+    assert correct(walked.completion, "C", DISTANCE["options"], "official")
+
+
 def test_direction_rationale_tracks_the_object_through_the_turns() -> None:
     row = _row([(None, "I see a small blue object straight ahead (2 degrees left)."),
                 ("rotate left, about 30 degrees", "I see a small red object to the right (20 "
@@ -168,6 +216,43 @@ def test_an_option_walk_compares_each_option_with_the_text_up_to_the_answer(
         assert walked.answer == rationale(row).answer
         assert think_letter(walked.think) == letter
         assert correct(walked.completion, letter, row["options"], "official")
+
+
+def test_an_option_check_reaches_its_own_conclusion_in_every_checked_row(
+    built_rows: tuple[dict, ...],
+) -> None:
+    """On a built world: a supported checked rationale's numbers lead to the solution by its
+    own rule (the yes line's first frames never fall and every no line's do; the last gap
+    marked smallest is the smallest), and the other categories walk the options."""
+    from embodied_r_ros.core.answers import think_letter
+
+    checked = 0
+    for row in built_rows:
+        r = rationale(row, conclusion="option_check")
+        letter = row["solution"]
+        assert r.answer == rationale(row).answer
+        assert think_letter(r.think) == letter
+        assert correct(r.completion, letter, row["options"], "official")
+        if row["category"] not in ("appearance_order", "relative_distance"):
+            assert r == rationale(row, conclusion="option_walk")
+            continue
+        if not r.supported:
+            assert r.think.endswith(": yes.")  # the option walk to the solution
+            continue
+        checked += 1
+        if row["category"] == "appearance_order":
+            lines = re.findall(r"([A-H])\. ([^:]+): (yes|no)\.", r.think.split("So: ")[1])
+            for _, items, verdict in lines:
+                ranks = [10**6 if n.endswith("never") else int(n.rsplit(" ", 1)[1])
+                         for n in items.split(", ")]
+                assert (ranks == sorted(ranks)) is (verdict == "yes")
+            assert lines[-1][0] == letter and lines[-1][2] == "yes"
+        else:
+            gap_re = r"([A-H])\. [^:]+: frame \d+, [^:]+: (\d+) apart"
+            gaps = {k: int(g) for k, g in re.findall(gap_re, r.think)}
+            marked = re.findall(r"([A-H])\. [^:]+: [^.]*closest so far\.", r.think)
+            assert marked[-1] == letter and gaps[letter] == min(gaps.values())
+    assert checked >= 2
 
 
 def shown_think(reference_user: str) -> str:

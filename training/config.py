@@ -195,7 +195,12 @@ class SFTSettings(StrictModel):
     # option_walk, "So: back-right. A. left: no. B. back-right: yes.": the text, then each
     # option copied from the prompt and compared with it up to the match (a 135M model that
     # wrote the right text named its letter no better than chance: 14 of 60 letters matched)
-    conclusion: Literal["letter_first", "text_first", "option_walk"] = "letter_first"
+    # option_check: the option walk, except that appearance order and relative distance check
+    # each option by a local rule (first frames that never fall; the smallest bearing gap so
+    # far): the option walk's conclusion was right in 15 and 6 of 30 such ID replies, and its
+    # letter named that conclusion in 3 of 18 appearance-order replies
+    conclusion: Literal["letter_first", "text_first", "option_walk", "option_check"] = (
+        "letter_first")
     # rationale targets only: extra rows, this share of the policy rows, that teach the
     # consistency reference's task (the question and a gold think text -> the letter), so that
     # the frozen SFT checkpoint can serve as the reference (issue 17)

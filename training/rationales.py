@@ -13,7 +13,11 @@ stated the evidence without the walk stayed at chance). The completion is
 ``<think>..</think>\\n<answer>..</answer>`` with nothing after it; the conclusion and the answer
 are the option's letter and text (``So: B. back-right``, or text first: ``So: back-right (B)``,
 or the text and then the options walked to the one it names: ``So: back-right. A. left: no.
-B. back-right: yes.``), or its text alone (the core's answer parsing reads either).
+B. back-right: yes.``), or its text alone (the core's answer parsing reads either). With
+``option_check``, the categories whose conclusion a small LM cannot draw in one jump check each
+option by a local rule instead (appearance order: each object's first frame, then the options
+whose numbers never fall; relative distance: each option's bearing gap to the target in the
+last frame that shows both, then the smallest so far); the others walk the options.
 
 Where the text's evidence leads to the solution by the oracle's rules, the rationale is
 ``supported``. Where it does not (the text lacks the information, or a motion the sparse key
@@ -202,6 +206,76 @@ def _progress_evaluation(p: PerceptionText, answer: str) -> str:
     return _walk(p, steps=mapping)
 
 
+def _appearance_check(p: PerceptionText, options: Mapping[str, str],
+                      choice: str) -> tuple[str, bool]:
+    """The objects' first frames in the question's order (``magenta cylinder 5``), then each
+    option with those numbers, ``yes`` at the first whose numbers never fall. Each number is
+    one forward lookup (name -> the number after it) and each verdict compares neighbours,
+    where matching a permutation against a conclusion text is not something a 135M LM learns
+    (3 of 18 such option walks named their own conclusion's letter)."""
+    names = _names(p.question)
+    first = first_sightings(p)
+
+    def seen(name: str) -> str:
+        hit = first.get(colour_of(name))
+        return f"{name} {hit[0]}" if hit else f"{name} never"
+
+    def rank(name: str) -> int:
+        hit = first.get(colour_of(name))
+        return hit[0] if hit else 10**6
+
+    walk = _walk(p, [colour_of(n) for n in names], motions="none", bearings=False)
+    checks, reached = [], None
+    for key, option in options.items():
+        items = [n.strip() for n in option.rstrip(".").split(",")]
+        ranks = [rank(n) for n in items]
+        rising = all(a <= b for a, b in zip(ranks, ranks[1:], strict=False))
+        checks.append(f"{key}. {', '.join(seen(n) for n in items)}: {'yes' if rising else 'no'}.")
+        if rising:
+            reached = key
+            break
+    think = f"{walk} First: {', '.join(seen(n) for n in names)}. So: {' '.join(checks)}"
+    return think, reached == choice
+
+
+def _distance_check(p: PerceptionText, options: Mapping[str, str],
+                    choice: str) -> tuple[str, bool]:
+    """Each option's bearing gap to the target in the last frame that shows both, copied
+    from that frame before it is subtracted, and the smallest gap so far marked; the last
+    option so marked is the answer. The gap stands in for the distance (on the ID test set it
+    picks the solution in 17 of 30 rows, the oracle's triangulation in 18) and each step is
+    local; no frame walk comes first, as the checks copy the frames they need (the walk made
+    the OOD texts run past 256 tokens)."""
+    names = _names(p.question)
+    target = colour_of(names[-1]) if names else ""
+    world = build_map(p)
+    checks, best = [], None
+    for key, option in options.items():
+        colour = colour_of(option.strip())
+        both = [f for f in world.frames if colour in f.sightings and target in f.sightings]
+        name = option.rstrip(".")
+        if not both:
+            checks.append(f"{key}. {name}: never seen with {target}.")
+            continue
+        f = both[-1]
+        a, b = (round(f.sightings[c].bearing_deg) for c in (target, colour))
+        gap = abs(a - b)
+        note = (f"{key}. {name}: frame {f.index}, {target} {_side(a)}, {colour} {_side(b)}: "
+                f"{gap} apart")
+        if best is None or gap < best[0]:
+            best = (gap, key)
+            note += ", closest so far"
+        checks.append(note + ".")
+    reached = best[1] if best else None
+    said = f"{reached}. {options[reached].rstrip('.')}" if reached else "none"
+    return f"{' '.join(checks)} So: {said}.", reached == choice
+
+
+_CHECKS = {
+    "appearance_order": _appearance_check,
+    "relative_distance": _distance_check,
+}
+
 _WRITERS = {
     "action_generation": _action_generation,
     "relative_direction": _relative_direction,
@@ -222,8 +296,10 @@ def rationale(row: Mapping[str, Any], *, letter: bool = True,
     ``conclusion`` (``sft.conclusion``; with ``letter``): ``text_first`` reads
     ``"back-right (B)"``, the option text the walk leads to before the letter; ``option_walk``
     reads ``"back-right. A. left: no. B. back-right: yes."``, the text, then the options in
-    order, each copied and compared with it, up to the one it names. The answer tag is the
-    same for all three.
+    order, each copied and compared with it, up to the one it names; ``option_check`` is the
+    option walk except in the categories of ``_CHECKS``, whose think text checks each option by
+    a local rule and is ``supported`` when that rule reaches the solution. The answer tag is
+    the same for all four.
     """
     options = dict(parse_options(row["options"]))
     choice = str(row["solution"]).strip()[:1].upper()
@@ -232,11 +308,18 @@ def rationale(row: Mapping[str, Any], *, letter: bool = True,
     text = options[choice]
     answer = f"{choice}. {text}" if letter else text
     p = perception_of(row)
+    check = _CHECKS.get(str(row.get("category")))
+    checked = letter and conclusion == "option_check" and check is not None
+    if checked:
+        think, supported = check(p, options, choice)
+        if supported:
+            return Rationale(think, answer, True)
+        # the check reaches another option: walk the options to the solution, unsupported
     writer = _WRITERS.get(str(row.get("category")))
     evidence = writer(p, text) if writer else ""
     said = _conclusion(options, choice, letter=letter, conclusion=conclusion)
     think = f"{evidence} So: {said}" if evidence else f"So: {said}"
-    supported = solve(row).letter == choice
+    supported = not checked and solve(row).letter == choice
     return Rationale(think, answer, supported)
 
 
@@ -248,7 +331,7 @@ def _conclusion(options: Mapping[str, str], choice: str, *, letter: bool,
         return text
     if conclusion == "text_first":
         return f"{text} ({choice})"
-    if conclusion == "option_walk":
+    if conclusion in ("option_walk", "option_check"):
         def bare(t: str) -> str:
             return t.rstrip(".")
 
