@@ -75,6 +75,34 @@ def test_an_appearance_check_numbers_each_object_and_takes_the_first_option_that
     assert wrong.think.endswith("D. red box, blue cone, green box: yes.")
 
 
+def test_an_every_frame_walk_notes_each_frame_on_its_own_motion() -> None:
+    """``sft.walk: every_frame``: a note per frame, opening with the frame's motion, then the
+    asked colours or ``nothing``; the conclusion is the same as the sparse walk's."""
+    gap = {**APPEARANCE, "prompt": _row(
+        [(None, "I see a small red object straight ahead (2 degrees left)."),
+         ("move forward, about 1.5 m", NOTHING),
+         ("rotate right, about 40 degrees", "I see a small green object to the right (25 "
+                                            "degrees right); a small blue object to the right "
+                                            "(20 degrees right).")],
+        "What will be the first-time appearance order of the following objects in the video: "
+        "blue cone, green box, red box?", APPEARANCE["options"], "appearance_order", "C",
+    )["prompt"]}
+    every = rationale(gap, walk="every_frame")
+    assert every.think == ("Frame 0: start: red. Frame 1: move forward 1.5: nothing. "
+                           "Frame 2: rotate right 40: blue, green. First: red, blue, green. "
+                           "So: C. red box, green box, blue cone")
+    sparse = rationale(gap)
+    assert sparse.think.startswith("Frame 0: red. Frame 2: blue, green. First")
+    assert every.answer == sparse.answer and every.supported == sparse.supported
+    with pytest.raises(ValueError, match="walk must be"):
+        rationale(gap, walk="dense")
+    from embodied_r_training.config import SFTSettings
+    from embodied_r_training.sft import sft_rows
+
+    (row,) = sft_rows([gap], SFTSettings(targets="rationale", walk="every_frame"))
+    assert row["completion"][0]["content"] == every.completion
+
+
 DISTANCE = _row(
     [(None, "I see a small red object straight ahead (2 degrees left); a small green object "
             "to the left (30 degrees left)."),

@@ -76,10 +76,19 @@ def _motion(f: FrameText, which: str) -> str | None:
 
 def _walk(p: PerceptionText, colours: Sequence[str] = (), *, motions: str = "all",
           bearings: bool = True, steps: Mapping[int, int] | None = None,
-          start: int = 0) -> str:
+          start: int = 0, every: bool = False) -> str:
     """One note per key frame from ``start`` on that has something the question needs: its
     motion (all, only rotations, or none) and where the given colours are in it; frames with
-    neither are left out."""
+    neither are left out.
+
+    ``every`` (``sft.walk: every_frame``): a note for every frame, each opening with the
+    frame's reported motion (``start`` for frame 0) and then, where colours are asked for,
+    where they are or ``nothing``. A 135M model writing the sparse walk put a quarter of its
+    sightings in a neighbouring frame (the prompt's "After <motion>, Observe: <what>" puts a
+    frame's sightings just before the next frame's motion); copying the motion first anchors
+    each note on its own line, and the frame numbers simply count up."""
+    if every:
+        return " ".join(_anchored_note(f, colours, bearings, steps) for f in p.frames[start:])
     notes = []
     for f in p.frames[start:]:
         parts = []
@@ -92,6 +101,19 @@ def _walk(p: PerceptionText, colours: Sequence[str] = (), *, motions: str = "all
         if parts:
             notes.append(f"Frame {f.index}: {', '.join(parts)}.")
     return " ".join(notes) if notes else "No frame shows anything the question needs."
+
+
+def _anchored_note(f: FrameText, colours: Sequence[str], bearings: bool,
+                   steps: Mapping[int, int] | None) -> str:
+    """``Frame 3: tilt upward 20: red 27 left.`` (see :func:`_walk`)."""
+    anchor = "start" if f.index == 0 else (_motion(f, "all") or "no motion")
+    if steps and f.index in steps:
+        anchor += f" (step {steps[f.index]})"
+    if not colours:
+        return f"Frame {f.index}: {anchor}."
+    seen = [f"{c} {_side(f.sightings[c].bearing_deg)}" if bearings else c
+            for c in colours if c in f.sightings]
+    return f"Frame {f.index}: {anchor}: {', '.join(seen) if seen else 'nothing'}."
 
 
 def _now(world: Map, colour: str) -> str:
@@ -127,35 +149,35 @@ def _names(question: str) -> list[str]:
 # ---------------------------------------------------------------- per category
 
 
-def _track(p: PerceptionText, colour: str) -> str:
+def _track(p: PerceptionText, colour: str, every: bool = False) -> str:
     """From the first sighting of ``colour`` on: where it is and how I turned, then now."""
     world = build_map(p)
     seen = world.sightings(colour)
     if not seen:
         return _now(world, colour)
-    walk = _walk(p, [colour], motions="rotations", start=seen[0][0])
+    walk = _walk(p, [colour], motions="rotations", start=seen[0][0], every=every)
     return f"{walk} {_now(world, colour)}"
 
 
-def _action_generation(p: PerceptionText, answer: str) -> str:
+def _action_generation(p: PerceptionText, answer: str, every: bool = False) -> str:
     q = p.question
     if q.startswith("You are asked to navigate to the"):
         names = _names(q)
-        return _track(p, colour_of(names[0]) if names else "")
-    return _walk(p)
+        return _track(p, colour_of(names[0]) if names else "", every)
+    return _walk(p, every=every)
 
 
-def _relative_direction(p: PerceptionText, answer: str) -> str:
+def _relative_direction(p: PerceptionText, answer: str, every: bool = False) -> str:
     colours = [colour_of(n) for n in _names(p.question)]
     if p.question.startswith("Where is the"):
-        return _track(p, colours[0])
-    return _walk(p, colours, motions="none")
+        return _track(p, colours[0], every)
+    return _walk(p, colours, motions="none", every=every)
 
 
-def _relative_distance(p: PerceptionText, answer: str) -> str:
+def _relative_distance(p: PerceptionText, answer: str, every: bool = False) -> str:
     names = _names(p.question)
     target = names[-1] if names else ""
-    walk = _walk(p, [colour_of(n) for n in names], motions="none")
+    walk = _walk(p, [colour_of(n) for n in names], motions="none", every=every)
     close = _together(build_map(p), colour_of(target), colour_of(answer))
     return f"{walk} {close}" if close else walk
 
@@ -169,7 +191,7 @@ def _together(world: Map, a: str, b: str) -> str | None:
     return None
 
 
-def _appearance_order(p: PerceptionText, answer: str) -> str:
+def _appearance_order(p: PerceptionText, answer: str, every: bool = False) -> str:
     colours = [colour_of(n) for n in _names(p.question)]
     first = first_sightings(p)
     order = sorted((c for c in colours if c in first), key=lambda c: first[c])
@@ -177,16 +199,16 @@ def _appearance_order(p: PerceptionText, answer: str) -> str:
     seen = f"First: {', '.join(order)}." if order else "None of them is seen."
     if missing and order:
         seen += f" Never seen: {', '.join(missing)}."
-    walk = _walk(p, colours, motions="none", bearings=False)
+    walk = _walk(p, colours, motions="none", bearings=False, every=every)
     return f"{walk} {seen}"
 
 
-def _route_planning(p: PerceptionText, answer: str) -> str:
+def _route_planning(p: PerceptionText, answer: str, every: bool = False) -> str:
     colours = [colour_of(n) for n in _names(p.question)]
-    return _walk(p, colours, motions="none")
+    return _walk(p, colours, motions="none", every=every)
 
 
-def _progress_evaluation(p: PerceptionText, answer: str) -> str:
+def _progress_evaluation(p: PerceptionText, answer: str, every: bool = False) -> str:
     steps = plan_steps(p.question)
     mapping: dict[int, int] = {}
     current, done = 0, 0.0
@@ -203,11 +225,11 @@ def _progress_evaluation(p: PerceptionText, answer: str) -> str:
         tolerance = 0.15 if f.action.startswith("move") else 6.0
         if done >= steps[current][2] - tolerance and current + 1 < len(steps):
             current, done = current + 1, 0.0
-    return _walk(p, steps=mapping)
+    return _walk(p, steps=mapping, every=every)
 
 
-def _appearance_check(p: PerceptionText, options: Mapping[str, str],
-                      choice: str) -> tuple[str, bool]:
+def _appearance_check(p: PerceptionText, options: Mapping[str, str], choice: str,
+                      every: bool = False) -> tuple[str, bool]:
     """The objects' first frames in the question's order (``magenta cylinder 5``), then each
     option with those numbers, ``yes`` at the first whose numbers never fall. Each number is
     one forward lookup (name -> the number after it) and each verdict compares neighbours,
@@ -224,7 +246,8 @@ def _appearance_check(p: PerceptionText, options: Mapping[str, str],
         hit = first.get(colour_of(name))
         return hit[0] if hit else 10**6
 
-    walk = _walk(p, [colour_of(n) for n in names], motions="none", bearings=False)
+    walk = _walk(p, [colour_of(n) for n in names], motions="none", bearings=False,
+                 every=every)
     checks, reached = [], None
     for key, option in options.items():
         items = [n.strip() for n in option.rstrip(".").split(",")]
@@ -238,8 +261,8 @@ def _appearance_check(p: PerceptionText, options: Mapping[str, str],
     return think, reached == choice
 
 
-def _distance_check(p: PerceptionText, options: Mapping[str, str],
-                    choice: str) -> tuple[str, bool]:
+def _distance_check(p: PerceptionText, options: Mapping[str, str], choice: str,
+                    every: bool = False) -> tuple[str, bool]:
     """Each option's bearing gap to the target in the last frame that shows both, copied
     from that frame before it is subtracted, and the smallest gap so far marked; the last
     option so marked is the answer. The gap stands in for the distance (on the ID test set it
@@ -287,7 +310,7 @@ _WRITERS = {
 
 
 def rationale(row: Mapping[str, Any], *, letter: bool = True,
-              conclusion: str = "letter_first") -> Rationale:
+              conclusion: str = "letter_first", walk: str = "needed") -> Rationale:
     """The cold-start completion of a built row; it always concludes the row's solution.
 
     ``letter``: the conclusion and the answer tag read ``"B. option text"`` (else just the
@@ -299,8 +322,12 @@ def rationale(row: Mapping[str, Any], *, letter: bool = True,
     order, each copied and compared with it, up to the one it names; ``option_check`` is the
     option walk except in the categories of ``_CHECKS``, whose think text checks each option by
     a local rule and is ``supported`` when that rule reaches the solution. The answer tag is
-    the same for all four.
+    the same for all four. ``walk`` (``sft.walk``): ``needed`` notes only the frames with
+    something the question needs; ``every_frame`` notes every frame, anchored on its motion.
     """
+    if walk not in ("needed", "every_frame"):
+        raise ValueError(f"walk must be 'needed' or 'every_frame', not {walk!r}")
+    every = walk == "every_frame"
     options = dict(parse_options(row["options"]))
     choice = str(row["solution"]).strip()[:1].upper()
     if choice not in options:
@@ -311,12 +338,12 @@ def rationale(row: Mapping[str, Any], *, letter: bool = True,
     check = _CHECKS.get(str(row.get("category")))
     checked = letter and conclusion == "option_check" and check is not None
     if checked:
-        think, supported = check(p, options, choice)
+        think, supported = check(p, options, choice, every)
         if supported:
             return Rationale(think, answer, True)
         # the check reaches another option: walk the options to the solution, unsupported
     writer = _WRITERS.get(str(row.get("category")))
-    evidence = writer(p, text) if writer else ""
+    evidence = writer(p, text, every) if writer else ""
     said = _conclusion(options, choice, letter=letter, conclusion=conclusion)
     think = f"{evidence} So: {said}" if evidence else f"So: {said}"
     supported = not checked and solve(row).letter == choice
@@ -345,5 +372,5 @@ def _conclusion(options: Mapping[str, str], choice: str, *, letter: bool,
 
 
 def completion(row: Mapping[str, Any], *, letter: bool = True,
-               conclusion: str = "letter_first") -> str:
-    return rationale(row, letter=letter, conclusion=conclusion).completion
+               conclusion: str = "letter_first", walk: str = "needed") -> str:
+    return rationale(row, letter=letter, conclusion=conclusion, walk=walk).completion

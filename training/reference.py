@@ -95,7 +95,8 @@ def gold_rationale_check(
     judge = consistency_reward(cfg, reference, layout)
     rewards = judge(
         prompts=[r["prompt"] for r in rows],
-        completions=[completion(r, letter=True, conclusion=cfg.sft.conclusion) for r in rows],
+        completions=[completion(r, letter=True, conclusion=cfg.sft.conclusion, walk=cfg.sft.walk)
+                     for r in rows],
         solution=[r["solution"] for r in rows],
         options=[r["options"] for r in rows],
         question_block=[r.get("question_block") for r in rows],
