@@ -203,7 +203,7 @@ class SFTSettings(StrictModel):
         "letter_first")
     # needed: the walk notes only frames with something the question needs; every_frame: a
     # note per frame opening with its motion (the sparse walk's sightings landed in a
-    # neighbouring frame a quarter of the time)
+    # neighbouring frame a fifth of the time)
     walk: Literal["needed", "every_frame"] = "needed"
     # rationale targets only: extra rows, this share of the policy rows, that teach the
     # consistency reference's task (the question and a gold think text -> the letter), so that

@@ -83,7 +83,7 @@ def _walk(p: PerceptionText, colours: Sequence[str] = (), *, motions: str = "all
 
     ``every`` (``sft.walk: every_frame``): a note for every frame, each opening with the
     frame's reported motion (``start`` for frame 0) and then, where colours are asked for,
-    where they are or ``nothing``. A 135M model writing the sparse walk put a quarter of its
+    where they are or ``nothing``. A 135M model writing the sparse walk put a fifth of its
     sightings in a neighbouring frame (the prompt's "After <motion>, Observe: <what>" puts a
     frame's sightings just before the next frame's motion); copying the motion first anchors
     each note on its own line, and the frame numbers simply count up."""
