@@ -285,12 +285,17 @@ def first_sightings(p: PerceptionText) -> dict[str, tuple[int, float]]:
     return first
 
 
+def appearance_key(first: Mapping[str, tuple[int, float]], name: str) -> tuple[int, float]:
+    """An object's place in the order of first sightings (:func:`first_sightings`); one never
+    seen comes after every seen one."""
+    return first.get(colour_of(name), (10**6, 0.0))
+
+
 def solve_appearance_order(p: PerceptionText) -> OracleAnswer:
     first = first_sightings(p)
-    late = (10**6, 0.0)
 
     def key(name: str) -> tuple[int, float]:
-        return first.get(colour_of(name), late)
+        return appearance_key(first, name)
 
     best: tuple[tuple[int, ...], str] | None = None
     for letter, text in p.options:

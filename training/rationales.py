@@ -39,6 +39,7 @@ from embodied_r_ros.core.reasoning import parse_options
 
 from .oracle import (
     Map,
+    appearance_key,
     build_map,
     colour_of,
     first_sightings,
@@ -178,17 +179,17 @@ def _relative_distance(p: PerceptionText, answer: str, every: bool = False) -> s
     names = _names(p.question)
     target = names[-1] if names else ""
     walk = _walk(p, [colour_of(n) for n in names], motions="none", every=every)
-    close = _together(build_map(p), colour_of(target), colour_of(answer))
-    return f"{walk} {close}" if close else walk
+    a, b = colour_of(target), colour_of(answer)
+    f = _last_shared(p, a, b)
+    if f is None:
+        return walk
+    apart = round(abs(f.sightings[a].bearing_deg - f.sightings[b].bearing_deg))
+    return f"{walk} In frame {f.index} {a} and {b} are {apart} apart."
 
 
-def _together(world: Map, a: str, b: str) -> str | None:
-    for f in reversed(world.frames):
-        sa, sb = f.sightings.get(a), f.sightings.get(b)
-        if sa is not None and sb is not None:
-            apart = round(abs(sa.bearing_deg - sb.bearing_deg))
-            return f"In frame {f.index} {a} and {b} are {apart} apart."
-    return None
+def _last_shared(p: PerceptionText, a: str, b: str) -> FrameText | None:
+    """The last frame that shows both colours: the freshest bearing gap between them."""
+    return next((f for f in reversed(p.frames) if a in f.sightings and b in f.sightings), None)
 
 
 def _appearance_order(p: PerceptionText, answer: str, every: bool = False) -> str:
@@ -242,9 +243,8 @@ def _appearance_check(p: PerceptionText, options: Mapping[str, str], choice: str
         hit = first.get(colour_of(name))
         return f"{name} {hit[0]}" if hit else f"{name} never"
 
-    def rank(name: str) -> int:
-        hit = first.get(colour_of(name))
-        return hit[0] if hit else 10**6
+    def rank(name: str) -> int:  # the frame only: the text shows no tie-break
+        return appearance_key(first, name)[0]
 
     walk = _walk(p, [colour_of(n) for n in names], motions="none", bearings=False,
                  every=every)
@@ -267,20 +267,18 @@ def _distance_check(p: PerceptionText, options: Mapping[str, str], choice: str,
     from that frame before it is subtracted, and the smallest gap so far marked; the last
     option so marked is the answer. The gap stands in for the distance (on the ID test set it
     picks the solution in 17 of 30 rows, the oracle's triangulation in 18) and each step is
-    local; no frame walk comes first, as the checks copy the frames they need (the walk made
-    the OOD texts run past 256 tokens)."""
+    local; no frame walk comes first (``every`` has nothing to change), as the checks copy
+    the frames they need (the walk made the OOD texts run past 256 tokens)."""
     names = _names(p.question)
     target = colour_of(names[-1]) if names else ""
-    world = build_map(p)
     checks, best = [], None
     for key, option in options.items():
         colour = colour_of(option.strip())
-        both = [f for f in world.frames if colour in f.sightings and target in f.sightings]
+        f = _last_shared(p, target, colour)
         name = option.rstrip(".")
-        if not both:
+        if f is None:
             checks.append(f"{key}. {name}: never seen with {target}.")
             continue
-        f = both[-1]
         a, b = (round(f.sightings[c].bearing_deg) for c in (target, colour))
         gap = abs(a - b)
         note = (f"{key}. {name}: frame {f.index}, {target} {_side(a)}, {colour} {_side(b)}: "
