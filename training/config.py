@@ -150,6 +150,11 @@ class GRPOSettings(StrictModel):
     # a seeded sample of this many training rows (every category, not one world's first rows):
     # the epoch of a CPU recipe; None: every row
     max_rows: int | None = Field(None, ge=1)
+    # a prompt pool (issue 17 item 2, :mod:`embodied_r_training.prompt_pool`): sample this many
+    # completions per candidate question with the policy before GRPO and train only on those
+    # answered right by some and wrong by others (max_rows of them); 0: every row is a prompt
+    pool_samples: int = Field(0, ge=0)
+    pool_candidates: int | None = Field(None, ge=1, description="seeded candidates; None: all")
     max_grad_norm: float = Field(1.0, gt=0.0)
     seed: int = 0
     device: Device = "auto"
@@ -165,6 +170,9 @@ class GRPOSettings(StrictModel):
             raise ValueError("completions_per_step must be a multiple of num_generations")
         if self.completions_per_step % self.per_device_batch:
             raise ValueError("completions_per_step must be a multiple of per_device_batch")
+        if self.pool_samples == 1:
+            raise ValueError("pool_samples must be 0 (no pool) or at least 2: one sample "
+                             "cannot be both right and wrong")
         return self
 
     def gradient_accumulation(self, world_size: int) -> int:

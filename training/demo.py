@@ -36,6 +36,7 @@ from embodied_r_ros.core.config import ConfigError, deep_merge
 
 from .cli import main as cli_main
 from .config import load_train_config, parse_overrides
+from .prompt_pool import POOL_FILE
 from .runs import TrainResult, checkpoint_step, recorded_minutes
 
 log = logging.getLogger(__name__)
@@ -206,6 +207,10 @@ def run_demo(out: Path, *, config: str = RECIPE, worlds: dict[str, int] | None =
         ablation_dir = out / "grpo-no-consistency"
         if branch and not ablation_dir.exists():
             shutil.copytree(kept, ablation_dir)
+        pool = out / "grpo" / POOL_FILE  # the same prompts, not a second sampling
+        if pool.is_file() and not (ablation_dir / POOL_FILE).exists():
+            ablation_dir.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(pool, ablation_dir / POOL_FILE)
         plain = load_train_config(config, deep_merge(trained_from, {
             "rewards": {"stages": without_consistency(cfg.rewards.stages)}}))
         ablated, minutes["GRPO without consistency"] = trained(

@@ -34,6 +34,7 @@ from embodied_r_ros.core.rewards import (
 
 from .config import TrainConfig, device_name, world_size
 from .policy import load_policy, lora_config, policy_precision, save_final
+from .prompt_pool import policy_sampler, prompt_pool
 from .prompts import PromptLayout, dataset_layout
 from .reference import consistency_reward, reference_backend
 from .runs import (
@@ -248,7 +249,9 @@ def run_grpo(
     model, tokenizer = load_policy(cfg, device)
     layout = dataset_layout(data_dir)
     rows, fit = training_rows(cfg, data_dir, tokenizer, layout=layout)
-    if cfg.grpo.max_rows is not None and cfg.grpo.max_rows < len(rows):
+    if cfg.grpo.pool_samples:
+        rows = prompt_pool(cfg, rows, out, policy_sampler(cfg, model, tokenizer, device))
+    elif cfg.grpo.max_rows is not None and cfg.grpo.max_rows < len(rows):
         import random
 
         rows = random.Random(cfg.grpo.seed).sample(rows, cfg.grpo.max_rows)

@@ -1,0 +1,134 @@
+"""GRPO's prompts from the questions the policy answers right only sometimes (issue 17 item 2).
+
+After SFT most training questions are answered the same way by every completion of a group:
+all right or all wrong, so the accuracy reward has no variance there and the group carries no
+advantage (13 of 30 groups of the option-walk GRPO run had all-equal rewards). Before GRPO this
+samples ``grpo.pool_samples`` completions per candidate question with the policy itself, as
+GRPO samples them (temperature, top-p, top-k, ``max_completion_length``), scores them with the
+run's accuracy reward, and keeps the questions with right *and* wrong answers among them. The
+pool and every candidate's count go to ``prompt_pool.json`` in the run directory, and a resumed
+run trains on the same prompts without sampling again.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import random
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from embodied_r_ros.core.rewards import accuracy_reward
+
+from .config import TrainConfig
+from .policy import policy_precision
+
+log = logging.getLogger(__name__)
+
+POOL_FILE = "prompt_pool.json"
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One candidate question: how many of its sampled completions were right."""
+
+    id: str
+    category: str
+    right: int
+    samples: int
+
+    @property
+    def sometimes_right(self) -> bool:
+        return 0 < self.right < self.samples
+
+
+def count_right(
+    rows: Sequence[dict[str, Any]],
+    complete: Callable[[dict[str, Any]], list[str]],
+    answer_mode: str,
+) -> list[Candidate]:
+    """Each row's completions (``complete(row)``) scored by the accuracy reward."""
+    from tqdm import tqdm
+
+    out: list[Candidate] = []
+    for row in tqdm(rows, desc="prompt pool", unit="q", dynamic_ncols=True):
+        texts = complete(row)
+        scores = accuracy_reward(texts, [row["solution"]] * len(texts),
+                                 [row["options"]] * len(texts), answer_mode=answer_mode)
+        out.append(Candidate(str(row["id"]), str(row.get("category", "")), int(sum(scores)),
+                             len(texts)))
+    return out
+
+
+def policy_sampler(cfg: TrainConfig, model: Any, tokenizer: Any,
+                   device: str) -> Callable[[dict[str, Any]], list[str]]:
+    """``row -> completions``: ``grpo.pool_samples`` replies of the policy to the row's prompt,
+    sampled with GRPO's settings under the run's compute precision."""
+    import torch
+
+    g = cfg.grpo
+    bf16 = policy_precision(cfg, device).bf16
+
+    def complete(row: dict[str, Any]) -> list[str]:
+        ids = tokenizer.apply_chat_template(row["prompt"], add_generation_prompt=True,
+                                            return_tensors="pt", return_dict=True).to(device)
+        with torch.no_grad(), torch.autocast(device_type=device, dtype=torch.bfloat16,
+                                             enabled=bf16):
+            out = model.generate(
+                **ids, do_sample=True, temperature=g.temperature, top_p=g.top_p,
+                top_k=g.top_k or None, max_new_tokens=g.max_completion_length,
+                num_return_sequences=g.pool_samples, pad_token_id=tokenizer.pad_token_id)
+        return tokenizer.batch_decode(out[:, ids["input_ids"].shape[1]:],
+                                      skip_special_tokens=True)
+
+    return complete
+
+
+def select_pool(rows: Sequence[dict[str, Any]], candidates: Sequence[Candidate],
+                limit: int | None) -> list[dict[str, Any]]:
+    """The rows of the sometimes-right candidates, in candidate order, at most ``limit``."""
+    keep = {c.id for c in candidates if c.sometimes_right}
+    pool = [r for r in rows if str(r["id"]) in keep]
+    return pool[:limit] if limit is not None else pool
+
+
+def prompt_pool(cfg: TrainConfig, rows: Sequence[dict[str, Any]], out: Path,
+                complete: Callable[[dict[str, Any]], list[str]]) -> list[dict[str, Any]]:
+    """GRPO's training rows: the sometimes-right questions among ``grpo.pool_candidates``
+    seeded candidates (at most ``grpo.max_rows`` of them), read back from ``prompt_pool.json``
+    when the run directory has one."""
+    g = cfg.grpo
+    path = out / POOL_FILE
+    if path.is_file():
+        saved = json.loads(path.read_text())
+        by_id = {str(r["id"]): r for r in rows}
+        missing = [i for i in saved["pool"] if i not in by_id]
+        if missing:
+            raise ValueError(f"{path}: questions {', '.join(missing[:3])} are not in the "
+                             "training rows; remove the file to sample a new pool")
+        log.info("prompt pool: %d questions from %s", len(saved["pool"]), path)
+        # in the saved order: the trainer's seeded sampler must draw the same prompts again
+        return [by_id[i] for i in saved["pool"]]
+    pick = min(g.pool_candidates or len(rows), len(rows))
+    drawn = random.Random(g.seed).sample(list(rows), pick)
+    candidates = count_right(drawn, complete, cfg.rewards.answer_mode)
+    pool = select_pool(drawn, candidates, g.max_rows)
+    if not pool:
+        raise ValueError(
+            f"prompt pool: none of {len(drawn)} candidate questions got both right and wrong "
+            f"answers in {g.pool_samples} samples; raise grpo.pool_candidates or set "
+            "grpo.pool_samples: 0")
+    out.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({
+        "samples": g.pool_samples,
+        "pool": [str(r["id"]) for r in pool],
+        "candidates": [asdict(c) for c in candidates],
+    }, indent=1))
+    sometimes = sum(c.sometimes_right for c in candidates)
+    log.info("prompt pool: %d of %d candidates sometimes right (%d always, %d never); %d kept",
+             sometimes, len(candidates),
+             sum(c.right == c.samples for c in candidates),
+             sum(c.right == 0 for c in candidates), len(pool))
+    return pool
