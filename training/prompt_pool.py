@@ -69,13 +69,13 @@ def policy_sampler(cfg: TrainConfig, model: Any, tokenizer: Any,
     import torch
 
     g = cfg.grpo
-    bf16 = policy_precision(cfg, device).bf16
+    compute = policy_precision(cfg, device).compute
 
     def complete(row: dict[str, Any]) -> list[str]:
         ids = tokenizer.apply_chat_template(row["prompt"], add_generation_prompt=True,
                                             return_tensors="pt", return_dict=True).to(device)
-        with torch.no_grad(), torch.autocast(device_type=device, dtype=torch.bfloat16,
-                                             enabled=bf16):
+        with torch.no_grad(), torch.autocast(device_type=device, dtype=getattr(torch, compute),
+                                             enabled=compute != "float32"):
             out = model.generate(
                 **ids, do_sample=True, temperature=g.temperature, top_p=g.top_p,
                 top_k=g.top_k or None, max_new_tokens=g.max_completion_length,
@@ -88,9 +88,9 @@ def policy_sampler(cfg: TrainConfig, model: Any, tokenizer: Any,
 
 def select_pool(rows: Sequence[dict[str, Any]], candidates: Sequence[Candidate],
                 limit: int | None) -> list[dict[str, Any]]:
-    """The rows of the sometimes-right candidates, in candidate order, at most ``limit``."""
-    keep = {c.id for c in candidates if c.sometimes_right}
-    pool = [r for r in rows if str(r["id"]) in keep]
+    """The rows (``candidates`` counts them, in the same order) answered right sometimes, at
+    most ``limit``."""
+    pool = [r for r, c in zip(rows, candidates, strict=True) if c.sometimes_right]
     return pool[:limit] if limit is not None else pool
 
 
