@@ -47,6 +47,7 @@ from .runs import (
     write_summary,
 )
 from .schedule import StagedReward, StageSchedule, epoch_index, stage_at, stage_end_epoch
+from .splits import seeded_draw
 
 log = logging.getLogger(__name__)
 
@@ -250,11 +251,13 @@ def run_grpo(
     layout = dataset_layout(data_dir)
     rows, fit = training_rows(cfg, data_dir, tokenizer, layout=layout)
     if cfg.grpo.pool_samples:
-        rows = prompt_pool(cfg, rows, out, policy_sampler(cfg, model, tokenizer, device))
-    elif cfg.grpo.max_rows is not None and cfg.grpo.max_rows < len(rows):
-        import random
+        from accelerate import PartialState
 
-        rows = random.Random(cfg.grpo.seed).sample(rows, cfg.grpo.max_rows)
+        # the main process samples and writes prompt_pool.json; the others then read it
+        with PartialState().main_process_first():
+            rows = prompt_pool(cfg, rows, out, policy_sampler(cfg, model, tokenizer, device))
+    elif cfg.grpo.max_rows is not None and cfg.grpo.max_rows < len(rows):
+        rows = seeded_draw(rows, cfg.grpo.max_rows, cfg.grpo.seed)
     val_rows = validation_rows(cfg, data_dir, tokenizer, layout)
     dataset = _dataset(Dataset, rows)
     eval_dataset = _dataset(Dataset, val_rows) if val_rows else None

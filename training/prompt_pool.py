@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import logging
-import random
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -24,6 +23,7 @@ from embodied_r_ros.core.rewards import accuracy_reward
 
 from .config import TrainConfig
 from .policy import policy_precision
+from .splits import seeded_draw
 
 log = logging.getLogger(__name__)
 
@@ -111,8 +111,7 @@ def prompt_pool(cfg: TrainConfig, rows: Sequence[dict[str, Any]], out: Path,
         log.info("prompt pool: %d questions from %s", len(saved["pool"]), path)
         # in the saved order: the trainer's seeded sampler must draw the same prompts again
         return [by_id[i] for i in saved["pool"]]
-    pick = min(g.pool_candidates or len(rows), len(rows))
-    drawn = random.Random(g.seed).sample(list(rows), pick)
+    drawn = seeded_draw(rows, g.pool_candidates or len(rows), g.seed)
     candidates = count_right(drawn, complete, cfg.rewards.answer_mode)
     pool = select_pool(drawn, candidates, g.max_rows)
     if not pool:

@@ -25,6 +25,7 @@ from .policy import load_policy, lora_config, policy_precision, save_final
 from .prompts import dataset_layout
 from .reference import reference_prompts
 from .runs import TrainResult, finished_run, last_checkpoint, training_rows, write_summary
+from .splits import seeded_draw
 
 log = logging.getLogger(__name__)
 
@@ -74,8 +75,6 @@ def reference_rows(
     """A seeded ``share`` of the gold rationales as the consistency reference sees them
     (:func:`~embodied_r_ros.core.rewards.reference_conversation`: the question and the think
     text only), answered with the solution's letter alone, as its prompt asks."""
-    import random
-
     from embodied_r_ros.core.reasoning import question_from_prompt
     from embodied_r_ros.core.rewards import prompt_text, reference_conversation
 
@@ -85,7 +84,7 @@ def reference_rows(
     if any(isinstance(r["prompt"], str) for r, _ in gold):
         raise ValueError("sft.reference_share needs conversational prompts (data.over_length "
                          "other than 'left')")
-    picked = random.Random(cfg.seed).sample(gold, n)
+    picked = seeded_draw(gold, n, cfg.seed)
     return [{
         "prompt": reference_conversation(
             question_from_prompt(r.get("question_block") or prompt_text(r["prompt"])),

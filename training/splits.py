@@ -61,6 +61,12 @@ class Splits:
         return cls(**data)
 
 
+def seeded_draw(rows: Sequence[Any], k: int, seed: int) -> list[Any]:
+    """``k`` of ``rows`` (all, shuffled, when ``k`` covers them) drawn by ``seed``: the same
+    rows in the same order on a rerun, a resume and every process of a run."""
+    return random.Random(seed).sample(list(rows), min(k, len(rows)))
+
+
 def _shuffled(groups: Iterable[str], seed: int) -> list[str]:
     ordered = sorted(set(groups))
     random.Random(seed).shuffle(ordered)
