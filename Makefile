@@ -54,7 +54,7 @@ demo: setup
 
 # the shipped reasoner from scratch on CPU: synthetic worlds -> rationale SFT -> GRPO -> the table
 train-demo: setup
-	$(PY) -m embodied_r_training.demo --out runs/train-demo
+	$(PY) -m embodied_r_training.train_demo --out runs/train-demo
 
 lint: setup
 	$(PY) -m ruff check .

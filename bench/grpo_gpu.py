@@ -40,9 +40,9 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from embodied_r_training.config import TrainConfig, load_train_config
-from embodied_r_training.grpo import grpo_kwargs
-from embodied_r_training.policy import load_base, policy_precision
+from embodied_r_training.recipe import TrainConfig, load_train_config
+from embodied_r_training.rl.grpo import grpo_kwargs
+from embodied_r_training.rl.policy import load_base, policy_precision
 from transformers import Qwen2Config, Qwen2ForCausalLM, TrainerCallback
 
 from embodied_r_ros.core.backends.offline import build_tokenizer

@@ -84,7 +84,7 @@ def demo_rows(data: Path) -> list[dict]:
 
 def build_data(data: Path, id_per_category: int) -> tuple[list[dict], list[dict]]:
     """The demo's 30 rows and the ID test rows (built once into ``data``)."""
-    from embodied_r_training.synthetic import build_synthetic, default_plan
+    from embodied_r_training.data.synthetic_worlds import build_synthetic, default_plan
 
     demo = demo_rows(data)
     test = next(s for s in default_plan(n_test_per_category=id_per_category) if s.name == "test")
@@ -437,7 +437,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         Path(args.out).write_text(json.dumps(run_engine(args)))
         return 0
 
-    from embodied_r_training.dataset_files import first_per_category
+    from embodied_r_training.data.dataset_files import first_per_category
 
     from embodied_r_ros.core.backends.offline import ensure_offline_model
     from embodied_r_ros.core.intervals import bootstrap_ci

@@ -1,6 +1,11 @@
 """The core stays ROS-free so training, the CLI and the nodes share one implementation, and
-imports point one way: the core uses nothing of the nodes, the simulator or training; the nodes
-and the simulator use nothing of training."""
+imports point one way, from the top of each layer cake down:
+
+* ``embodied_r_ros``: ``core`` < ``agent`` (the ROS-free runtime) < ``nodes``; ``sim`` and
+  ``serving`` stand on the core alone; none of them uses the training package;
+* ``embodied_r_training``: ``data`` < ``rl`` < ``evaluation`` < the CLI, the export and the
+  training demo on top; ``recipe`` and ``plots`` are leaves every layer may use.
+"""
 
 from __future__ import annotations
 
@@ -18,12 +23,32 @@ ROS_ROOTS = {"rclpy", "rosidl_runtime_py", "sensor_msgs", "nav_msgs", "embodied_
 CORE_DIR = Path(core.__file__).parent
 PACKAGE_DIR = CORE_DIR.parent  # embodied_r_ros
 TRAINING = "embodied_r_training"
+TRAINING_DIR = PACKAGE_DIR.parent / "training"  # installs as the package embodied_r_training
+TRAINING_TOP = (f"{TRAINING}.cli", f"{TRAINING}.export", f"{TRAINING}.train_demo")
 #: package -> the packages it must not import (the one-way rule)
 FORBIDDEN = {
-    "embodied_r_ros.core": ("embodied_r_ros.nodes", "embodied_r_ros.sim", TRAINING),
-    "embodied_r_ros.nodes": (TRAINING,),
-    "embodied_r_ros.sim": (TRAINING,),
+    "embodied_r_ros.core": ("embodied_r_ros.agent", "embodied_r_ros.nodes", "embodied_r_ros.sim",
+                            "embodied_r_ros.serving", TRAINING),
+    "embodied_r_ros.agent": ("embodied_r_ros.nodes", "embodied_r_ros.sim", TRAINING),
+    "embodied_r_ros.nodes": ("embodied_r_ros.sim", TRAINING),
+    "embodied_r_ros.sim": ("embodied_r_ros.agent", "embodied_r_ros.nodes", TRAINING),
+    "embodied_r_ros.serving": ("embodied_r_ros.agent", "embodied_r_ros.nodes", TRAINING),
+    f"{TRAINING}.data": (f"{TRAINING}.rl", f"{TRAINING}.evaluation", *TRAINING_TOP,
+                         "embodied_r_ros.nodes", "embodied_r_ros.agent"),
+    f"{TRAINING}.rl": (f"{TRAINING}.evaluation", *TRAINING_TOP, "embodied_r_ros.nodes",
+                       "embodied_r_ros.agent"),
+    f"{TRAINING}.evaluation": (*TRAINING_TOP, "embodied_r_ros.nodes", "embodied_r_ros.agent"),
 }
+#: packages whose modules never import ROS
+ROS_FREE = ("embodied_r_ros.core", "embodied_r_ros.agent", "embodied_r_ros.sim",
+            "embodied_r_ros.serving", f"{TRAINING}.data", f"{TRAINING}.rl",
+            f"{TRAINING}.evaluation")
+
+
+def _folder(package: str) -> Path:
+    if package.startswith(TRAINING):
+        return TRAINING_DIR.joinpath(*package.split(".")[1:])
+    return PACKAGE_DIR.parent.joinpath(*package.split("."))
 
 
 def _imported_roots(path: Path) -> set[str]:
@@ -58,6 +83,8 @@ def _imported_modules(path: Path, package: str) -> set[str]:
 
 def _package_of(path: Path) -> str:
     """The package a file's relative imports start from (its directory, ``__init__`` too)."""
+    if path.is_relative_to(TRAINING_DIR):
+        return ".".join((TRAINING, *path.relative_to(TRAINING_DIR).parts[:-1]))
     return ".".join(path.relative_to(PACKAGE_DIR.parent).parts[:-1])
 
 
@@ -67,34 +94,36 @@ def _within(name: str, packages: tuple[str, ...]) -> bool:
 
 @pytest.mark.parametrize("package", sorted(FORBIDDEN))
 def test_imports_point_one_way_statically(package: str) -> None:
-    root = PACKAGE_DIR.parent.joinpath(*package.split("."))
+    root = _folder(package)
     files = sorted(root.rglob("*.py"))
     assert len(files) >= 3, root
     offenders = {}
     for f in files:
         bad = {m for m in _imported_modules(f, _package_of(f)) if _within(m, FORBIDDEN[package])}
         if bad:
-            offenders[str(f.relative_to(PACKAGE_DIR))] = sorted(bad)
+            offenders[str(f.relative_to(PACKAGE_DIR.parent))] = sorted(bad)
     assert offenders == {}
+
+
+@pytest.mark.parametrize("package", ROS_FREE)
+def test_ros_free_layers_import_no_ros_statically(package: str) -> None:
+    files = sorted(_folder(package).rglob("*.py"))
+    assert len(files) >= 3, package
+    offenders = {str(f.relative_to(PACKAGE_DIR.parent)): _imported_roots(f) & ROS_ROOTS
+                 for f in files}
+    assert {k: v for k, v in offenders.items() if v} == {}
 
 
 def test_the_import_check_sees_relative_and_absolute_imports(tmp_path: Path) -> None:
     """The checker itself: both spellings of a forbidden import are found."""
     module = tmp_path / "m.py"
-    module.write_text("from ..nodes import params\nimport embodied_r_training.grpo\n"
+    module.write_text("from ..nodes import params\nimport embodied_r_training.rl.grpo\n"
                       "from . import poses\ndef f():\n    from ..sim import world\n")
     names = _imported_modules(module, "embodied_r_ros.core")
-    assert {"embodied_r_ros.nodes", "embodied_r_training.grpo", "embodied_r_ros.sim.world",
+    assert {"embodied_r_ros.nodes", "embodied_r_training.rl.grpo", "embodied_r_ros.sim.world",
             "embodied_r_ros.core.poses"} <= names
     bad = {n for n in names if _within(n, FORBIDDEN["embodied_r_ros.core"])}
     assert "embodied_r_ros.core.poses" not in bad and "embodied_r_ros.sim.world" in bad
-
-
-def test_no_core_module_imports_ros_statically() -> None:
-    files = sorted(CORE_DIR.rglob("*.py"))
-    assert len(files) > 5
-    offenders = {str(f.relative_to(CORE_DIR)): _imported_roots(f) & ROS_ROOTS for f in files}
-    assert {k: v for k, v in offenders.items() if v} == {}
 
 
 def test_importing_every_core_module_loads_no_ros() -> None:

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 from embodied_r_training.cli import main
-from embodied_r_training.policy import local_model
+from embodied_r_training.rl.policy import local_model
 from peft import LoraConfig, PeftModel, get_peft_model
 from safetensors.torch import load_file
 from transformers import AutoModelForCausalLM, AutoTokenizer

@@ -11,9 +11,9 @@ import numpy as np
 import pandas as pd
 import pytest
 from embodied_r_training.cli import main
-from embodied_r_training.dataset_files import load_rows
-from embodied_r_training.importers import official_question_block, urbanvideo_samples
-from embodied_r_training.splits import make_splits
+from embodied_r_training.data.dataset_files import load_rows
+from embodied_r_training.data.importers import official_question_block, urbanvideo_samples
+from embodied_r_training.data.splits import make_splits
 from media import pan_frames, write_video
 from scripted import ScriptedVLM
 

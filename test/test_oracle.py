@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from embodied_r_training.oracle import perception_of, progress_step, solve
+from embodied_r_training.data.oracle import perception_of, progress_step, solve
 from worlddata import built_world_rows
 
 from embodied_r_ros.core.perception import FrameDescription

@@ -158,7 +158,7 @@ def test_from_a_recording_to_a_trained_reasoner_answering_on_the_robot(
     """The README's five commands: questions -> build -> sft -> grpo -> export, then the
     all-in-one (a second instance in this process, under /mine) answers with the export."""
     import torch
-    from embodied_r_training.policy import local_model
+    from embodied_r_training.rl.policy import local_model
     from rclpy.action import ActionClient
     from safetensors.torch import load_file
 

@@ -11,11 +11,16 @@ from pathlib import Path
 
 import pytest
 from bagdata import built_dataset
-from embodied_r_training.config import load_train_config
-from embodied_r_training.dataset_files import load_rows
-from embodied_r_training.grpo import NamedReward, grpo_kwargs, run_grpo
-from embodied_r_training.policy import local_model
-from embodied_r_training.prompts import chat_text, dataset_layout, fit_rows, token_counter
+from embodied_r_training.data.dataset_files import load_rows
+from embodied_r_training.data.prompt_budget import (
+    chat_text,
+    dataset_layout,
+    fit_rows,
+    token_counter,
+)
+from embodied_r_training.recipe import load_train_config
+from embodied_r_training.rl.grpo import NamedReward, grpo_kwargs, run_grpo
+from embodied_r_training.rl.policy import local_model
 from test_training_grpo import _const, _dense
 from transformers import AutoTokenizer
 
@@ -156,8 +161,8 @@ def test_a_killed_stage_resumes_in_that_stage(dataset: Path, tmp_path: Path,
 def test_trl_is_used_through_its_public_api_within_a_tested_bound() -> None:
     from importlib.metadata import version
 
-    import embodied_r_training.grpo as grpo
-    import embodied_r_training.schedule as schedule
+    import embodied_r_training.rl.grpo as grpo
+    import embodied_r_training.rl.schedule as schedule
     from packaging.requirements import Requirement
     from packaging.version import Version
 
@@ -205,7 +210,7 @@ def test_the_gpu_check_builds_every_config_and_command(tmp_path: Path) -> None:
 
 def test_sft_trains_on_left_truncated_text_prompts(dataset: Path, tmp_path: Path,
                                                    tiny_models_dir: Path) -> None:
-    from embodied_r_training.sft import run_sft, sft_rows
+    from embodied_r_training.rl.sft import run_sft, sft_rows
 
     cfg = load_train_config("cpu-tiny", {
         "data": {"max_rows": 2, "over_length": "left", "max_prompt_tokens": 300}})

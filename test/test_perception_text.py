@@ -4,7 +4,7 @@ oracle and the rationales use, and the geometry they share agrees at its boundar
 from __future__ import annotations
 
 import pytest
-from embodied_r_training import oracle
+from embodied_r_training.data import oracle
 
 from embodied_r_ros.core import perception_text
 from embodied_r_ros.core.actions import Motion

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 import torch
-from embodied_r_training.config import load_train_config
-from embodied_r_training.grpo import grpo_kwargs
-from embodied_r_training.policy import load_base, local_model, policy_precision
-from embodied_r_training.precision import Precision, training_precision
+from embodied_r_training.recipe import load_train_config
+from embodied_r_training.rl.grpo import grpo_kwargs
+from embodied_r_training.rl.policy import load_base, local_model, policy_precision
+from embodied_r_training.rl.precision import Precision, training_precision
 from transformers import AutoModelForCausalLM
 
 from embodied_r_ros.core.backends.transformers_backend import resolve_dtype

@@ -7,11 +7,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from embodied_r_training.config import load_train_config
-from embodied_r_training.dataset_files import load_rows
-from embodied_r_training.grpo import run_grpo
-from embodied_r_training.policy import load_policy
-from embodied_r_training.prompt_pool import (
+from embodied_r_training.data.dataset_files import load_rows
+from embodied_r_training.recipe import load_train_config
+from embodied_r_training.rl.grpo import run_grpo
+from embodied_r_training.rl.policy import load_policy
+from embodied_r_training.rl.prompt_pool import (
     POOL_FILE,
     count_right,
     policy_sampler,

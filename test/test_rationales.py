@@ -6,7 +6,7 @@ import re
 from pathlib import Path
 
 import pytest
-from embodied_r_training.rationales import completion, rationale
+from embodied_r_training.data.rationales import completion, rationale
 from worlddata import built_world_rows
 
 from embodied_r_ros.core.backends.base import ChatBackend, Completion
@@ -96,8 +96,8 @@ def test_an_every_frame_walk_notes_each_frame_on_its_own_motion() -> None:
     assert every.answer == sparse.answer and every.supported == sparse.supported
     with pytest.raises(ValueError, match="walk must be"):
         rationale(gap, walk="dense")
-    from embodied_r_training.config import SFTSettings
-    from embodied_r_training.sft import sft_rows
+    from embodied_r_training.recipe import SFTSettings
+    from embodied_r_training.rl.sft import sft_rows
 
     (row,) = sft_rows([gap], SFTSettings(targets="rationale", walk="every_frame"))
     assert row["completion"][0]["content"] == every.completion
@@ -202,8 +202,8 @@ def test_a_text_first_conclusion_names_the_text_then_its_letter(
     """``sft.conclusion: text_first``: the walk ends in the option text it leads to and then
     that option's letter; the answer tag, the official reading and the reference's regex
     fallback see the same letter as with the letter-first conclusion."""
-    from embodied_r_training.config import SFTSettings
-    from embodied_r_training.sft import sft_rows
+    from embodied_r_training.recipe import SFTSettings
+    from embodied_r_training.rl.sft import sft_rows
 
     from embodied_r_ros.core.answers import think_letter
     from embodied_r_ros.core.reasoning import parse_options
@@ -294,8 +294,8 @@ def test_sft_teaches_the_reference_task_on_a_share_of_the_gold_rationales(
 ) -> None:
     """``sft.reference_share``: extra rows that show the reference prompt (the question and a
     gold think text, nothing of the video) and answer with the solution's letter alone."""
-    from embodied_r_training.config import SFTSettings
-    from embodied_r_training.sft import sft_rows
+    from embodied_r_training.recipe import SFTSettings
+    from embodied_r_training.rl.sft import sft_rows
 
     from embodied_r_ros.core.prompts import default_prompts
 
@@ -320,8 +320,8 @@ def test_reference_targets_are_the_reference_task_alone_one_row_per_gold_rationa
     """``sft.targets: reference`` trains a reference of its own: a row per supported gold
     rationale, each the reference prompt with that think text (concluded as the policy's are)
     answered with the letter, and no policy rows."""
-    from embodied_r_training.config import SFTSettings
-    from embodied_r_training.sft import sft_rows
+    from embodied_r_training.recipe import SFTSettings
+    from embodied_r_training.rl.sft import sft_rows
 
     rows = list(built_rows)
     cfg = SFTSettings(targets="reference", supported_only=True, conclusion="option_walk")
@@ -367,8 +367,8 @@ def test_the_gold_rationale_check_asks_as_the_reward_and_counts(
     """Issue 17, item 1: the check of a consistency reference on gold rationales, through the
     reward itself (the recipe's official reading): a reader that maps each conclusion to its
     option re-derives every gold answer; one that always says A scores the share of A."""
-    from embodied_r_training.config import load_train_config
-    from embodied_r_training.reference import gold_rationale_check
+    from embodied_r_training.recipe import load_train_config
+    from embodied_r_training.rl.reference import gold_rationale_check
 
     cfg = load_train_config("smollm2-embodied-r")
     rows = list(built_rows)
@@ -397,8 +397,8 @@ def test_the_shipped_reference_reads_the_gold_rationales_and_the_untrained_model
     as ``smollm2-135m-embodied-r-reference``) re-derives at least 90 % of the gold answers of a
     world it never saw, asked exactly as the reward asks; the untrained SmolLM2-135M, the old
     reference, stays far below (it answers "A." to nearly everything)."""
-    from embodied_r_training.config import load_train_config
-    from embodied_r_training.reference import gold_rationale_check
+    from embodied_r_training.recipe import load_train_config
+    from embodied_r_training.rl.reference import gold_rationale_check
 
     del smollm2_dir  # the base, converted once into the session's cache
     cfg = load_train_config("smollm2-embodied-r")

@@ -10,10 +10,10 @@ from typing import Any
 import pytest
 import torch
 from embodied_r_training.cli import main
-from embodied_r_training.config import load_train_config
-from embodied_r_training.demo import ABLATION, SHIPPED, eval_command, export_adapter
-from embodied_r_training.grpo import NamedReward, run_grpo
-from embodied_r_training.sft import run_sft
+from embodied_r_training.recipe import load_train_config
+from embodied_r_training.rl.grpo import NamedReward, run_grpo
+from embodied_r_training.rl.sft import run_sft
+from embodied_r_training.train_demo import ABLATION, SHIPPED, eval_command, export_adapter
 
 from embodied_r_ros.core.reasoning import extract_think
 from embodied_r_ros.core.rewards import completion_text
@@ -90,7 +90,7 @@ def test_eval_per_category_scores_the_first_rows_of_each_category(dataset: Path,
                                                                    tmp_path: Path) -> None:
     """``eval.per_category``: every model of the run is scored on the same balanced subset,
     the first N rows of each category in file order."""
-    from embodied_r_training.dataset_files import load_rows
+    from embodied_r_training.data.dataset_files import load_rows
 
     out = tmp_path / "eval"
     assert main(["eval", "--config", "cpu-tiny", "--split", "all", "--data", str(dataset),
@@ -161,7 +161,7 @@ def test_the_demo_table_command_runs_with_every_label_and_both_pairs(dataset: Pa
 
 def test_the_train_demo_refuses_a_bad_setting_before_it_builds_data(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from embodied_r_training.demo import main as demo_main
+    from embodied_r_training.train_demo import main as demo_main
 
     out = tmp_path / "run"
     assert demo_main(["--out", str(out), "--set", "sft.conclusion=sideways"]) == 2
@@ -170,8 +170,8 @@ def test_the_train_demo_refuses_a_bad_setting_before_it_builds_data(
 
 
 def test_rationale_think_texts_are_what_sft_trains_on(dataset: Path) -> None:
-    from embodied_r_training.dataset_files import load_rows
-    from embodied_r_training.sft import sft_rows
+    from embodied_r_training.data.dataset_files import load_rows
+    from embodied_r_training.rl.sft import sft_rows
 
     cfg = load_train_config("cpu-tiny", {"sft": {"targets": "rationale"}})
     rows = load_rows(dataset, "all", None)

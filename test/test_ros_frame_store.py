@@ -6,11 +6,11 @@ import numpy as np
 import pytest
 from media import pan_frames
 
+from embodied_r_ros.agent.frame_store import BAD_STAMP, FrameStore, PoseBuffer, StampGate
 from embodied_r_ros.core.backends.images import decode_image
 from embodied_r_ros.core.config import KeyframeConfig
 from embodied_r_ros.core.pipeline import NO_FRAMES, QueryError
 from embodied_r_ros.core.poses import Pose
-from embodied_r_ros.nodes.frame_store import BAD_STAMP, FrameStore, PoseBuffer, StampGate
 
 FRAMES = pan_frames(40, 16, size=(320, 240))
 
@@ -152,7 +152,7 @@ def test_pose_buffer_nearest_respects_tolerance() -> None:
 
 
 def test_stamp_filter_passes_a_window_after_each_grid_time() -> None:
-    from embodied_r_ros.nodes.frame_store import stamp_filter
+    from embodied_r_ros.agent.frame_store import stamp_filter
 
     expr, params = stamp_filter(1000.25, 1.0, 1 / 30)
     assert expr == "(header.stamp.nanosec >= %0 AND header.stamp.nanosec < %1)"

@@ -23,9 +23,9 @@ from rclpy.node import Node  # noqa: E402
 from rclpy.parameter import Parameter  # noqa: E402
 
 from embodied_r_interfaces.action import Reason  # noqa: E402
-from embodied_r_ros.nodes.guard import Heartbeat  # noqa: E402
+from embodied_r_ros.agent.guard import Heartbeat  # noqa: E402
+from embodied_r_ros.agent.query_runner import QueryRequest, QueryRunner  # noqa: E402
 from embodied_r_ros.nodes.model_node import FAILURE, SUCCESS  # noqa: E402
-from embodied_r_ros.nodes.query import QueryRequest, QueryRunner  # noqa: E402
 from embodied_r_ros.nodes.reasoning_node import ReasoningNode  # noqa: E402
 
 

@@ -142,9 +142,9 @@ def test_a_grpo_step_from_it_asks_a_real_tiny_reference(
 ) -> None:
     """The consistency reward inside a real GRPO step: a policy that writes the format (the
     shipped reasoner, a fresh LoRA on it) and a real tiny reference model, recorded."""
-    from embodied_r_training.config import load_train_config
-    from embodied_r_training.grpo import paper_rewards, run_grpo
-    from embodied_r_training.prompts import dataset_layout
+    from embodied_r_training.data.prompt_budget import dataset_layout
+    from embodied_r_training.recipe import load_train_config
+    from embodied_r_training.rl.grpo import paper_rewards, run_grpo
     from test_rewards import Recording
 
     data_dir, rows = world

@@ -11,8 +11,8 @@ from embodied_r_ros.core.actions import primary_action
 from embodied_r_ros.core.config import KeyframeConfig
 from embodied_r_ros.core.keyframes import KeyframeExtractor
 from embodied_r_ros.core.poses import Pose
-from embodied_r_ros.sim.overlap import true_homography_overlap, true_overlap
 from embodied_r_ros.sim.trajectory import apply_action
+from embodied_r_ros.sim.true_overlap import true_homography_overlap, true_overlap
 
 BAND = 0.06  # tolerance around the 0.5 threshold: ORB corners are off by a pixel or two
 

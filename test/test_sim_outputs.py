@@ -18,10 +18,10 @@ from rosbags.image import message_to_cvimage
 from rosbags.typesys import Stores, get_typestore
 
 from embodied_r_ros.core.poses import Pose
-from embodied_r_ros.sim.cli import main
 from embodied_r_ros.sim.generate import ensure_sample, generate_world
 from embodied_r_ros.sim.render import Renderer
 from embodied_r_ros.sim.world import EPOCH_NS, WorldSpec, build_world
+from embodied_r_ros.sim.world_command import main
 
 SPEC = WorldSpec(seed=5, frames=40, width=160, height=120)
 TOPICS = {
@@ -177,7 +177,7 @@ def test_unwritable_out_dir_is_a_clear_error_in_a_real_process(tmp_path: Path) -
     blocker = tmp_path / "file"
     blocker.write_text("not a directory")
     proc = subprocess.run(
-        [sys.executable, "-m", "embodied_r_ros.sim.cli", "--out", str(blocker / "sub"),
+        [sys.executable, "-m", "embodied_r_ros.sim.world_command", "--out", str(blocker / "sub"),
          "--frames", "2", "--resolution", "32x24"],
         capture_output=True, text=True, timeout=120, env={**os.environ, "PYTHONWARNINGS": ""},
     )

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from embodied_r_training.synthetic import SplitPlan, build_synthetic
+from embodied_r_training.data.synthetic_worlds import SplitPlan, build_synthetic
 
 SMALL = {"frames": 80, "width": 160, "height": 120}
 

@@ -10,18 +10,18 @@ from typing import Any
 import pandas as pd
 import pytest
 from bagdata import T0_NS, write_bag, write_questions
-from embodied_r_training.bag_source import BagFrames, bag_samples
-from embodied_r_training.build import build_dataset
 from embodied_r_training.cli import main
-from embodied_r_training.dataset_files import load_rows
-from embodied_r_training.importers import (
+from embodied_r_training.data.bag_source import BagFrames, bag_samples
+from embodied_r_training.data.build import build_dataset
+from embodied_r_training.data.dataset_files import load_rows
+from embodied_r_training.data.importers import (
     split_question_text,
     urbanvideo_samples,
     urbanvideo_scene,
     vsibench_samples,
 )
-from embodied_r_training.journal import read_journal, settings_fingerprint
-from embodied_r_training.splits import SplitError, kfold_groups, make_splits, split_groups
+from embodied_r_training.data.journal import read_journal, settings_fingerprint
+from embodied_r_training.data.splits import SplitError, kfold_groups, make_splits, split_groups
 from media import pan_frames, write_video
 
 from embodied_r_ros.core.config import load_config
@@ -128,7 +128,7 @@ def test_a_journal_line_that_is_not_utf8_is_skipped_with_a_warning(
     """One non-UTF-8 line used to make every rerun fail with a UnicodeDecodeError."""
     path = tmp_path / "rows.jsonl"
     path.write_bytes(b'{"_key": "a", "id": "q0"}\n\xff\xfe\x00junk\n{"_key": "b", "id": "q1"}\n')
-    with caplog.at_level("WARNING", logger="embodied_r_training.journal"):
+    with caplog.at_level("WARNING", logger="embodied_r_training.data.journal"):
         rows = read_journal(path)
     assert sorted(rows) == ["a", "b"]
     assert "ignoring unreadable line 2 of" in caplog.text
@@ -489,7 +489,7 @@ def test_late_failures_come_early(bag: Path, questions: Path, tmp_path: Path,
 
 
 def test_broken_benchmark_tables_and_escaping_paths(tmp_path: Path) -> None:
-    from embodied_r_training.importers import BenchmarkError
+    from embodied_r_training.data.importers import BenchmarkError
 
     root = tmp_path / "uv"
     root.mkdir()
@@ -511,7 +511,7 @@ def test_broken_benchmark_tables_and_escaping_paths(tmp_path: Path) -> None:
          "Landmark Position", "question": "Question:  \nChoices:\nA. l\nB. r", "answer": "A"},
     ]
     pd.DataFrame(rows).to_parquet(root / "MCQ.parquet")
-    from embodied_r_training.importers import ImportReport
+    from embodied_r_training.data.importers import ImportReport
 
     report = ImportReport()
     assert urbanvideo_samples(root, report=report) == []

@@ -10,14 +10,14 @@ from typing import Any
 import pytest
 import torch
 from embodied_r_training.cli import main
-from embodied_r_training.config import PAPER_STAGES, load_train_config
-from embodied_r_training.demo import KeepCheckpoint, consistency_start_epoch
-from embodied_r_training.eval_report import markdown_report, paper_columns
-from embodied_r_training.grpo import NamedReward, grpo_args, run_grpo
-from embodied_r_training.policy import local_model
-from embodied_r_training.prompts import dataset_layout, fit_prompt, token_counter
-from embodied_r_training.schedule import epoch_index, stage_at, weights_at
-from embodied_r_training.scoring import EvalResult, average_folds, score
+from embodied_r_training.data.prompt_budget import dataset_layout, fit_prompt, token_counter
+from embodied_r_training.evaluation.report import markdown_report, paper_columns
+from embodied_r_training.evaluation.scoring import EvalResult, average_folds, score
+from embodied_r_training.recipe import PAPER_STAGES, load_train_config
+from embodied_r_training.rl.grpo import NamedReward, grpo_args, run_grpo
+from embodied_r_training.rl.policy import local_model
+from embodied_r_training.rl.schedule import epoch_index, stage_at, weights_at
+from embodied_r_training.train_demo import KeepCheckpoint, consistency_start_epoch
 from test_rewards import RuleReference
 from torch import Tensor
 from transformers import AutoModelForCausalLM, TrainerCallback
@@ -163,8 +163,8 @@ def _token_nll(model: Any, tokenizer: Any, target: dict[str, Any]) -> tuple[Tens
 
 def test_sft_baseline_loss_is_the_completion_only_and_moves(dataset: Path, tmp_path: Path,
                                                             tiny_models_dir: Path) -> None:
-    from embodied_r_training.dataset_files import load_rows
-    from embodied_r_training.sft import run_sft, sft_rows, target_text
+    from embodied_r_training.data.dataset_files import load_rows
+    from embodied_r_training.rl.sft import run_sft, sft_rows, target_text
     from transformers import AutoTokenizer
 
     row = {"options": ["A. left", "B. right"], "solution": "B"}
@@ -193,7 +193,7 @@ def test_sft_baseline_loss_is_the_completion_only_and_moves(dataset: Path, tmp_p
 
 
 def test_prompts_drop_the_oldest_frames_first(dataset: Path, tiny_models_dir: Path) -> None:
-    from embodied_r_training.dataset_files import load_rows
+    from embodied_r_training.data.dataset_files import load_rows
     from transformers import AutoTokenizer
 
     row = load_rows(dataset)[0]
@@ -285,8 +285,8 @@ def test_eval_command_writes_json_markdown_and_png(dataset: Path, tmp_path: Path
 
 def test_evaluate_scores_known_replies_to_hand_computed_figures(dataset: Path) -> None:
     """A scripted policy whose replies are known: every figure below is counted by hand."""
-    from embodied_r_training.dataset_files import load_rows
-    from embodied_r_training.evaluate import evaluate
+    from embodied_r_training.data.dataset_files import load_rows
+    from embodied_r_training.evaluation.evaluate import evaluate
     from scripted import ScriptedVLM
 
     rows = load_rows(dataset, "all", None)
@@ -352,8 +352,8 @@ def test_the_consistency_rate_reads_answers_as_the_headline_does(dataset: Path) 
     whose rewards read officially: the judge must read the tag too. It read officially, found
     none of these answers correct, never asked the reference and reported a consistency rate
     of 0 (as it did for the old shipped reasoner, which answers with the option's text)."""
-    from embodied_r_training.dataset_files import load_rows
-    from embodied_r_training.evaluate import evaluate
+    from embodied_r_training.data.dataset_files import load_rows
+    from embodied_r_training.evaluation.evaluate import evaluate
     from scripted import ScriptedVLM
 
     from embodied_r_ros.core.reasoning import parse_options

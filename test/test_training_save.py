@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 import torch
-from embodied_r_training.policy import local_model
+from embodied_r_training.rl.policy import local_model
 from safetensors.torch import load_file
 
 

@@ -8,11 +8,11 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from embodied_r_training.config import load_train_config
-from embodied_r_training.evaluate import evaluate
-from embodied_r_training.grpo import NamedReward, run_grpo
-from embodied_r_training.policy import load_policy, local_model
-from embodied_r_training.sft import run_sft
+from embodied_r_training.evaluation.evaluate import evaluate
+from embodied_r_training.recipe import load_train_config
+from embodied_r_training.rl.grpo import NamedReward, run_grpo
+from embodied_r_training.rl.policy import load_policy, local_model
+from embodied_r_training.rl.sft import run_sft
 from transformers import AutoConfig, AutoModelForImageTextToText, AutoTokenizer
 
 from embodied_r_ros.core.backends.factory import create_backend

@@ -13,10 +13,15 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from embodied_r_training.recipe import (
+    TrainConfig,
+    available_configs,
+    load_train_config,
+    parse_overrides,
+)
+
 from embodied_r_ros.cli import CliError, CliParser, run_cli
 from embodied_r_ros.core.config import Config, ConfigError, load_config
-
-from .config import TrainConfig, available_configs, load_train_config, parse_overrides
 
 log = logging.getLogger("embodied_r_training")
 
@@ -98,7 +103,7 @@ def _manifest(config: Config, pipeline: Any, kind: str, **extra: Any) -> dict[st
 
 def _preflight(args: argparse.Namespace, samples: list[Any]) -> None:
     """Everything a build can check before a model loads (ids, splits, folds)."""
-    from .build import check_build
+    from embodied_r_training.data.build import check_build
 
     args.folds = check_build(samples, split_by=args.split_by, seed=args.seed,
                              fractions=_fractions(args), folds=args.folds)
@@ -106,8 +111,8 @@ def _preflight(args: argparse.Namespace, samples: list[Any]) -> None:
 
 def _build(args: argparse.Namespace, samples: list[Any], frames_for: Any, pipeline: Any,
            config: Config, manifest: dict[str, Any]) -> int:
-    from .build import build_dataset
-    from .journal import fingerprint_settings, settings_fingerprint
+    from embodied_r_training.data.build import build_dataset
+    from embodied_r_training.data.journal import fingerprint_settings, settings_fingerprint
 
     keyed = (config, manifest["perception_model"], {"motion": manifest.get("motion")})
     report = build_dataset(
@@ -125,9 +130,14 @@ def _build(args: argparse.Namespace, samples: list[Any], frames_for: Any, pipeli
 
 
 def cmd_build(args: argparse.Namespace) -> int:
-    from embodied_r_ros.core.bags import POSE_TYPES, BagReader
+    from embodied_r_training.data.bag_source import (
+        BagFrames,
+        camera_info_topic,
+        question_samples,
+        read_questions,
+    )
 
-    from .bag_source import BagFrames, camera_info_topic, question_samples, read_questions
+    from embodied_r_ros.core.bags import POSE_TYPES, BagReader
 
     config = _pipeline_config(args)
     rows = read_questions(args.questions)
@@ -161,7 +171,12 @@ def cmd_build(args: argparse.Namespace) -> int:
 
 
 def _cmd_import(args: argparse.Namespace, benchmark: str) -> int:
-    from .importers import ImportReport, VideoFrames, urbanvideo_samples, vsibench_samples
+    from embodied_r_training.data.importers import (
+        ImportReport,
+        VideoFrames,
+        urbanvideo_samples,
+        vsibench_samples,
+    )
 
     reader = urbanvideo_samples if benchmark == "UrbanVideo-Bench" else vsibench_samples
     official = not args.robust  # the paper route: the benchmark as the official code reads it
@@ -191,7 +206,7 @@ def _cmd_import(args: argparse.Namespace, benchmark: str) -> int:
 
 
 def cmd_pool(args: argparse.Namespace) -> int:
-    from .pool import pool_datasets
+    from embodied_r_training.data.merge import pool_datasets
 
     parts = _labelled(args.data)
     if len({label for label, _ in parts}) != len(parts):
@@ -229,7 +244,7 @@ def _print_result(result: Any) -> None:
 
 
 def cmd_grpo(args: argparse.Namespace) -> int:
-    from .grpo import run_grpo
+    from embodied_r_training.rl.grpo import run_grpo
 
     cfg = _train_config(args)
     result = run_grpo(cfg, args.data, output_dir=args.out, resume=not args.no_resume)
@@ -238,7 +253,7 @@ def cmd_grpo(args: argparse.Namespace) -> int:
 
 
 def cmd_sft(args: argparse.Namespace) -> int:
-    from .sft import run_sft
+    from embodied_r_training.rl.sft import run_sft
 
     cfg = _train_config(args)
     result = run_sft(cfg, args.data, output_dir=args.out, resume=not args.no_resume)
@@ -264,10 +279,10 @@ def _pair(text: str, labels: set[str]) -> tuple[str, str]:
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
-    from .eval_report import summary_table, write_reports
-    from .evaluate import evaluate, generation_backend
-    from .reference import reference_backend
-    from .scoring import BASELINES, average_folds
+    from embodied_r_training.evaluation.evaluate import evaluate, generation_backend
+    from embodied_r_training.evaluation.report import summary_table, write_reports
+    from embodied_r_training.evaluation.scoring import BASELINES, average_folds
+    from embodied_r_training.rl.reference import reference_backend
 
     cfg = _train_config(args)
     datasets = _labelled(args.data)
@@ -279,7 +294,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     if cfg.eval.consistency and not args.no_consistency and any(
         m not in BASELINES for _, m in models
     ):
-        from .config import device_name
+        from embodied_r_training.recipe import device_name
 
         reference = reference_backend(cfg, device_name(cfg.eval.device))
     results: dict[str, dict[str, Any]] = {d: {} for d, _ in datasets}
@@ -321,9 +336,14 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
 
 def cmd_questions(args: argparse.Namespace) -> int:
-    from embodied_r_ros.core.bags import BagReader
+    from embodied_r_training.data.odometry_questions import (
+        fields_help,
+        odometry_questions,
+        template_rows,
+        write_rows,
+    )
 
-    from .questions import fields_help, odometry_questions, template_rows, write_rows
+    from embodied_r_ros.core.bags import BagReader
 
     if args.template:
         if args.bag:
@@ -355,7 +375,7 @@ def cmd_questions(args: argparse.Namespace) -> int:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    from .export import export_run, profile_lines
+    from embodied_r_training.export import export_run, profile_lines
 
     load_config(profile=args.profile)  # a bad --profile fails before anything is written
     done = export_run(args.run, args.name, base=args.base, cache_dir=args.model_cache,
@@ -503,14 +523,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _user_errors() -> tuple[type[BaseException], ...]:
+    from embodied_r_training.data.dataset_files import BuildError
+    from embodied_r_training.data.splits import SplitError
+    from embodied_r_training.export import ExportError
+
     from embodied_r_ros.core.backends.base import BackendError
     from embodied_r_ros.core.bags import BagError
     from embodied_r_ros.core.pipeline import QueryError
     from embodied_r_ros.core.video import VideoError
-
-    from .dataset_files import BuildError
-    from .export import ExportError
-    from .splits import SplitError
 
     return (CliError, ConfigError, BagError, BuildError, SplitError, VideoError, QueryError,
             BackendError, ExportError)

@@ -17,9 +17,9 @@ from rclpy.context import Context
 from rclpy.node import Node
 from rclpy.parameter import Parameter
 
+from embodied_r_ros.agent.in_process_engine import LocalEngine
+from embodied_r_ros.agent.model_loading import describe_models
 from embodied_r_ros.nodes.frame_buffer import FrameBufferNode
-from embodied_r_ros.nodes.local_engine import LocalEngine
-from embodied_r_ros.nodes.models import describe_models
 from embodied_r_ros.nodes.params import load_node_config
 from embodied_r_ros.nodes.perception_node import PerceptionNode
 from embodied_r_ros.nodes.query_server import QueryServerNode

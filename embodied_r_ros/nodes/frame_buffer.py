@@ -29,6 +29,8 @@ from rclpy.node import Node
 from rclpy.qos import QoSProfile, ReliabilityPolicy, qos_profile_sensor_data
 from sensor_msgs.msg import CompressedImage, Image
 
+from embodied_r_ros.agent.frame_store import FrameStore, Window, check_window_sec, stamp_filter
+from embodied_r_ros.agent.guard import guard_service, guard_subscription, one_line
 from embodied_r_ros.core.config import Config
 from embodied_r_ros.nodes.conversions import (
     FrameError,
@@ -49,8 +51,6 @@ from embodied_r_ros.nodes.diagnostics import (
     RateMeter,
     make_status,
 )
-from embodied_r_ros.nodes.frame_store import FrameStore, Window, check_window_sec, stamp_filter
-from embodied_r_ros.nodes.guard import guard_service, guard_subscription, one_line
 from embodied_r_ros.nodes.params import (
     CONFIG_SPECS,
     DIAGNOSTICS_SPEC,

@@ -29,12 +29,7 @@ from rclpy.lifecycle import (
     TransitionCallbackReturn,
 )
 
-from embodied_r_ros.core.backends.base import BACKEND_DOWN
-from embodied_r_ros.core.cancel import CancelToken
-from embodied_r_ros.core.config import Config
-from embodied_r_ros.core.pipeline import EmbodiedR, QueryError
-from embodied_r_ros.nodes.diagnostics import ERROR, OK, WARN, DiagnosticsPublisher, make_status
-from embodied_r_ros.nodes.guard import (
+from embodied_r_ros.agent.guard import (
     GoalTokens,
     Heartbeat,
     fail,
@@ -42,7 +37,12 @@ from embodied_r_ros.nodes.guard import (
     guard_execute,
     one_line,
 )
-from embodied_r_ros.nodes.models import build_pipeline, describe_models
+from embodied_r_ros.agent.model_loading import build_pipeline, describe_models
+from embodied_r_ros.core.backends.base import BACKEND_DOWN
+from embodied_r_ros.core.cancel import CancelToken
+from embodied_r_ros.core.config import Config
+from embodied_r_ros.core.pipeline import EmbodiedR, QueryError
+from embodied_r_ros.nodes.diagnostics import ERROR, OK, WARN, DiagnosticsPublisher, make_status
 from embodied_r_ros.nodes.params import (
     AUTOSTART_SPEC,
     DIAGNOSTICS_SPEC,

@@ -25,6 +25,7 @@ import numpy as np
 from rclpy.lifecycle import LifecycleState, TransitionCallbackReturn
 from rclpy.qos import QoSProfile, ReliabilityPolicy
 
+from embodied_r_ros.agent.guard import guard_subscription
 from embodied_r_ros.core.cancel import CancelToken
 from embodied_r_ros.core.pipeline import BAD_REQUEST, EmbodiedR, QueryError, validate_query
 from embodied_r_ros.core.streaming import BackgroundDescriber, KeyFrameNote
@@ -35,7 +36,6 @@ from embodied_r_ros.nodes.conversions import (
     sec_to_stamp,
     stamp_to_sec,
 )
-from embodied_r_ros.nodes.guard import guard_subscription
 from embodied_r_ros.nodes.model_node import SUCCESS, ModelNode, model_status
 from embodied_r_ros.nodes.params import Spec, declare
 from embodied_r_ros.nodes.transport import stored_frames_topic

@@ -21,11 +21,11 @@ from rclpy.action import ActionServer, CancelResponse, GoalResponse
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup, ReentrantCallbackGroup
 from rclpy.node import Node
 
+from embodied_r_ros.agent.guard import GoalTokens, finish_goal, guard_execute, guard_service
+from embodied_r_ros.agent.query_runner import Engine, QueryOutcome, QueryRequest, QueryRunner
 from embodied_r_ros.nodes.conversions import sec_to_stamp
 from embodied_r_ros.nodes.diagnostics import OK, WARN, DiagnosticsPublisher, make_status
-from embodied_r_ros.nodes.guard import GoalTokens, finish_goal, guard_execute, guard_service
 from embodied_r_ros.nodes.params import CONFIG_SPECS, DIAGNOSTICS_SPEC, Spec, declare
-from embodied_r_ros.nodes.query import Engine, QueryOutcome, QueryRequest, QueryRunner
 from embodied_r_ros.nodes.transport import QUERY_QOS
 
 FEEDBACK_CHARS = 2000

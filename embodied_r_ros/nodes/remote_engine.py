@@ -1,4 +1,4 @@
-"""The :class:`~embodied_r_ros.nodes.query.Engine` of a stand-alone query server: frames,
+"""The :class:`~embodied_r_ros.agent.query_runner.Engine` of a stand-alone query server: frames,
 perception and reasoning come from other nodes (possibly other machines) over ROS.
 
 Calls are made from the query's worker thread and waited on in short slices, never by spinning,
@@ -22,6 +22,7 @@ from rclpy.action import ActionClient
 from rclpy.callback_groups import ReentrantCallbackGroup
 from rclpy.node import Node
 
+from embodied_r_ros.agent.frame_store import Window
 from embodied_r_ros.core.backends.base import BACKEND_DOWN, BACKEND_FAILED, raise_if_stopped
 from embodied_r_ros.core.cancel import CancelToken
 from embodied_r_ros.core.perception import ProgressFn
@@ -33,7 +34,6 @@ from embodied_r_ros.nodes.conversions import (
     msg_to_motion,
     stamp_to_sec,
 )
-from embodied_r_ros.nodes.frame_store import Window
 from embodied_r_ros.nodes.transport import window_service_name
 
 _POLL_SEC = 0.05

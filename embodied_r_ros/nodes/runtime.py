@@ -18,8 +18,8 @@ from rclpy.exceptions import NameValidationException, ParameterException
 from rclpy.executors import ExternalShutdownException, MultiThreadedExecutor
 from rclpy.node import Node
 
+from embodied_r_ros.agent.guard import one_line
 from embodied_r_ros.core.config import ConfigError
-from embodied_r_ros.nodes.guard import one_line
 from embodied_r_ros.nodes.model_node import StartError
 from embodied_r_ros.nodes.transport import return_large_buffers_to_the_os
 

@@ -70,7 +70,7 @@ def resolve_device(device: str) -> torch.device:
 def resolve_dtype(dtype: str, device: torch.device | str) -> torch.dtype:
     """The one dtype rule: ``auto`` is bf16 on CUDA and fp32 elsewhere; a named dtype is used
     as is. Training derives its compute dtype from this and keeps fp32 master weights
-    whatever it says (``embodied_r_training.precision``)."""
+    whatever it says (``embodied_r_training.rl.precision``)."""
     kind = device.type if isinstance(device, torch.device) else str(device)
     if dtype == "auto":
         return torch.bfloat16 if kind == "cuda" else torch.float32

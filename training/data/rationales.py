@@ -2,7 +2,7 @@
 
 DeepSeek-R1 starts RL from a model fine-tuned on a few thousand readable reasoning traces; here
 the traces are written from a built row: its own perception text (parsed by
-:mod:`embodied_r_training.oracle`) for the evidence, and the row's solution for the conclusion.
+:mod:`embodied_r_training.data.oracle`) for the evidence, and the row's solution for the conclusion.
 
 The think text walks through the key frames in order and copies, frame by frame, only what the
 question needs (the motion, and where the question's objects are), then draws the conclusion
@@ -32,12 +32,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from embodied_r_ros.core.actions import ACTIONS
-from embodied_r_ros.core.colors import COLOUR_NAMES
-from embodied_r_ros.core.perception_text import FrameText, PerceptionText
-from embodied_r_ros.core.reasoning import parse_options
-
-from .oracle import (
+from embodied_r_training.data.oracle import (
     Map,
     appearance_key,
     build_map,
@@ -47,6 +42,11 @@ from .oracle import (
     plan_steps,
     solve,
 )
+
+from embodied_r_ros.core.actions import ACTIONS
+from embodied_r_ros.core.colors import COLOUR_NAMES
+from embodied_r_ros.core.perception_text import FrameText, PerceptionText
+from embodied_r_ros.core.reasoning import parse_options
 
 
 @dataclass(frozen=True)

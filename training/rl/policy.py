@@ -13,8 +13,8 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from .config import TrainConfig
-from .precision import Precision, master_dtype, training_precision
+from embodied_r_training.recipe import TrainConfig
+from embodied_r_training.rl.precision import Precision, master_dtype, training_precision
 
 log = logging.getLogger(__name__)
 

@@ -8,10 +8,10 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from embodied_r_ros.core.cache import write_atomic
+from embodied_r_training.data.dataset_files import jsonl
+from embodied_r_training.evaluation.scoring import EvalResult
 
-from .dataset_files import jsonl
-from .scoring import EvalResult
+from embodied_r_ros.core.cache import write_atomic
 
 #: the paper's table columns (digest §5.1) and the category names that fill them: benchmark
 #: names, and the sample world's names for the same tasks
@@ -183,7 +183,7 @@ def write_reports(
     on one or more datasets (``by_data[data_label][model_label]``). With one dataset the JSON is
     ``{model_label: result}`` and predictions are ``predictions-<model>.jsonl``; with more,
     ``{data_label: {model_label: result}}`` and ``predictions-<data>-<model>.jsonl``."""
-    from .plots import accuracy_bars, summary_bars
+    from embodied_r_training.plots import accuracy_bars, summary_bars
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)

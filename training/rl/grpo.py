@@ -22,6 +22,28 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+from embodied_r_training.data.prompt_budget import PromptLayout, dataset_layout
+from embodied_r_training.data.splits import seeded_draw
+from embodied_r_training.recipe import TrainConfig, device_name, world_size
+from embodied_r_training.rl.policy import load_policy, lora_config, policy_precision, save_final
+from embodied_r_training.rl.prompt_pool import policy_sampler, prompt_pool
+from embodied_r_training.rl.reference import consistency_reward, reference_backend
+from embodied_r_training.rl.runs import (
+    TrainResult,
+    checkpoint_epoch,
+    finished_run,
+    last_checkpoint,
+    summarize_history,
+    training_rows,
+    write_summary,
+)
+from embodied_r_training.rl.schedule import (
+    StagedReward,
+    StageSchedule,
+    epoch_index,
+    stage_at,
+    stage_end_epoch,
+)
 from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
 
 from embodied_r_ros.core.backends.base import ChatBackend
@@ -31,23 +53,6 @@ from embodied_r_ros.core.rewards import (
     accuracy_reward,
     format_reward,
 )
-
-from .config import TrainConfig, device_name, world_size
-from .policy import load_policy, lora_config, policy_precision, save_final
-from .prompt_pool import policy_sampler, prompt_pool
-from .prompts import PromptLayout, dataset_layout
-from .reference import consistency_reward, reference_backend
-from .runs import (
-    TrainResult,
-    checkpoint_epoch,
-    finished_run,
-    last_checkpoint,
-    summarize_history,
-    training_rows,
-    write_summary,
-)
-from .schedule import StagedReward, StageSchedule, epoch_index, stage_at, stage_end_epoch
-from .splits import seeded_draw
 
 log = logging.getLogger(__name__)
 
@@ -213,7 +218,7 @@ def _dataset(dataset_cls: Any, rows: Sequence[dict[str, Any]]) -> Any:
 def _save_history(out: Path, history: list[dict[str, Any]], name: str) -> Path | None:
     (out / "log_history.json").write_text(json.dumps(history, indent=1))
     try:
-        from .plots import training_curves
+        from embodied_r_training.plots import training_curves
 
         return training_curves(history, out / "curves.png", title=f"GRPO ({name})")
     except Exception as exc:  # noqa: BLE001 - a plot must never lose a finished run

@@ -11,6 +11,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from embodied_r_training.data.prompt_budget import PromptLayout
+from embodied_r_training.recipe import TrainConfig
+
 from embodied_r_ros.core.backends.base import ChatBackend
 from embodied_r_ros.core.config import ModelConfig
 from embodied_r_ros.core.prompts import PromptSet, prompts_from
@@ -20,9 +23,6 @@ from embodied_r_ros.core.rewards import (
     REFERENCE_TEMPERATURE,
     ConsistencyReward,
 )
-
-from .config import TrainConfig
-from .prompts import PromptLayout
 
 
 def reference_backend(cfg: TrainConfig, device: str) -> ChatBackend:
@@ -85,10 +85,10 @@ def gold_rationale_check(
     layout: PromptLayout | None = None,
 ) -> GoldCheck:
     """The consistency reward, exactly as training asks it, on the rows' gold rationales
-    (:func:`~embodied_r_training.rationales.rationale`, answered with letter and text,
+    (:func:`~embodied_r_training.data.rationales.rationale`, answered with letter and text,
     concluded as ``sft.conclusion`` says): a
     reference that cannot reach the stated answer from these makes the reward noise."""
-    from .rationales import completion
+    from embodied_r_training.data.rationales import completion
 
     if not rows:
         raise ValueError("no rows to check the reference on")

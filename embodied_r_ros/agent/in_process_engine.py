@@ -1,5 +1,5 @@
-"""The in-process :class:`~embodied_r_ros.nodes.query.Engine` of the all-in-one process: frames
-straight from the frame buffers' stores (already decoded), models straight from the perception
+"""The in-process :class:`~embodied_r_ros.agent.query_runner.Engine` of the all-in-one
+process: frames straight from the frame buffers' stores (already decoded), models straight from the perception
 and reasoning nodes of the same process (``BACKEND_DOWN`` while one is not active). Perception
 is the core's :meth:`~embodied_r_ros.core.pipeline.EmbodiedR.perceive_window`, the call that
 ``embodied-r-train build`` makes for a bag window."""
@@ -8,11 +8,11 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 
+from embodied_r_ros.agent.frame_store import Window
 from embodied_r_ros.core.cancel import CancelToken
 from embodied_r_ros.core.perception import ProgressFn
 from embodied_r_ros.core.pipeline import EmbodiedR
 from embodied_r_ros.core.reasoning import Reasoning
-from embodied_r_ros.nodes.frame_store import Window
 
 WindowFn = Callable[[float], Window]
 PipelineFn = Callable[[], EmbodiedR]

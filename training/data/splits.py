@@ -5,7 +5,7 @@ question would leak test scenes into training. The official code splits scenes 7
 same floor arithmetic as here) without a seed; the paper reports 5-fold cross-validation. Both
 are here, reproducible from ``seed``: scenes are sorted, then shuffled with their own
 ``random.Random(seed)``. What a "scene" is for each benchmark is the importers' business
-(:func:`embodied_r_training.importers.urbanvideo_scene`).
+(:func:`embodied_r_training.data.importers.urbanvideo_scene`).
 """
 
 from __future__ import annotations

@@ -10,9 +10,9 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-from embodied_r_ros.core.cache import write_atomic
+from embodied_r_training.data.splits import Splits
 
-from .splits import Splits
+from embodied_r_ros.core.cache import write_atomic
 
 log = logging.getLogger(__name__)
 

@@ -21,7 +21,7 @@ Measured on one core of the development machine: a 30 s ID world (300 frames, 64
 in about 9 s and builds 36 questions in about 7 s; a 45 s OOD world takes about 22 s in all. The
 default plan (60 train, 4 val, 11 test and 4 OOD worlds) took 21 minutes.
 
-``python -m embodied_r_training.synthetic --out DIR`` builds the default plan.
+``python -m embodied_r_training.data.synthetic_worlds --out DIR`` builds the default plan.
 """
 
 from __future__ import annotations
@@ -39,14 +39,21 @@ from multiprocessing import get_context
 from pathlib import Path
 from typing import Any
 
+from embodied_r_training.data.dataset_files import (
+    MANIFEST,
+    SPLITS_FILE,
+    TABLE,
+    first_per_category,
+    jsonl,
+    read_jsonl,
+)
+from embodied_r_training.data.splits import Splits
+
 from embodied_r_ros.core.cache import write_atomic
 from embodied_r_ros.core.colors import OBSERVATION_VERSION
 from embodied_r_ros.sim.generate import SAMPLE_SPEC
 from embodied_r_ros.sim.questions import CATEGORIES
 from embodied_r_ros.sim.world import WorldSpec
-
-from .dataset_files import MANIFEST, SPLITS_FILE, TABLE, first_per_category, jsonl, read_jsonl
-from .splits import Splits
 
 log = logging.getLogger(__name__)
 
@@ -116,9 +123,9 @@ def _world_key(split: SplitPlan, seed: int) -> dict[str, Any]:
 
 def build_seed(split: SplitPlan, seed: int, root: Path, *, keep_bag: bool = False) -> Path:
     """One seed -> ``root/worlds/<split>/seed-N`` (a built dataset); reused when finished."""
-    from embodied_r_ros.sim.generate import generate_world
+    from embodied_r_training.cli import main as train_cli
 
-    from .cli import main as train_cli
+    from embodied_r_ros.sim.generate import generate_world
 
     out = root / "worlds" / split.name / f"seed-{seed}"
     key = _world_key(split, seed)

@@ -18,8 +18,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from .dataset_files import BuildError, load_manifest, load_rows, write_table
-from .splits import SplitBy, make_splits
+from embodied_r_training.data.dataset_files import BuildError, load_manifest, load_rows, write_table
+from embodied_r_training.data.splits import SplitBy, make_splits
 
 #: manifest keys that must agree between parts (the prompt and perception-text layout)
 SAME = ("prompt_version", "prompts", "report_motion")

@@ -1,7 +1,7 @@
 """``make train-demo``: the shipped reasoner, reproduced from scratch on CPU, ending in its table.
 
-1. synthetic data by seed (:mod:`embodied_r_training.synthetic`): train / val / test worlds of
-   the default kind (ID) and test worlds with more objects and longer trajectories (OOD), each
+1. synthetic data by seed (:mod:`embodied_r_training.data.synthetic_worlds`): train / val /
+   test worlds of the default kind (ID) and test worlds with more objects and longer trajectories (OOD), each
    built by ``embodied-r-train build`` with the ``offline`` perception profile;
 2. a cold start: LoRA SFT of SmolLM2-135M-Instruct on rationales that walk through the frames
    (``sft.targets: rationale``);
@@ -13,7 +13,7 @@
    ``eval/eval.png``) and the training curves (``sft/loss.png``, ``grpo/curves.png``).
 
 Every phase reuses what a previous run finished (worlds, trained adapters), so a stopped demo
-resumes. Run: ``python -m embodied_r_training.demo [--out runs/train-demo]``; ``--install``
+resumes. Run: ``python -m embodied_r_training.train_demo [--out runs/train-demo]``; ``--install``
 copies the exported adapter over the shipped one (the model card is then yours to update).
 """
 
@@ -30,14 +30,13 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from embodied_r_training.cli import main as cli_main
+from embodied_r_training.recipe import load_train_config, parse_overrides
+from embodied_r_training.rl.prompt_pool import POOL_FILE
+from embodied_r_training.rl.runs import TrainResult, checkpoint_step, recorded_minutes
 from transformers import TrainerCallback, TrainerControl, TrainerState
 
 from embodied_r_ros.core.config import ConfigError, deep_merge
-
-from .cli import main as cli_main
-from .config import load_train_config, parse_overrides
-from .prompt_pool import POOL_FILE
-from .runs import TrainResult, checkpoint_step, recorded_minutes
 
 log = logging.getLogger(__name__)
 
@@ -132,9 +131,9 @@ class KeepCheckpoint(TrainerCallback):
 def check_reference(cfg: Any, data_dir: Path, out: Path, split: str = "val") -> dict[str, Any]:
     """The reference on the gold rationales of ``split`` (rows it never trained on), as the
     consistency reward asks it; written to ``out``."""
-    from .dataset_files import load_rows
-    from .prompts import dataset_layout
-    from .reference import gold_rationale_check, reference_backend
+    from embodied_r_training.data.dataset_files import load_rows
+    from embodied_r_training.data.prompt_budget import dataset_layout
+    from embodied_r_training.rl.reference import gold_rationale_check, reference_backend
 
     reference = reference_backend(cfg, "cpu")
     try:
@@ -160,11 +159,11 @@ def run_demo(out: Path, *, config: str = RECIPE, worlds: dict[str, int] | None =
     recipe's run where the consistency weight first becomes non-zero, so the two differ only
     in that reward. ``eval_per_category``: evaluate the first N questions of each category of
     each test set (``eval.per_category``) instead of all of them."""
-    from .dataset_files import load_manifest
-    from .grpo import run_grpo
-    from .plots import loss_curve
-    from .sft import run_sft
-    from .synthetic import build_synthetic, default_plan, scaled_plan
+    from embodied_r_training.data.dataset_files import load_manifest
+    from embodied_r_training.data.synthetic_worlds import build_synthetic, default_plan, scaled_plan
+    from embodied_r_training.plots import loss_curve
+    from embodied_r_training.rl.grpo import run_grpo
+    from embodied_r_training.rl.sft import run_sft
 
     # the recipe (and a bad setting's ConfigError) before the data build, not after it
     settings = parse_overrides(list(overrides))
@@ -383,7 +382,7 @@ def install_adapter(exported: Path, name: str = "smollm2-135m-embodied-r") -> Pa
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m embodied_r_training.demo",
+    p = argparse.ArgumentParser(prog="python -m embodied_r_training.train_demo",
                                 description=__doc__.splitlines()[0])
     p.add_argument("--out", type=Path, default=Path("runs/train-demo"))
     p.add_argument("--config", default=RECIPE, help="training config (the recipe)")

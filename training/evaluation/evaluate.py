@@ -20,14 +20,20 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from embodied_r_training.data.dataset_files import first_per_category, load_rows
+from embodied_r_training.data.prompt_budget import PromptLayout, dataset_layout, fit_rows
+from embodied_r_training.evaluation.scoring import (
+    BASELINES,
+    EvalResult,
+    baseline_completions,
+    mean_tokens,
+    score,
+)
+from embodied_r_training.recipe import TrainConfig, device_name
+
 from embodied_r_ros.core.backends.base import ChatBackend
 from embodied_r_ros.core.config import ModelConfig
 from embodied_r_ros.core.reasoning import AnswerMode
-
-from .config import TrainConfig, device_name
-from .dataset_files import first_per_category, load_rows
-from .prompts import PromptLayout, dataset_layout, fit_rows
-from .scoring import BASELINES, EvalResult, baseline_completions, mean_tokens, score
 
 log = logging.getLogger(__name__)
 
@@ -77,7 +83,7 @@ def evaluate(
 ) -> tuple[EvalResult, list[dict[str, Any]]]:
     """Run ``model`` over a split; ``reference`` (a frozen LM) enables the consistency rate.
     ``answer_mode`` (default ``rewards.answer_mode``) picks the headline accuracy."""
-    from .reference import consistency_reward
+    from embodied_r_training.rl.reference import consistency_reward
 
     start = time.perf_counter()
     rows = first_per_category(load_rows(data_dir, split, fold), cfg.eval.per_category)

@@ -25,14 +25,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from embodied_r_training.data.dataset_files import BuildError, write_table
+from embodied_r_training.data.journal import JOURNAL, JOURNAL_DIR, Journal, read_journal, sample_key
+from embodied_r_training.data.samples import FramesFn, KeyFrames, Sample, SkipSample
+from embodied_r_training.data.splits import SplitBy, feasible_folds, make_splits
+
 from embodied_r_ros.core.perception import description_dicts
 from embodied_r_ros.core.pipeline import NO_FRAMES, EmbodiedR, QueryError
 from embodied_r_ros.core.reasoning import format_question
-
-from .dataset_files import BuildError, write_table
-from .journal import JOURNAL, JOURNAL_DIR, Journal, read_journal, sample_key
-from .samples import FramesFn, KeyFrames, Sample, SkipSample
-from .splits import SplitBy, feasible_folds, make_splits
 
 log = logging.getLogger(__name__)
 

@@ -1,6 +1,6 @@
 """Samples from the public benchmarks Embodied-R trains on: UrbanVideo-Bench and VSI-Bench.
 
-Both become :class:`~embodied_r_training.samples.Sample` lists with the paper's eight
+Both become :class:`~embodied_r_training.data.samples.Sample` lists with the paper's eight
 categories (digest §4.1); ``all_categories`` keeps every multiple-choice category instead.
 UrbanVideo-Bench puts the options inside the question text after a label that varies
 ("Choices:", "Choice:", "choose:", sometimes "Answer:" or none); :func:`split_question_text`
@@ -22,10 +22,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from embodied_r_ros.core.reasoning import LETTERS
+from embodied_r_training.data.dataset_files import BuildError, read_jsonl
+from embodied_r_training.data.samples import Sample, check_sample
 
-from .dataset_files import BuildError, read_jsonl
-from .samples import Sample, check_sample
+from embodied_r_ros.core.reasoning import LETTERS
 
 log = logging.getLogger(__name__)
 
@@ -355,9 +355,9 @@ class VideoFrames:
         self.camera = camera or pipeline.config.perception.camera
 
     def __call__(self, sample: Sample) -> Any:
-        from embodied_r_ros.core.video import VideoError, iter_frames
+        from embodied_r_training.data.samples import SkipSample, keyframes_of
 
-        from .samples import SkipSample, keyframes_of
+        from embodied_r_ros.core.video import VideoError, iter_frames
 
         try:
             return keyframes_of(iter_frames(sample.source), self.pipeline, self.camera)

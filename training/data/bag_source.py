@@ -13,12 +13,17 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from embodied_r_training.data.dataset_files import BuildError
+from embodied_r_training.data.samples import (
+    KeyFrames,
+    Sample,
+    SkipSample,
+    bag_keyframes,
+    check_sample,
+)
 
 from embodied_r_ros.core.bags import CAMERA_INFO_TYPE, POSE_TYPES, WINDOW_SLACK_NS
 from embodied_r_ros.core.pipeline import EmbodiedR
-
-from .dataset_files import BuildError
-from .samples import KeyFrames, Sample, SkipSample, bag_keyframes, check_sample
 
 
 class RowError(ValueError):

@@ -54,9 +54,9 @@ def answer_in(completion: str, options: Sequence[str], mode: AnswerMode) -> str:
 def baseline_completions(name: str, rows: Sequence[dict[str, Any]]) -> list[str]:
     """What a rule answers, written as a completion (``first-option``: A; ``oracle``: the
     perception-text solver's letter)."""
-    from embodied_r_ros.core.reasoning import parse_options
+    from embodied_r_training.data.oracle import answer_letter
 
-    from .oracle import answer_letter
+    from embodied_r_ros.core.reasoning import parse_options
 
     out = []
     for row in rows:

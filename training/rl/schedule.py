@@ -20,9 +20,8 @@ import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from embodied_r_training.recipe import Stage
 from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
-
-from .config import Stage
 
 log = logging.getLogger(__name__)
 

@@ -59,7 +59,7 @@ class PolicySettings(StrictModel):
     # core/backends/text_decoder.py). "Qwen/Qwen2.5-3B-Instruct" is the text-only alternative.
     model: str = Field("Qwen/Qwen2.5-VL-3B-Instruct", min_length=1)
     # the compute (autocast) dtype on CUDA; the trained weights are always fp32 masters
-    # (embodied_r_training.precision); CPU trains in fp32
+    # (embodied_r_training.rl.precision); CPU trains in fp32
     dtype: Dtype = "bfloat16"
     gradient_checkpointing: bool = False
     lora: LoraSettings | None = None
@@ -150,7 +150,7 @@ class GRPOSettings(StrictModel):
     # a seeded sample of this many training rows (every category, not one world's first rows):
     # the epoch of a CPU recipe; None: every row
     max_rows: int | None = Field(None, ge=1)
-    # a prompt pool (issue 17 item 2, :mod:`embodied_r_training.prompt_pool`): sample this many
+    # a prompt pool (issue 17 item 2, :mod:`embodied_r_training.rl.prompt_pool`): sample this many
     # completions per candidate question with the policy before GRPO and train only on those
     # answered right by some and wrong by others (max_rows of them); 0: every row is a prompt
     pool_samples: int = Field(0, ge=0)
@@ -187,7 +187,7 @@ class GRPOSettings(StrictModel):
 
 class SFTSettings(StrictModel):
     """SFT on the same rows: the baseline (a fixed think text + the right option) or the cold
-    start (a reasoning text written from the row, :mod:`embodied_r_training.rationales`)."""
+    start (a reasoning text written from the row, :mod:`embodied_r_training.data.rationales`)."""
 
     # reference: only the consistency reference's task (the question and a gold rationale's
     # think text -> its letter), for every gold rationale: a reference of its own, so that the

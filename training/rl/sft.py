@@ -3,7 +3,7 @@
 ``sft.targets: template``: the rows have answers but no reasoning, so the target is a fixed,
 honest think text followed by the correct option (the SFT-vs-RL comparison of the paper).
 ``sft.targets: rationale``: a think text written from the row's own perception text that walks
-through the frames to the answer (:mod:`embodied_r_training.rationales`), DeepSeek-R1's
+through the frames to the answer (:mod:`embodied_r_training.data.rationales`), DeepSeek-R1's
 cold-start data. ``sft.targets: reference``: the consistency reference's task alone (the
 question and a gold think text -> its letter), a reference of its own for GRPO. The loss covers
 the completion only.
@@ -17,15 +17,21 @@ import time
 from pathlib import Path
 from typing import Any
 
+from embodied_r_training.data.prompt_budget import dataset_layout
+from embodied_r_training.data.splits import seeded_draw
+from embodied_r_training.recipe import SFTSettings, TrainConfig, device_name
+from embodied_r_training.rl.policy import load_policy, lora_config, policy_precision, save_final
+from embodied_r_training.rl.reference import reference_prompts
+from embodied_r_training.rl.runs import (
+    TrainResult,
+    finished_run,
+    last_checkpoint,
+    training_rows,
+    write_summary,
+)
+
 from embodied_r_ros.core.prompts import PromptSet
 from embodied_r_ros.core.reasoning import parse_options
-
-from .config import SFTSettings, TrainConfig, device_name
-from .policy import load_policy, lora_config, policy_precision, save_final
-from .prompts import dataset_layout
-from .reference import reference_prompts
-from .runs import TrainResult, finished_run, last_checkpoint, training_rows, write_summary
-from .splits import seeded_draw
 
 log = logging.getLogger(__name__)
 
@@ -45,7 +51,7 @@ def sft_rows(
     text (``data.over_length: left``), text (rationale rows the oracle does not support are
     left out when ``cfg.supported_only``); then ``cfg.reference_share`` of reference rows.
     ``targets: reference``: reference rows only, one per gold rationale."""
-    from .rationales import Rationale, rationale
+    from embodied_r_training.data.rationales import Rationale, rationale
 
     out = []
     gold: list[tuple[dict[str, Any], Rationale]] = []

@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from embodied_r_training.data.dataset_files import BuildError, jsonl, write_atomic
+
 from embodied_r_ros.core.bags import POSE_TYPES, BagReader
 from embodied_r_ros.sim.pose_questions import (
     ODOMETRY_CATEGORIES,
@@ -24,8 +26,6 @@ from embodied_r_ros.sim.pose_questions import (
     draft_rows,
     parse_counts,
 )
-
-from .dataset_files import BuildError, jsonl, write_atomic
 
 #: the question-file format: field -> what it holds (README "Train on your own robot")
 FIELDS: dict[str, str] = {

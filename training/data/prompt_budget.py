@@ -23,13 +23,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+from embodied_r_training.data.dataset_files import load_manifest
+
 from embodied_r_ros.core.backends.base import Conversation
 from embodied_r_ros.core.perception import FrameDescription
 from embodied_r_ros.core.perception_text import assemble
 from embodied_r_ros.core.prompts import PromptSet, prompts_from
 from embodied_r_ros.core.reasoning import build_messages
-
-from .dataset_files import load_manifest
 
 log = logging.getLogger(__name__)
 

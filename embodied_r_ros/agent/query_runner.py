@@ -20,13 +20,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from embodied_r_ros.agent.frame_store import Window, check_window_sec
+from embodied_r_ros.agent.guard import INTERNAL, error_of, one_line
 from embodied_r_ros.core.backends.base import BACKEND_DOWN, raise_if_stopped
 from embodied_r_ros.core.cancel import CancelToken
 from embodied_r_ros.core.perception import ProgressFn
 from embodied_r_ros.core.pipeline import QueryError, validate_query
 from embodied_r_ros.core.reasoning import Reasoning
-from embodied_r_ros.nodes.frame_store import Window, check_window_sec
-from embodied_r_ros.nodes.guard import INTERNAL, error_of, one_line
 
 log = logging.getLogger(__name__)
 

@@ -1,0 +1,1 @@
+"""Evaluating a trained reasoner: the run, its scoring and its report."""

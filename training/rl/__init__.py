@@ -1,0 +1,2 @@
+"""Training the reasoning LM: the policy, rationale SFT, GRPO with the paper's rewards and the
+frozen reference LM."""
