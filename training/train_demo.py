@@ -2,7 +2,8 @@
 
 1. synthetic data by seed (:mod:`embodied_r_training.data.synthetic_worlds`): train / val /
    test worlds of the default kind (ID) and test worlds with more objects and longer
-   trajectories (OOD), each built by ``embodied-r-train build`` with the ``offline`` perception profile;
+   trajectories (OOD), each built by ``embodied-r-train build`` with the ``offline``
+   perception profile;
 2. a cold start: LoRA SFT of SmolLM2-135M-Instruct on rationales that walk through the frames
    (``sft.targets: rationale``);
 3. GRPO from that adapter with the paper's three rewards, staged format -> accuracy ->

@@ -1,8 +1,8 @@
-"""The in-process :class:`~embodied_r_ros.agent.query_runner.Engine` of the all-in-one
-process: frames straight from the frame buffers' stores (already decoded), models straight
-from the perception and reasoning nodes of the same process (``BACKEND_DOWN`` while one is not active). Perception
-is the core's :meth:`~embodied_r_ros.core.pipeline.EmbodiedR.perceive_window`, the call that
-``embodied-r-train build`` makes for a bag window."""
+"""The in-process :class:`~embodied_r_ros.agent.query_runner.Engine` of the all-in-one process:
+frames straight from the frame buffers' stores (already decoded), models straight from the
+perception and reasoning nodes of the same process (``BACKEND_DOWN`` while one is not active).
+Perception is the core's :meth:`~embodied_r_ros.core.pipeline.EmbodiedR.perceive_window`, the
+call that ``embodied-r-train build`` makes for a bag window."""
 
 from __future__ import annotations
 
