@@ -10,11 +10,13 @@ from typing import Any
 import pytest
 import torch
 from embodied_r_training.cli import main
+from embodied_r_training.evaluation.evaluate import EvalError, evaluate_models
 from embodied_r_training.recipe import load_train_config
 from embodied_r_training.rl.grpo import NamedReward, run_grpo
 from embodied_r_training.rl.sft import run_sft
-from embodied_r_training.train_demo import ABLATION, SHIPPED, eval_command, export_adapter
+from embodied_r_training.train_demo import ABLATION, SHIPPED, evaluate_demo, export_adapter
 
+from embodied_r_ros.core.config import ConfigError
 from embodied_r_ros.core.reasoning import extract_think
 from embodied_r_ros.core.rewards import completion_text
 
@@ -137,26 +139,46 @@ def test_a_finished_grpo_resumes_with_nothing_left_to_train(dataset: Path, tmp_p
     assert (out / "log_history.json").read_text() == history
 
 
-def test_the_demo_table_command_runs_with_every_label_and_both_pairs(dataset: Path,
-                                                                      tmp_path: Path) -> None:
+def test_the_demo_table_runs_with_every_label_and_both_pairs(dataset: Path, tmp_path: Path
+                                                             ) -> None:
     """The demo's evaluation as it calls it, each trained model stood in for by a rule row
-    (no LM): every label must split from its model and both paired differences must name
-    labels of the run (a label with "/" once made the demo fail after its ablation)."""
+    (no LM): every label must keep its model and both paired differences must name labels
+    of the run."""
     models = {"untrained": "chance", "SFT": "first-option", SHIPPED: "oracle",
               ABLATION: "first-option"}
     out = tmp_path / "eval"
-    argv = eval_command("cpu-tiny", "all", reference="unused", out=out, per_category=1,
-                        data={"ID": dataset, "OOD": dataset}, models=models)
-    assert main([*argv, "--json"]) == 0
+    done = evaluate_demo("cpu-tiny", "all", reference="unused", out=out, per_category=1,
+                         data={"ID": dataset, "OOD": dataset}, models=models)
     scored = json.loads((out / "eval.json").read_text())
     paired = json.loads((out / "paired.json").read_text())
+    assert scored == json.loads(json.dumps(done.to_dict()))
     for data in ("ID", "OOD"):
         assert list(scored[data]) == ["chance", "first-option", "oracle", *models]
         assert set(paired[data]) == {f"{SHIPPED} - SFT", f"{SHIPPED} - {ABLATION}"}
+        # eval.per_category 1: one question of each category
+        categories = scored[data]["oracle"]["per_category"]
+        assert scored[data]["oracle"]["n"] == len(categories)
     # a variant's settings reach the evaluation too: a bad one is refused there
-    bad = eval_command("cpu-tiny", "all", reference="unused", out=out, per_category=1,
-                       data={"ID": dataset}, models=models, overrides=["sft.conclusion=sideways"])
-    assert main(bad) == 2
+    with pytest.raises(ConfigError, match="sft"):
+        evaluate_demo("cpu-tiny", "all", reference="unused", out=out, per_category=1,
+                      data={"ID": dataset}, models=models, overrides=["sft.targets=sideways"])
+
+
+def test_evaluate_models_refuses_what_the_cli_refuses(
+        dataset: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Labels and pairs are checked before any model loads, as domain errors the CLI prints
+    as one line."""
+    cfg = load_train_config("cpu-tiny")
+    rules = [("chance", "chance"), ("first", "first-option")]
+    with pytest.raises(EvalError, match="its own label"):
+        evaluate_models(rules, [("D", dataset), ("D", dataset)], cfg, tmp_path)
+    with pytest.raises(EvalError, match="paired chance:nobody"):
+        evaluate_models(rules, [("D", dataset)], cfg, tmp_path, pairs=[("chance", "nobody")])
+    assert main(["eval", "--config", "cpu-tiny", "--data", str(dataset), "--model", "chance",
+                 "--paired", "chance:nobody"]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith("embodied-r-train: error: paired chance:nobody")
+    assert not (tmp_path / "eval.json").exists()
 
 
 def test_the_train_demo_refuses_a_bad_setting_before_it_builds_data(
@@ -164,8 +186,8 @@ def test_the_train_demo_refuses_a_bad_setting_before_it_builds_data(
     from embodied_r_training.train_demo import main as demo_main
 
     out = tmp_path / "run"
-    assert demo_main(["--out", str(out), "--set", "sft.conclusion=sideways"]) == 2
-    assert "conclusion" in capsys.readouterr().err
+    assert demo_main(["--out", str(out), "--set", "sft.targets=sideways"]) == 2
+    assert "targets" in capsys.readouterr().err
     assert not out.exists()
 
 

@@ -9,10 +9,11 @@ import argparse
 import json
 import logging
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
+from embodied_r_training.data.splits import SplitOptions
 from embodied_r_training.recipe import (
     TrainConfig,
     available_configs,
@@ -22,6 +23,10 @@ from embodied_r_training.recipe import (
 
 from embodied_r_ros.cli import CliError, CliParser, run_cli
 from embodied_r_ros.core.config import Config, ConfigError, load_config
+
+if TYPE_CHECKING:
+    from embodied_r_training.data.builders import Benchmark
+    from embodied_r_training.rl.runs import TrainResult
 
 log = logging.getLogger("embodied_r_training")
 
@@ -54,166 +59,61 @@ def _add_train_args(p: argparse.ArgumentParser) -> None:
                    help="override a config key, e.g. --set grpo.max_steps=10 (repeatable)")
 
 
-def _pipeline_config(args: argparse.Namespace, **sections: dict[str, Any]) -> Config:
-    """The perception config of a build; ``sections`` override parts of it."""
-    overrides: dict[str, Any] = dict(sections)
-    if args.cache_dir:
-        overrides["cache"] = {"dir": args.cache_dir}
-    profile = args.profile if args.profile or args.config else args.default_profile
-    return load_config(profile=profile, path=args.config, overrides=overrides or None)
+def _pipeline_config(args: argparse.Namespace) -> Config:
+    """The perception config a build or a question file is made with."""
+    from embodied_r_training.data.builders import perception_config
+
+    return perception_config(args.profile, args.config, cache_dir=args.cache_dir,
+                             default_profile=args.default_profile)
 
 
 def _train_config(args: argparse.Namespace) -> TrainConfig:
     return load_train_config(args.config, parse_overrides(args.overrides))
 
 
-def _pipeline(config: Config) -> Any:
-    """EmbodiedR with the perception model only (building never runs the reasoning LM)."""
-    from embodied_r_ros.core.pipeline import EmbodiedR
-
-    vlm = None
-    if config.perception.backend == "vlm":
-        from embodied_r_ros.core.backends.factory import create_backend
-
-        assert config.perception.vlm is not None
-        vlm = create_backend(config.perception.vlm)
-    return EmbodiedR(config, vlm=vlm, load_models=False)
+def _splits(args: argparse.Namespace) -> SplitOptions:
+    return SplitOptions(by=args.split_by, seed=args.seed, val_frac=args.val_frac,
+                        test_frac=args.test_frac, folds=args.folds)
 
 
-def _fractions(args: argparse.Namespace) -> tuple[float, float, float]:
-    train = 1.0 - args.val_frac - args.test_frac
-    if train <= 0 or args.val_frac < 0 or args.test_frac < 0:
-        raise CliError("--val-frac and --test-frac must be >= 0 and leave room for training")
-    return (train, args.val_frac, args.test_frac)
-
-
-def _manifest(config: Config, pipeline: Any, kind: str, **extra: Any) -> dict[str, Any]:
-    return {
-        "kind": kind,
-        "profile": config.name,
-        "perception_backend": config.perception.backend,
-        "perception_model": pipeline.perceiver.model_id if pipeline.perceiver else "",
-        "prompt_version": pipeline.prompts.version,
-        "prompts": config.prompts,
-        "report_motion": config.perception.report_motion,
-        "keyframes": config.keyframes.model_dump(),
-        **extra,
-    }
-
-
-def _preflight(args: argparse.Namespace, samples: list[Any]) -> None:
-    """Everything a build can check before a model loads (ids, splits, folds)."""
-    from embodied_r_training.data.build import check_build
-
-    args.folds = check_build(samples, split_by=args.split_by, seed=args.seed,
-                             fractions=_fractions(args), folds=args.folds)
-
-
-def _build(args: argparse.Namespace, samples: list[Any], frames_for: Any, pipeline: Any,
-           config: Config, manifest: dict[str, Any]) -> int:
-    from embodied_r_training.data.build import build_dataset
-    from embodied_r_training.data.journal import fingerprint_settings, settings_fingerprint
-
-    keyed = (config, manifest["perception_model"], {"motion": manifest.get("motion")})
-    report = build_dataset(
-        samples, frames_for, pipeline, args.out,
-        fingerprint=settings_fingerprint(*keyed), split_by=args.split_by, seed=args.seed,
-        fractions=_fractions(args), folds=args.folds,
-        manifest={**manifest, "fingerprint_settings": fingerprint_settings(*keyed)},
-        progress=not args.no_progress,
-    )
-    print(f"dataset {args.out}: {report.summary()}")
-    return 0
+def _to_stderr(prefix: str = "") -> Callable[[str], None]:
+    return lambda line: print(prefix + line, file=sys.stderr)
 
 
 # -- commands --------------------------------------------------------------------------------------
 
 
 def cmd_build(args: argparse.Namespace) -> int:
-    from embodied_r_training.data.bag_source import (
-        BagFrames,
-        camera_info_topic,
-        question_samples,
-        read_questions,
-    )
+    from embodied_r_training.data.builders import build_from_bag
 
-    from embodied_r_ros.core.bags import POSE_TYPES, BagReader
-
-    config = _pipeline_config(args)
-    rows = read_questions(args.questions)
-    with BagReader(args.bag) as bag:
-        samples, rejected = question_samples(rows, Path(args.bag), bag.start_ns, bag.end_ns)
-        if not samples:
-            more = f" (and {len(rejected) - 1} more bad rows)" if len(rejected) > 1 else ""
-            raise CliError(f"{rejected[0]}{more}; no usable question rows in {args.questions}")
-        for line in rejected:  # each bad row is left out, the rest builds
-            print(f"embodied-r-train: skipping {line}", file=sys.stderr)
-        # before any model loads or anything is written
-        bag.require_topic(args.image_topic)
-        if args.odom_topic:
-            bag.require_topic(args.odom_topic, POSE_TYPES)
-        _preflight(args, samples)
-        info_topic = args.camera_info_topic or camera_info_topic(bag)
-        camera = config.perception.camera
-        # intrinsics the config names are the robot's too (the nodes read no CameraInfo)
-        if info_topic and camera.fx is None:
-            info = bag.camera_info(info_topic)
-            if info is not None:
-                camera = info.to_config(camera)
-        pipeline = _pipeline(config)
-        frames_for = BagFrames(bag, pipeline, args.image_topic, args.odom_topic, camera)
-        manifest = _manifest(
-            config, pipeline, "bag", bag=str(Path(args.bag).resolve()),
-            image_topic=args.image_topic, odom_topic=args.odom_topic,
-            motion="odometry" if args.odom_topic else "visual", rejected_rows=rejected,
-        )
-        return _build(args, samples, frames_for, pipeline, config, manifest)
+    report = build_from_bag(
+        args.bag, args.questions, args.out, image_topic=args.image_topic,
+        config=_pipeline_config(args), odom_topic=args.odom_topic,
+        camera_info_topic=args.camera_info_topic, splits=_splits(args),
+        progress=not args.no_progress, notice=_to_stderr("embodied-r-train: "))
+    print(f"dataset {args.out}: {report.summary()}")
+    return 0
 
 
-def _cmd_import(args: argparse.Namespace, benchmark: str) -> int:
-    from embodied_r_training.data.importers import (
-        ImportReport,
-        VideoFrames,
-        urbanvideo_samples,
-        vsibench_samples,
-    )
+def _cmd_import(args: argparse.Namespace, benchmark: Benchmark) -> int:
+    from embodied_r_training.data.builders import import_benchmark
 
-    reader = urbanvideo_samples if benchmark == "UrbanVideo-Bench" else vsibench_samples
-    official = not args.robust  # the paper route: the benchmark as the official code reads it
-    report = ImportReport()
-    samples = reader(args.root, all_categories=args.all_categories, report=report,
-                     raw_question=official)
-    print(f"{benchmark}: {report.summary()}", file=sys.stderr)
-    if not samples:
-        raise CliError(f"{benchmark}: no rows left to import ({report.summary()})")
-    _preflight(args, samples)
-    # benchmark videos have no odometry and no robot: the LM reads the VLM's own actions, as
-    # in the paper, unless --report-motion adds the measured visual motion beside them; the
-    # official route also reads the VLM's replies as the official code does and finds key
-    # frames at the videos' full resolution (robots keep the robust reading and 640 px)
-    perception: dict[str, Any] = {"report_motion": args.report_motion}
-    sections: dict[str, Any] = {"perception": perception}
-    if official:
-        perception["reply_reading"] = "official"
-        sections["keyframes"] = {"max_side": 0}
-    config = _pipeline_config(args, **sections)
-    pipeline = _pipeline(config)
-    manifest = _manifest(config, pipeline, benchmark, root=str(Path(args.root).resolve()),
-                         motion="visual", import_report=report.to_dict(),
-                         reply_reading=config.perception.reply_reading,
-                         question_text="benchmark" if official else "formatted")
-    return _build(args, samples, VideoFrames(pipeline), pipeline, config, manifest)
+    report = import_benchmark(
+        benchmark, args.root, args.out, config=_pipeline_config(args), robust=args.robust,
+        report_motion=args.report_motion, all_categories=args.all_categories,
+        splits=_splits(args), progress=not args.no_progress, notice=_to_stderr())
+    print(f"dataset {args.out}: {report.summary()}")
+    return 0
 
 
 def cmd_pool(args: argparse.Namespace) -> int:
     from embodied_r_training.data.merge import pool_datasets
 
     parts = _labelled(args.data)
-    if len({label for label, _ in parts}) != len(parts):
-        raise CliError("--data: each dataset needs its own label (LABEL=DIR)")
+    splits = _splits(args)
     counts = pool_datasets([(label, Path(d)) for label, d in parts], Path(args.out),
-                           by=args.split_by, seed=args.seed, fractions=_fractions(args),
-                           folds=args.folds)
+                           by=splits.by, seed=splits.seed, fractions=splits.fractions,
+                           folds=splits.folds)
     print(f"dataset {args.out}: {sum(counts.values())} rows pooled from {len(parts)} datasets; "
           + ", ".join(f"{k} {v}" for k, v in counts.items()))
     return 0
@@ -227,7 +127,7 @@ def cmd_import_vsibench(args: argparse.Namespace) -> int:
     return _cmd_import(args, "VSI-Bench")
 
 
-def _print_result(result: Any) -> None:
+def _print_result(result: TrainResult) -> None:
     print(f"trained {result.global_step} steps in {result.minutes:.1f} min -> {result.final_model}")
     if result.resumed_from:
         print(f"resumed from {result.resumed_from}")
@@ -269,69 +169,28 @@ def _labelled(models: list[str]) -> list[tuple[str, str]]:
     return out
 
 
-def _pair(text: str, labels: set[str]) -> tuple[str, str]:
-    """``A:B`` -> (A, B), both model labels of this evaluation."""
+def _pair(text: str) -> tuple[str, str]:
+    """``A:B`` -> (A, B): two model labels."""
     a, sep, b = text.partition(":")
-    if not sep or a not in labels or b not in labels:
-        raise CliError(f"--paired {text!r}: expected A:B with two of the model labels "
-                       f"({', '.join(sorted(labels))})")
+    if not sep:
+        raise CliError(f"--paired {text!r}: expected A:B with two of the model labels")
     return a, b
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
-    from embodied_r_training.evaluation.evaluate import evaluate, generation_backend
-    from embodied_r_training.evaluation.report import summary_table, write_reports
-    from embodied_r_training.evaluation.scoring import BASELINES, average_folds
-    from embodied_r_training.rl.reference import reference_backend
+    from embodied_r_training.evaluation.evaluate import evaluate_models
+    from embodied_r_training.evaluation.report import summary_table
 
-    cfg = _train_config(args)
-    datasets = _labelled(args.data)
-    if len({label for label, _ in datasets}) != len(datasets):
-        raise CliError("--data: each dataset needs its own label (LABEL=DIR)")
-    models = _labelled(args.model)
-    pairs = [_pair(p, {label for label, _ in models}) for p in args.paired or []]
-    reference = None
-    if cfg.eval.consistency and not args.no_consistency and any(
-        m not in BASELINES for _, m in models
-    ):
-        from embodied_r_training.recipe import device_name
-
-        reference = reference_backend(cfg, device_name(cfg.eval.device))
-    results: dict[str, dict[str, Any]] = {d: {} for d, _ in datasets}
-    predictions: dict[str, dict[str, Any]] = {d: {} for d, _ in datasets}
-    for label, model in models:
-        # one load per model for every dataset (a k-fold model differs per fold)
-        shared = None
-        if model not in BASELINES and not args.kfold and "{fold}" not in model:
-            shared = generation_backend(model, cfg)
-        try:
-            for data_label, data in datasets:
-                if args.kfold:
-                    runs = []
-                    for fold in range(args.kfold):
-                        result, preds = evaluate(
-                            model.format(fold=fold), data, cfg, split="test", fold=fold,
-                            reference=reference, answer_mode=args.answer_mode)
-                        runs.append(result)
-                        predictions[data_label][f"{label}-fold{fold}"] = preds
-                    results[data_label][label] = average_folds(runs)
-                else:
-                    name = model.format(fold=args.fold) if args.fold is not None else model
-                    judge = None if model in BASELINES else reference
-                    results[data_label][label], predictions[data_label][label] = evaluate(
-                        name, data, cfg, split=args.split, fold=args.fold, reference=judge,
-                        answer_mode=args.answer_mode, backend=shared)
-        finally:
-            if shared is not None:
-                shared.close()
-    out = Path(args.out or Path(datasets[0][1]) / "eval")
-    paths = write_reports(results, out, predictions, pairs)
+    done = evaluate_models(
+        _labelled(args.model), _labelled(args.data), _train_config(args), args.out,
+        split=args.split, fold=args.fold, kfold=args.kfold,
+        consistency=not args.no_consistency, answer_mode=args.answer_mode,
+        pairs=[_pair(p) for p in args.paired or []])
     if args.json:
-        as_json = {d: {k: r.to_dict() for k, r in rs.items()} for d, rs in results.items()}
-        print(json.dumps(next(iter(as_json.values())) if len(as_json) == 1 else as_json))
+        print(json.dumps(done.to_dict()))
     else:
-        print("\n".join(summary_table(d, rs) for d, rs in results.items()))
-        print("written: " + ", ".join(str(p) for p in paths.values()))
+        print("\n".join(summary_table(d, rs) for d, rs in done.results.items()))
+        print("written: " + ", ".join(str(p) for p in done.paths.values()))
     return 0
 
 
@@ -525,6 +384,7 @@ def build_parser() -> argparse.ArgumentParser:
 def _user_errors() -> tuple[type[BaseException], ...]:
     from embodied_r_training.data.dataset_files import BuildError
     from embodied_r_training.data.splits import SplitError
+    from embodied_r_training.evaluation.evaluate import EvalError
     from embodied_r_training.export import ExportError
 
     from embodied_r_ros.core.backends.base import BackendError
@@ -533,7 +393,7 @@ def _user_errors() -> tuple[type[BaseException], ...]:
     from embodied_r_ros.core.video import VideoError
 
     return (CliError, ConfigError, BagError, BuildError, SplitError, VideoError, QueryError,
-            BackendError, ExportError)
+            BackendError, ExportError, EvalError)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

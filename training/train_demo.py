@@ -31,7 +31,8 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from embodied_r_training.cli import main as cli_main
+from embodied_r_training.evaluation.evaluate import Evaluation, evaluate_models
+from embodied_r_training.evaluation.scoring import BASELINES
 from embodied_r_training.recipe import load_train_config, parse_overrides
 from embodied_r_training.rl.prompt_pool import POOL_FILE
 from embodied_r_training.rl.runs import TrainResult, checkpoint_step, recorded_minutes
@@ -218,12 +219,9 @@ def run_demo(out: Path, *, config: str = RECIPE, worlds: dict[str, int] | None =
         models[ABLATION] = str(ablated.final_model)
 
     t = time.perf_counter()
-    code = cli_main(eval_command(config, eval_split, reference=str(sft.final_model),
-                                 data={"ID": data_id, "OOD": data_ood}, models=models,
-                                 out=out / "eval", per_category=eval_per_category,
-                                 overrides=overrides))
-    if code:
-        raise RuntimeError(f"evaluation failed (exit {code})")
+    evaluate_demo(config, eval_split, reference=str(sft.final_model),
+                  data={"ID": data_id, "OOD": data_ood}, models=models, out=out / "eval",
+                  per_category=eval_per_category, overrides=overrides)
     minutes["evaluation"] = _minutes(t)
     summary = {
         "config": cfg.name,
@@ -247,24 +245,20 @@ def run_demo(out: Path, *, config: str = RECIPE, worlds: dict[str, int] | None =
     return summary
 
 
-def eval_command(config: str, split: str, *, reference: str, data: Mapping[str, Path],
-                 models: Mapping[str, str], out: Path,
-                 per_category: int | None = None, overrides: Sequence[str] = ()) -> list[str]:
-    """The ``embodied-r-train eval`` arguments of the demo's table: the rule rows, the run's
-    models by label, and the paired differences of the shipped model against SFT and, when
-    the ablation ran, against the ablation."""
+def evaluate_demo(config: str, split: str, *, reference: str, data: Mapping[str, Path],
+                  models: Mapping[str, str], out: Path, per_category: int | None = None,
+                  overrides: Sequence[str] = ()) -> Evaluation:
+    """The demo's table: the rule rows and the run's models by label on every dataset, with
+    the paired differences of the trained model against SFT and, when the ablation ran,
+    against the ablation; ``reference`` is the consistency judge."""
+    settings = deep_merge(parse_overrides(list(overrides)),
+                          {"rewards": {"reference": {"model": reference}}})
+    if per_category:
+        settings = deep_merge(settings, {"eval": {"per_category": per_category}})
     pairs = [(SHIPPED, "SFT")] + ([(SHIPPED, ABLATION)] if ABLATION in models else [])
-    return [
-        "eval", "--config", config, "--split", split,
-        *[arg for pair in overrides for arg in ("--set", pair)],
-        "--set", f"rewards.reference.model={reference}",
-        *(("--set", f"eval.per_category={per_category}") if per_category else ()),
-        *[arg for label, path in data.items() for arg in ("--data", f"{label}={path}")],
-        "--model", "chance", "--model", "first-option", "--model", "oracle",
-        *[arg for label, model in models.items() for arg in ("--model", f"{label}={model}")],
-        *[arg for a, b in pairs for arg in ("--paired", f"{a}:{b}")],
-        "--out", str(out),
-    ]
+    rules = [(name, name) for name in BASELINES]
+    return evaluate_models([*rules, *models.items()], [(k, v) for k, v in data.items()],
+                           load_train_config(config, settings), out, split=split, pairs=pairs)
 
 
 def _summary_tables(eval_dir: Path) -> str:

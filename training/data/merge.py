@@ -1,4 +1,4 @@
-"""One dataset from several built ones, split once over the pooled scenes (issue 14 item 2.5).
+"""One dataset from several built ones, split once over the pooled scenes.
 
 The official preprocessing (dataset/data_preprocess.py of Embodied-R.code) concatenates the
 UrbanVideo-Bench and VSI-Bench questions, shuffles the pooled list of scene names once and splits
@@ -29,6 +29,8 @@ def pool_rows(parts: Sequence[tuple[str, Path]]) -> tuple[list[dict[str, Any]], 
     """The pooled rows of ``(label, dataset dir)`` parts and the pooled manifest."""
     if len(parts) < 2:
         raise BuildError("pool needs at least two datasets (--data A --data B)")
+    if len({label for label, _ in parts}) != len(parts):
+        raise BuildError("each dataset needs its own label (LABEL=DIR)")
     manifests = [load_manifest(path) for _, path in parts]
     for key in SAME:
         values = {str(m.get(key)) for m in manifests}

@@ -25,6 +25,27 @@ class SplitError(ValueError):
 
 
 @dataclass(frozen=True)
+class SplitOptions:
+    """How a build splits its rows: by scene or by question, the seed, the validation and
+    test shares (the official code's 75/5/20 by default) and the k-fold splits to record."""
+
+    by: SplitBy = "scene"
+    seed: int = 0
+    val_frac: float = 0.05
+    test_frac: float = 0.20
+    folds: int = 5
+
+    @property
+    def fractions(self) -> tuple[float, float, float]:
+        """``(train, val, test)``; the training share is what the other two leave."""
+        train = 1.0 - self.val_frac - self.test_frac
+        if train <= 0 or self.val_frac < 0 or self.test_frac < 0:
+            raise SplitError("the validation and test fractions must be >= 0 and leave room "
+                             "for training")
+        return (train, self.val_frac, self.test_frac)
+
+
+@dataclass(frozen=True)
 class Splits:
     """Row ids per split, plus the test ids of every fold (train = every other fold)."""
 

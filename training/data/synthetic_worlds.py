@@ -2,8 +2,9 @@
 
 The simulator has unlimited worlds with exact answers, so a dataset is just a list of seeds:
 each seed becomes a world (bag + questions, :func:`embodied_r_ros.sim.generate.generate_world`),
-the world is built into a dataset by the ordinary ``embodied-r-train build`` (``offline``
-perception profile, odometry as on a robot) and its bag is deleted again (about 100 MB each).
+the world is built into a dataset as a robot's bag is
+(:func:`~embodied_r_training.data.builders.build_from_bag`, the ``offline`` perception profile,
+odometry as on a robot) and its bag is deleted again (about 100 MB each).
 The per-world datasets are merged into two datasets the trainer and ``eval`` read unchanged:
 
 * ``ROOT/id``: ``train`` / ``val`` / ``test`` rows from worlds made with the default
@@ -17,9 +18,9 @@ deterministic by seed: the same plan gives the same rows (their ``source`` names
 bag path under ``ROOT``). A rerun reuses finished worlds; a change of the observation text
 (:data:`~embodied_r_ros.core.colors.OBSERVATION_VERSION`) rebuilds them.
 
-Measured on one core of the development machine: a 30 s ID world (300 frames, 640x480) renders
-in about 9 s and builds 36 questions in about 7 s; a 45 s OOD world takes about 22 s in all. The
-default plan (60 train, 4 val, 11 test and 4 OOD worlds) took 21 minutes.
+On one CPU core a 30 s ID world (300 frames, 640x480) renders in about 9 s and builds 36
+questions in about 7 s; a 45 s OOD world takes about 22 s in all; the default plan (60 train,
+4 val, 11 test and 4 OOD worlds) about 21 minutes.
 
 ``python -m embodied_r_training.data.synthetic_worlds --out DIR`` builds the default plan.
 """
@@ -39,6 +40,7 @@ from multiprocessing import get_context
 from pathlib import Path
 from typing import Any
 
+from embodied_r_training.data.builders import build_from_bag
 from embodied_r_training.data.dataset_files import (
     MANIFEST,
     SPLITS_FILE,
@@ -47,7 +49,7 @@ from embodied_r_training.data.dataset_files import (
     jsonl,
     read_jsonl,
 )
-from embodied_r_training.data.splits import Splits
+from embodied_r_training.data.splits import SplitOptions, Splits
 
 from embodied_r_ros.core.cache import write_atomic
 from embodied_r_ros.core.colors import OBSERVATION_VERSION
@@ -84,7 +86,7 @@ OOD_SPEC: dict[str, Any] = {"n_objects": 8, "frames": 450}
 
 def default_plan(n_train: int = 60, n_val: int = 4, n_test_per_category: int = 30,
                  n_ood_per_category: int = 20) -> tuple[SplitPlan, ...]:
-    """The issue-11 design: disjoint seed ranges per split.
+    """The synthetic datasets' plan: disjoint seed ranges per split.
 
     ``train``: ``n_train`` worlds x 36 questions (6 per category). ``val``: ``n_val`` x 30.
     ``test`` and ``ood``: 30 questions per world (5 per category) from as many worlds as it
@@ -123,8 +125,7 @@ def _world_key(split: SplitPlan, seed: int) -> dict[str, Any]:
 
 def build_seed(split: SplitPlan, seed: int, root: Path, *, keep_bag: bool = False) -> Path:
     """One seed -> ``root/worlds/<split>/seed-N`` (a built dataset); reused when finished."""
-    from embodied_r_training.cli import main as train_cli
-
+    from embodied_r_ros.core.config import load_config
     from embodied_r_ros.sim.generate import generate_world
 
     out = root / "worlds" / split.name / f"seed-{seed}"
@@ -141,13 +142,9 @@ def build_seed(split: SplitPlan, seed: int, root: Path, *, keep_bag: bool = Fals
     paths = generate_world(split.world_spec(seed), work, split.questions, video=False, force=True)
     t1 = time.perf_counter()
     assert paths.bag is not None
-    code = train_cli([
-        "build", "--bag", str(paths.bag), "--questions", str(paths.questions),
-        "--image-topic", "/camera/image_raw", "--odom-topic", "/odom", "--profile", "offline",
-        "--out", str(out), "--split-by", "question", "--folds", "0", "--no-progress",
-    ])
-    if code != 0:
-        raise RuntimeError(f"building seed {seed} ({split.name}) failed with exit code {code}")
+    build_from_bag(paths.bag, paths.questions, out, image_topic="/camera/image_raw",
+                   odom_topic="/odom", config=load_config(profile="offline"),
+                   splits=SplitOptions(by="question", folds=0), progress=False)
     t2 = time.perf_counter()
     shutil.copy(paths.manifest, out / "world.json")
     if keep_bag:
