@@ -47,6 +47,7 @@ from embodied_r_ros.nodes.params import (
     AUTOSTART_SPEC,
     DIAGNOSTICS_SPEC,
     MODEL_CONFIG_SPECS,
+    Spec,
     declare,
     load_node_config,
 )
@@ -55,6 +56,8 @@ SUCCESS = TransitionCallbackReturn.SUCCESS
 FAILURE = TransitionCallbackReturn.FAILURE
 #: how long cleanup and shutdown wait for goals in flight to end before freeing the model
 GOALS_END_SEC = 10.0
+#: the parameters of every model node; ``profile``/``config_file`` are read again on configure
+SPECS: tuple[Spec, ...] = (DIAGNOSTICS_SPEC, AUTOSTART_SPEC, *MODEL_CONFIG_SPECS)
 
 
 class StartError(RuntimeError):
@@ -75,8 +78,7 @@ class ModelNode(LifecycleNode):
         **kwargs: Any,
     ) -> None:
         super().__init__(node_name, **kwargs)
-        self.params = declare(self, (DIAGNOSTICS_SPEC, AUTOSTART_SPEC))
-        declare(self, MODEL_CONFIG_SPECS)  # read on configure, so a changed profile is picked up
+        self.params = declare(self, SPECS)
         self._given_config = config  # in-process use (the all-in-one): fixed, not parameters
         self.config: Config | None = None
         self.pipeline: EmbodiedR | None = None
