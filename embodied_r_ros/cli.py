@@ -118,12 +118,8 @@ def cmd_ask(args: argparse.Namespace) -> int:
         answer = pipeline.ask(frames, question, options)
     finally:
         pipeline.close()
-    timings = {
-        "keyframes_s": round(answer.timings.keyframes_s, 3),
-        "perception_s": round(answer.timings.perception_s, 3),
-        "reasoning_s": round(answer.timings.reasoning_s, 3),
-        "total_s": round(answer.timings.total_s, 3),
-    }
+    timings = {name: round(getattr(answer, name), 3)
+               for name in ("keyframes_sec", "perception_sec", "reasoning_sec", "total_sec")}
     key_frames = [
         {"index": i, "stamp": round(s, 3)}
         for i, s in zip(answer.key_frame_indices, answer.key_frame_stamps, strict=False)
@@ -134,7 +130,7 @@ def cmd_ask(args: argparse.Namespace) -> int:
                 {
                     "answer": answer.answer,
                     "answer_text": answer.answer_text,
-                    "think": answer.think,
+                    "reasoning": answer.reasoning,
                     "perception": answer.perception,
                     "key_frames": key_frames,
                     "timings": timings,
@@ -147,7 +143,7 @@ def cmd_ask(args: argparse.Namespace) -> int:
     print(f"profile: {config.name} - {config.description}")
     print(f"key frames ({len(key_frames)}): " + ", ".join(f"{k['stamp']}s" for k in key_frames))
     print("\n--- perception ---\n" + answer.perception)
-    print("\n--- thinking ---\n" + (answer.think or "(no <think> block)"))
+    print("\n--- thinking ---\n" + (answer.reasoning or "(no <think> block)"))
     print("\n--- answer ---\n" + (answer.answer or "(none)") +
           (f". {answer.answer_text}" if answer.answer_text and options else ""))
     print("\n--- timings ---\n" + "  ".join(f"{k}={v}" for k, v in timings.items()))

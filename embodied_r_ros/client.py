@@ -3,8 +3,9 @@
 ``SpatialQueryClient`` works from plain (non-ROS) code, as llama_ros's client does: it owns an
 rclpy context, a node and a background executor thread, so a caller just calls :meth:`ask`
 (the ``SpatialQuery`` service) or :meth:`ask_action` (the action, with progress feedback and
-cancel) and gets an :class:`Answer`. Both use ``QUERY_QOS`` (reliable, depth 256): with ROS's
-default depth of 10 a burst of concurrent calls loses replies on the client side.
+cancel) and gets a :class:`~embodied_r_ros.core.query_result.QueryResult`. Both use
+``QUERY_QOS`` (reliable, depth 256): with ROS's default depth of 10 a burst of concurrent calls
+loses replies on the client side.
 
     from embodied_r_ros.client import SpatialQueryClient
 
@@ -13,7 +14,8 @@ default depth of 10 a burst of concurrent calls loses replies on the client side
         print(a.success, a.error_code, a.answer, a.answer_text, a.total_sec)
 
 A call that gets no reply within ``timeout`` raises :class:`TimeoutError`; server-side failures
-come back as ``Answer(success=False, error_code=...)``.
+come back as ``QueryResult(success=False, error_code=...)``, with the codes ``SpatialQuery.srv``
+lists, and a goal the action server does not accept as ``REJECTED``.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from types import TracebackType
 from typing import Any
 
@@ -30,39 +32,14 @@ from rclpy.action import ActionClient
 from rclpy.context import Context
 from rclpy.executors import ExternalShutdownException, MultiThreadedExecutor
 
-from embodied_r_ros.nodes.conversions import stamp_to_sec
+from embodied_r_ros.core.query_result import QueryResult
+from embodied_r_ros.nodes.conversions import query_result_of
 from embodied_r_ros.nodes.remote_engine import done_event
 from embodied_r_ros.nodes.transport import QUERY_QOS
 
 DEFAULT_SERVICE = "/embodied_r/query"
-
-
-@dataclass(frozen=True)
-class Answer:
-    """A ``SpatialQuery`` response as plain Python (stamps in seconds)."""
-
-    success: bool
-    error_code: str
-    error: str
-    answer: str = ""
-    answer_text: str = ""
-    reasoning: str = ""
-    perception: str = ""
-    key_frame_stamps: list[float] = field(default_factory=list)
-    perception_sec: float = 0.0
-    reasoning_sec: float = 0.0
-    total_sec: float = 0.0
-
-    @classmethod
-    def of(cls, msg: Any) -> Answer:
-        return cls(
-            success=bool(msg.success), error_code=msg.error_code, error=msg.error,
-            answer=msg.answer, answer_text=msg.answer_text, reasoning=msg.reasoning,
-            perception=msg.perception,
-            key_frame_stamps=[stamp_to_sec(s) for s in msg.key_frame_stamps],
-            perception_sec=float(msg.perception_sec), reasoning_sec=float(msg.reasoning_sec),
-            total_sec=float(msg.total_sec),
-        )
+#: the error code of an action goal the server did not accept (the client's own: no reply)
+REJECTED = "REJECTED"
 
 
 @dataclass(frozen=True)
@@ -133,7 +110,7 @@ class SpatialQueryClient:
         window_sec: float = 0.0,
         camera: str = "",
         timeout: float | None = 600.0,
-    ) -> Answer:
+    ) -> QueryResult:
         """Ask over the service; raises TimeoutError when no reply came within ``timeout``."""
         request = self._types[0].Request(**self._request_fields(question, options, window_sec,
                                                                 camera))
@@ -141,7 +118,7 @@ class SpatialQueryClient:
         if not done_event(future).wait(timeout):
             self._service.remove_pending_request(future)
             raise TimeoutError(f"no reply from {self._service.srv_name} within {timeout:g} s")
-        return Answer.of(future.result())
+        return query_result_of(future.result())
 
     def ask_action(
         self,
@@ -153,7 +130,7 @@ class SpatialQueryClient:
         on_progress: Callable[[Progress], None] | None = None,
         cancel: threading.Event | None = None,
         timeout: float | None = 600.0,
-    ) -> Answer:
+    ) -> QueryResult:
         """Ask over the action: ``on_progress`` gets each feedback, setting ``cancel`` cancels
         the goal (the answer then has ``error_code`` CANCELLED)."""
         goal = self._types[1].Goal(**self._request_fields(question, options, window_sec, camera))
@@ -168,7 +145,7 @@ class SpatialQueryClient:
             raise TimeoutError(f"the goal was not accepted within {timeout:g} s")
         handle = sent.result()
         if not handle.accepted:
-            return Answer(False, "REJECTED", "the query server rejected the goal")
+            return QueryResult.failure(REJECTED, "the query server rejected the goal")
         result = handle.get_result_async()
         finished = done_event(result)
         cancelled = False
@@ -180,7 +157,7 @@ class SpatialQueryClient:
             if deadline is not None and time.monotonic() > deadline:
                 handle.cancel_goal_async()
                 raise TimeoutError(f"no result within {timeout:g} s")
-        return Answer.of(result.result().result)
+        return query_result_of(result.result().result)
 
     def close(self) -> None:
         if self._closed:

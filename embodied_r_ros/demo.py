@@ -28,7 +28,10 @@ from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from embodied_r_ros.core.query_result import QueryResult
 
 CAMERA, COMPRESSED, ODOM = "/camera/image_raw", "/camera/image_raw/compressed", "/odom"
 SERVICE = "/embodied_r/query"
@@ -222,7 +225,7 @@ def _play_and_ask(args: argparse.Namespace, proc: subprocess.Popen, bag: Path,
     return 0 if rows and all(not r.error_code for r in rows) else 1
 
 
-def _report(q: dict[str, Any], window: float, r: Any) -> Row:
+def _report(q: dict[str, Any], window: float, r: QueryResult) -> Row:
     truth_text = q.get("answer_text", "")
     row = Row(
         id=q["id"], category=q["category"], t_end=q["t_end"], window_sec=window,

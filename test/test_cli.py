@@ -66,17 +66,17 @@ def test_ask_with_the_tiny_profile(video: Path, tmp_path: Path) -> None:
     )
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout)
-    assert {"answer", "think", "perception", "key_frames", "timings"} <= set(out)
+    assert {"answer", "reasoning", "perception", "key_frames", "timings"} <= set(out)
     assert len(re.findall(r"^Frame \d+: ", out["perception"], re.M)) == len(out["key_frames"]) >= 4
     assert out["perception"].rstrip().endswith("A. left\nB. right")
-    assert out["timings"]["total_s"] >= out["timings"]["perception_s"] > 0
+    assert out["timings"]["total_sec"] >= out["timings"]["perception_sec"] > 0
     # the second ask hits the perception cache: the same perception text, no VLM time
     again = json.loads(run_cli(
         "ask", str(video), "-q", "Which way did I move?", "-o", "A. left", "-o", "B. right",
         "--config", str(cfg), "--json",
     ).stdout)
     assert again["perception"] == out["perception"]
-    assert again["timings"]["perception_s"] < out["timings"]["perception_s"]
+    assert again["timings"]["perception_sec"] < out["timings"]["perception_sec"]
 
 
 def test_ask_with_an_unwritable_cache_answers_with_one_warning(video: Path, tmp_path: Path

@@ -83,7 +83,8 @@ def test_tiny_models_answer_end_to_end(tiny: EmbodiedR, frames: list[tuple],
     assert answer.perception.endswith("Choices:\nA. rotate left\nB. rotate right")
     # visual ego-motion is reported beside the VLM's (random) action
     assert all(f.measured_motion for f in answer.frames[1:])
-    assert answer.timings.total_s >= answer.timings.perception_s + answer.timings.reasoning_s
+    assert answer.success and not answer.error_code
+    assert answer.total_sec >= answer.perception_sec + answer.reasoning_sec + answer.keyframes_sec
     # the random LM says something; the answer is exactly what its reply names
     assert answer.raw.strip()
     assert answer.answer == extract_answer(answer.raw, OPTIONS)
@@ -103,10 +104,10 @@ def test_the_reply_of_the_lm_becomes_the_answer(tiny: EmbodiedR, frames: list[tu
     answers = [pipeline.ask(frames, "Which way did I turn?", OPTIONS) for _ in range(3)]
     first, by_text, none = answers
     assert (first.answer, first.answer_text, first.well_formed) == ("B", "rotate right", True)
-    assert first.think == "The view slid left in every frame: I turned right."
+    assert first.reasoning == "The view slid left in every frame: I turned right."
     assert (by_text.answer, by_text.answer_text, by_text.well_formed) == ("A", "rotate left",
                                                                             False)
-    assert (none.answer, none.answer_text, none.think) == ("", "", "")
+    assert (none.answer, none.answer_text, none.reasoning) == ("", "", "")
     assert [prompt_of(c) for c in lm.seen] == [a.perception for a in answers]
     assert "Which way did I turn?" in first.perception
 

@@ -11,16 +11,22 @@ require_ros()
 
 from sensor_msgs.msg import CompressedImage, Image  # noqa: E402
 
+from embodied_r_interfaces.action import SpatialQuery as QueryAction  # noqa: E402
+from embodied_r_interfaces.srv import SpatialQuery  # noqa: E402
 from embodied_r_ros.core.actions import Motion  # noqa: E402
+from embodied_r_ros.core.perception import FrameDescription  # noqa: E402
+from embodied_r_ros.core.query_result import QueryResult  # noqa: E402
 from embodied_r_ros.nodes.conversions import (  # noqa: E402
     CORRUPT_FRAME,
     UNSUPPORTED_ENCODING,
     FrameError,
     compressed_to_rgb,
+    fill_query_response,
     image_to_rgb,
     motion_to_msg,
     msg_to_motion,
     odometry_to_pose,
+    query_result_of,
     rgb_to_image,
     sec_to_stamp,
     stamp_to_sec,
@@ -151,3 +157,24 @@ def test_truncated_and_foreign_bytes_are_corrupt_frames() -> None:
     with pytest.raises(FrameError) as err:
         from_cdr(data[: len(data) // 2], Image)
     assert err.value.code == CORRUPT_FRAME
+
+
+@pytest.mark.parametrize("response_type", [SpatialQuery.Response, QueryAction.Result])
+def test_a_query_result_crosses_the_wire_as_the_response_fields(response_type: type) -> None:
+    """What the server sends is what the client gets back; the fields the response does not
+    carry (the raw reply, the per-frame parts, the indices) stay behind."""
+    sent = QueryResult(
+        success=True, answer="B", answer_text="B. right", reasoning="the view slid left",
+        raw="<think>the view slid left</think><answer>B</answer>", well_formed=True,
+        perception="Frame 0: a door", frames=[FrameDescription(1.5, None, "a door")],
+        key_frame_stamps=[1.5, 2.25], key_frame_indices=[3, 7], keyframes_sec=0.5,
+        perception_sec=1.25, reasoning_sec=0.75, total_sec=2.5, perception_from_cache=True,
+    )
+    back = query_result_of(fill_query_response(response_type(), sent))
+    assert back == QueryResult(
+        success=True, answer="B", answer_text="B. right", reasoning="the view slid left",
+        perception="Frame 0: a door", key_frame_stamps=[1.5, 2.25], perception_sec=1.25,
+        reasoning_sec=0.75, total_sec=2.5,
+    )
+    failed = QueryResult.failure("BUSY", "too many queries in progress", total_sec=0.25)
+    assert query_result_of(fill_query_response(response_type(), failed)) == failed

@@ -17,7 +17,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, replace
 from typing import Protocol
 
 from embodied_r_ros.agent.frame_store import Window, check_window_sec
@@ -26,6 +26,7 @@ from embodied_r_ros.core.backends.base import BACKEND_DOWN, raise_if_stopped
 from embodied_r_ros.core.cancel import CancelToken
 from embodied_r_ros.core.perception import ProgressFn
 from embodied_r_ros.core.pipeline import QueryError, validate_query
+from embodied_r_ros.core.query_result import QueryResult
 from embodied_r_ros.core.reasoning import Reasoning
 
 log = logging.getLogger(__name__)
@@ -65,26 +66,8 @@ class QueryRequest:
     camera: str = ""
 
 
-@dataclass
-class QueryOutcome:
-    """Mirrors the fields of ``SpatialQuery`` responses (stamps in seconds)."""
-
-    success: bool = False
-    error_code: str = ""
-    error: str = ""
-    answer: str = ""
-    answer_text: str = ""
-    reasoning: str = ""
-    perception: str = ""
-    key_frame_stamps: list[float] = field(default_factory=list)
-    perception_sec: float = 0.0
-    reasoning_sec: float = 0.0
-    total_sec: float = 0.0
-
-    @classmethod
-    def failure(cls, code: str, message: str, total_sec: float = 0.0) -> QueryOutcome:
-        return cls(success=False, error_code=code, error=one_line(message) or code,
-                   total_sec=total_sec)
+def _failure(code: str, message: str) -> QueryResult:
+    return QueryResult.failure(code, one_line(message) or code)
 
 
 @dataclass
@@ -181,18 +164,18 @@ class QueryRunner:
         request: QueryRequest,
         on_progress: ProgressFn | None = None,
         cancel: CancelToken | None = None,
-    ) -> QueryOutcome:
+    ) -> QueryResult:
         """Answer ``request``; never raises. ``cancel`` (the caller's) stops it early."""
         start = time.perf_counter()
         try:
             question, options, camera = self._validate(request)
         except QueryError as exc:
-            return self._finish(QueryOutcome.failure(exc.code, str(exc)), start)
+            return self._finish(_failure(exc.code, str(exc)), start)
         if self._closed:
-            return self._finish(QueryOutcome.failure(BACKEND_DOWN, "the query server is stopping"),
+            return self._finish(_failure(BACKEND_DOWN, "the query server is stopping"),
                                 start)
         if not self._slots.acquire(blocking=False):
-            outcome = QueryOutcome.failure(BUSY, "too many queries in progress; try again later")
+            outcome = _failure(BUSY, "too many queries in progress; try again later")
             return self._finish(outcome, start)
         with self._lock:
             self.stats.in_flight += 1
@@ -202,7 +185,7 @@ class QueryRunner:
                             expired=f"no answer within query_timeout_sec={self.timeout_sec:g}")
         with self._lock:
             self._tokens.add(token)
-        box: list[QueryOutcome] = []
+        box: list[QueryResult] = []
         answered = threading.Event()
 
         def work() -> None:
@@ -226,7 +209,7 @@ class QueryRunner:
             outcome = box[0]
         else:  # answer now; the token stops the work, and the slot is free at once
             code, message = token.reason() or (INTERNAL, "stopped")
-            outcome = QueryOutcome.failure(code, message)
+            outcome = _failure(code, message)
             slot.release()
         return self._finish(outcome, start)
 
@@ -242,7 +225,7 @@ class QueryRunner:
         options: list[str],
         on_progress: ProgressFn | None,
         cancel: CancelToken,
-    ) -> QueryOutcome:
+    ) -> QueryResult:
         def progress(stage: str, done: int, total: int, text: str) -> None:
             if on_progress is not None and not cancel.stopped:
                 try:
@@ -267,20 +250,22 @@ class QueryRunner:
             code, message = error_of(exc)
             if code == INTERNAL:
                 log.exception("query failed")
-            return QueryOutcome.failure(code, message)
-        return QueryOutcome(
+            return _failure(code, message)
+        return QueryResult(
             success=True,
             answer=reasoning.answer,
             answer_text=reasoning.answer_text,
             reasoning=reasoning.think,
+            raw=reasoning.raw,
+            well_formed=reasoning.well_formed,
             perception=perception,
             key_frame_stamps=list(window.stamps),
             perception_sec=t1 - t0,
             reasoning_sec=t2 - t1,
         )
 
-    def _finish(self, outcome: QueryOutcome, start: float) -> QueryOutcome:
-        outcome.total_sec = time.perf_counter() - start
+    def _finish(self, outcome: QueryResult, start: float) -> QueryResult:
+        outcome = replace(outcome, total_sec=time.perf_counter() - start)
         with self._lock:
             s = self.stats
             s.served += 1

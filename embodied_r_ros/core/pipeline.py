@@ -1,7 +1,9 @@
 """The whole Embodied-R pipeline: key frames -> perception -> reasoning, with timings.
 
-The CLI, the ROS query server and the trainer's evaluation all call :class:`EmbodiedR`, so a
-question asked of a video file, of a live camera or of a recorded bag goes through the same code.
+The CLI, the ROS nodes and the training-data builder all call :class:`EmbodiedR`, so a question
+asked of a video file, of a live camera or of a recorded bag goes through the same code. A whole
+question's answer is a :class:`~embodied_r_ros.core.query_result.QueryResult`; a question that
+cannot be answered raises :class:`QueryError`.
 """
 
 from __future__ import annotations
@@ -9,7 +11,6 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -26,13 +27,13 @@ from embodied_r_ros.core.cancel import CancelToken
 from embodied_r_ros.core.config import CameraConfig, Config
 from embodied_r_ros.core.keyframes import KeyframeSelection, select_keyframes
 from embodied_r_ros.core.perception import (
-    FrameDescription,
     MotionSource,
     Perceiver,
     PerceptionResult,
     ProgressFn,
 )
 from embodied_r_ros.core.prompts import prompts_from
+from embodied_r_ros.core.query_result import QueryResult
 from embodied_r_ros.core.reasoning import (
     LETTERS,
     OptionsError,
@@ -126,29 +127,6 @@ def validate_perception(text: str, max_chars: int = MAX_PERCEPTION_CHARS) -> str
             f"the perception text has {len(text)} characters; at most {max_chars} are allowed",
         )
     return text
-
-
-@dataclass(frozen=True)
-class Timings:
-    keyframes_s: float = 0.0
-    perception_s: float = 0.0
-    reasoning_s: float = 0.0
-    total_s: float = 0.0
-
-
-@dataclass(frozen=True)
-class Answer:
-    answer: str
-    answer_text: str
-    think: str
-    raw: str
-    well_formed: bool
-    perception: str
-    frames: list[FrameDescription]
-    key_frame_stamps: list[float]
-    key_frame_indices: list[int] = field(default_factory=list)
-    timings: Timings = Timings()
-    perception_from_cache: bool = False
 
 
 def create_models(
@@ -333,10 +311,10 @@ class EmbodiedR:
         motions: Sequence[Motion | None] | None = None,
         motion_source: MotionSource | Sequence[MotionSource] = "odometry",
         indices: Sequence[int] = (),
-        keyframes_s: float = 0.0,
+        keyframes_sec: float = 0.0,
         on_progress: ProgressFn | None = None,
         cancel: CancelToken | None = None,
-    ) -> Answer:
+    ) -> QueryResult:
         """Answer over already selected key frames (the ROS buffer selects them itself)."""
         start = time.perf_counter()
         question, opts = validate_query(question, options)
@@ -358,22 +336,21 @@ class EmbodiedR:
         t2 = time.perf_counter()
         if on_progress:
             on_progress("reasoning", 1, 1, reasoning.answer)
-        return Answer(
+        return QueryResult(
+            success=True,
             answer=reasoning.answer,
             answer_text=reasoning.answer_text,
-            think=reasoning.think,
+            reasoning=reasoning.think,
             raw=reasoning.raw,
             well_formed=reasoning.well_formed,
             perception=perception.text,
             frames=perception.frames,
             key_frame_stamps=[float(s) for s in stamps],
             key_frame_indices=list(indices),
-            timings=Timings(
-                keyframes_s=keyframes_s,
-                perception_s=t1 - t0,
-                reasoning_s=t2 - t1,
-                total_s=keyframes_s + (t2 - start),
-            ),
+            keyframes_sec=keyframes_sec,
+            perception_sec=t1 - t0,
+            reasoning_sec=t2 - t1,
+            total_sec=keyframes_sec + (t2 - start),
             perception_from_cache=perception.from_cache,
         )
 
@@ -385,7 +362,7 @@ class EmbodiedR:
         *,
         on_progress: ProgressFn | None = None,
         cancel: CancelToken | None = None,
-    ) -> Answer:
+    ) -> QueryResult:
         """Answer about a whole video: ``frames`` are ``(rgb_image, stamp_seconds)`` pairs.
 
         The motion between key frames is visual ego-motion, reusing the extractor's matches.
@@ -396,7 +373,7 @@ class EmbodiedR:
         if not selection.images:
             raise QueryError(NO_FRAMES, "the video has no frames")
         motions = self.keyframe_motions(selection)
-        keyframes_s = time.perf_counter() - t0
+        keyframes_sec = time.perf_counter() - t0
         return self.ask_keyframes(
             selection.images,
             selection.stamps,
@@ -405,7 +382,7 @@ class EmbodiedR:
             motions=motions,
             motion_source="visual",
             indices=selection.indices,
-            keyframes_s=keyframes_s,
+            keyframes_sec=keyframes_sec,
             on_progress=on_progress,
             cancel=cancel,
         )

@@ -23,6 +23,7 @@ from sensor_msgs.msg import CompressedImage, Image
 from embodied_r_ros.core.actions import Motion
 from embodied_r_ros.core.backends.images import decode_image
 from embodied_r_ros.core.poses import Pose
+from embodied_r_ros.core.query_result import QueryResult
 
 M = TypeVar("M")
 UNSUPPORTED_ENCODING = "UNSUPPORTED_ENCODING"
@@ -215,4 +216,30 @@ def msg_to_motion(msg: Any) -> Motion | None:
         left=msg.left,
         up=msg.up,
         metric=msg.metric,
+    )
+
+
+#: the fields a ``SpatialQuery`` response (service or action result) shares with QueryResult,
+#: besides the key frame stamps
+_QUERY_TEXT_FIELDS = ("error_code", "error", "answer", "answer_text", "reasoning", "perception")
+_QUERY_SEC_FIELDS = ("perception_sec", "reasoning_sec", "total_sec")
+
+
+def fill_query_response(response: M, result: QueryResult) -> M:
+    """``result`` copied into a ``SpatialQuery`` service response or action result."""
+    out: Any = response
+    out.success = result.success
+    for name in _QUERY_TEXT_FIELDS + _QUERY_SEC_FIELDS:
+        setattr(out, name, getattr(result, name))
+    out.key_frame_stamps = [sec_to_stamp(s) for s in result.key_frame_stamps]
+    return response
+
+
+def query_result_of(msg: Any) -> QueryResult:
+    """A ``SpatialQuery`` service response or action result as a :class:`QueryResult`."""
+    return QueryResult(
+        success=bool(msg.success),
+        **{name: str(getattr(msg, name)) for name in _QUERY_TEXT_FIELDS},
+        **{name: float(getattr(msg, name)) for name in _QUERY_SEC_FIELDS},
+        key_frame_stamps=[stamp_to_sec(s) for s in msg.key_frame_stamps],
     )

@@ -22,8 +22,8 @@ from rclpy.callback_groups import MutuallyExclusiveCallbackGroup, ReentrantCallb
 from rclpy.node import Node
 
 from embodied_r_ros.agent.guard import GoalTokens, finish_goal, guard_execute, guard_service
-from embodied_r_ros.agent.query_runner import Engine, QueryOutcome, QueryRequest, QueryRunner
-from embodied_r_ros.nodes.conversions import sec_to_stamp
+from embodied_r_ros.agent.query_runner import Engine, QueryRequest, QueryRunner
+from embodied_r_ros.nodes.conversions import fill_query_response
 from embodied_r_ros.nodes.diagnostics import OK, WARN, DiagnosticsPublisher, make_status
 from embodied_r_ros.nodes.params import CONFIG_SPECS, DIAGNOSTICS_SPEC, Spec, declare
 from embodied_r_ros.nodes.transport import QUERY_QOS
@@ -57,15 +57,6 @@ REMOTE_SPECS: tuple[Spec, ...] = (
 )
 
 
-def fill_response(response: Any, outcome: QueryOutcome) -> Any:
-    """Copy a :class:`QueryOutcome` into a SpatialQuery service response or action result."""
-    for name in ("success", "error_code", "error", "answer", "answer_text", "reasoning",
-                 "perception", "perception_sec", "reasoning_sec", "total_sec"):
-        setattr(response, name, getattr(outcome, name))
-    response.key_frame_stamps = [sec_to_stamp(s) for s in outcome.key_frame_stamps]
-    return response
-
-
 def request_of(msg: Any) -> QueryRequest:
     return QueryRequest(
         question=msg.question,
@@ -73,9 +64,6 @@ def request_of(msg: Any) -> QueryRequest:
         window_sec=float(msg.window_sec),
         camera=msg.camera,
     )
-
-
-
 
 
 class QueryServerNode(Node):
@@ -155,7 +143,7 @@ class QueryServerNode(Node):
 
     def _on_query(self, request: Any, response: Any) -> Any:
         assert self.runner is not None
-        return fill_response(response, self.runner.run(request_of(request)))
+        return fill_query_response(response, self.runner.run(request_of(request)))
 
     def _execute(self, goal_handle: Any) -> Any:
         assert self.runner is not None
@@ -173,7 +161,7 @@ class QueryServerNode(Node):
                                       cancel=token)
         finally:
             self._goals.close(goal_handle)
-        result = fill_response(self._action_type.Result(), outcome)
+        result = fill_query_response(self._action_type.Result(), outcome)
         return finish_goal(goal_handle, result)
 
     def diagnostics(self) -> list[Any]:

@@ -1,0 +1,48 @@
+"""The result of one spatial question, one type for every way of asking it.
+
+:meth:`EmbodiedR.ask <embodied_r_ros.core.pipeline.EmbodiedR.ask>` returns it, the query runner
+answers a service call or an action goal with it, and the Python client turns a ``SpatialQuery``
+response back into it. Its fields are named as those of ``SpatialQuery.srv`` (stamps and
+durations in seconds); the fields a response does not carry keep their defaults on the client's
+side.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from embodied_r_ros.core.perception import FrameDescription
+
+
+@dataclass(frozen=True)
+class QueryResult:
+    """An answer, or (``success`` false) an error code and one line saying why there is none."""
+
+    success: bool = False
+    error_code: str = ""
+    error: str = ""
+    #: the option letter ("B"), or the text of an open answer
+    answer: str = ""
+    #: the option's text ("B. behind you"), or the open answer
+    answer_text: str = ""
+    #: the text of the reasoning LM's ``<think>`` block
+    reasoning: str = ""
+    #: the reasoning LM's whole reply, and whether it has the ``<think>``/``<answer>`` format
+    raw: str = ""
+    well_formed: bool = False
+    #: the assembled perception text the reasoning LM read, and its parts per key frame
+    perception: str = ""
+    frames: list[FrameDescription] = field(default_factory=list)
+    key_frame_stamps: list[float] = field(default_factory=list)
+    #: positions of the key frames in the video (a video file's answer only)
+    key_frame_indices: list[int] = field(default_factory=list)
+    keyframes_sec: float = 0.0
+    perception_sec: float = 0.0
+    reasoning_sec: float = 0.0
+    total_sec: float = 0.0
+    #: the perception text came from the reply cache (no VLM call was made)
+    perception_from_cache: bool = False
+
+    @classmethod
+    def failure(cls, code: str, error: str, total_sec: float = 0.0) -> QueryResult:
+        return cls(success=False, error_code=code, error=error, total_sec=total_sec)
