@@ -20,7 +20,7 @@ from embodied_r_ros.core.perception_text import (
 )
 from embodied_r_ros.core.poses import heading_deg, quadrant, wrap_deg
 from embodied_r_ros.core.reasoning import format_question
-from embodied_r_ros.sim import pose_questions
+from embodied_r_ros.sim import question_rules
 from embodied_r_ros.sim import questions as sim_questions
 
 REGIONS = [
@@ -73,11 +73,11 @@ def test_an_assembled_text_reads_back_frame_by_frame() -> None:
 
 def test_the_oracle_and_the_generator_use_the_core_geometry() -> None:
     # one angle rule: the oracle, the rationales and the question generator own none
-    for module in (oracle, sim_questions, pose_questions):
+    for module in (oracle, sim_questions, question_rules):
         assert not hasattr(module, "wrap") and not hasattr(module, "_heading")
         assert getattr(module, "quadrant", quadrant) is quadrant
         assert module.wrap_deg is wrap_deg and module.heading_deg is heading_deg
-    assert oracle.quadrant is quadrant and pose_questions.quadrant is quadrant
+    assert oracle.quadrant is quadrant and question_rules.quadrant is quadrant
     assert not hasattr(oracle, "_FRAME_RE") and oracle.parse_perception is parse_perception
     assert perception_text.parse_perception is parse_perception
 

@@ -1,15 +1,12 @@
-"""Multiple-choice questions that need nothing but poses: the rules the synthetic world's
-questions (``sim/questions.py``) and the questions from a recording's odometry
-(``embodied-r-train questions``) share.
+"""Multiple-choice questions that odometry alone decides about a recording.
 
-Shared: the decision rules with their margins (bearings, quadrants, turns, sides), drafting and
-picking (round-robin over question variants, duplicates skipped), balanced answer letters, and
-the lettered row. On top of them, :class:`OdometryQuestions` asks what odometry alone decides
-about a recording: what the robot did between two moments (``action_generation``), where a
-place it passed is now (``relative_direction``), which of two places is nearer or how far it
-went (``relative_distance``), how to get back (``route_planning``) and which step of its own
-route it is on (``progress_evaluation``). The route is recovered from the poses by
-:func:`steps_of`. Cases near a decision boundary are skipped and counted.
+:class:`OdometryQuestions` asks what the poses decide: what the robot did between two moments
+(``action_generation``), where a place it passed is now (``relative_direction``), which of two
+places is nearer or how far it went (``relative_distance``), how to get back
+(``route_planning``) and which step of its own route it is on (``progress_evaluation``). The
+route is recovered from the poses by :func:`steps_of`. The answers follow the rules of
+``sim/question_rules.py``, the synthetic world's own; cases near a decision boundary are skipped
+and counted. ``embodied-r-train questions`` letters the drafts with ``sim/question_rows.py``.
 
 Times are seconds on the recording's clock; "the first frame" and "the last frame" are the
 first and last camera frames of a question's window, so a question is about what its clip
@@ -21,25 +18,31 @@ from __future__ import annotations
 import bisect
 import itertools
 import math
-import string
 from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Any
+from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
-from embodied_r_ros.core.actions import ACTIONS, ActionThresholds, primary_action
+from embodied_r_ros.core.actions import ActionThresholds, primary_action
 from embodied_r_ros.core.odometry import pose_near
-from embodied_r_ros.core.poses import Pose, heading_deg, quadrant, relative_motion, wrap_deg
-from embodied_r_ros.sim.trajectory import OPPOSITE
-
-# Margins that keep answers away from decision boundaries.
-DIRECTION_MARGIN_DEG = 15.0
-DISTANCE_MARGIN_M = 0.3
-MIN_CLIP_S = 1.0
-QUADRANTS = ("front-left", "front-right", "back-left", "back-right")
-TURNS = ("Turn Left", "Turn Right", "Turn Back")
+from embodied_r_ros.core.poses import Pose, relative_motion
+from embodied_r_ros.sim.question_rows import Draft
+from embodied_r_ros.sim.question_rules import (
+    ACTION_QUESTION,
+    DISTANCE_MARGIN_M,
+    MIN_CLIP_S,
+    QUADRANTS,
+    SEQUENCE_QUESTION,
+    TURNS,
+    action_choices,
+    bearing_deg,
+    clear_quadrant,
+    progress_choices,
+    progress_question,
+    sequence_choices,
+    turn_of,
+)
 
 #: the categories odometry decides (appearance order needs to see objects)
 ODOMETRY_CATEGORIES: tuple[str, ...] = (
@@ -49,221 +52,6 @@ ODOMETRY_CATEGORIES: tuple[str, ...] = (
     "route_planning",
     "progress_evaluation",
 )
-
-
-@dataclass(frozen=True)
-class Draft:
-    """A question before its options are lettered; ``choices[0]`` is the correct one.
-
-    ``start``/``end`` delimit its clip in the caller's units (frame indices for the synthetic
-    world, seconds for a recording); ``basis`` says what the answer was computed from.
-    """
-
-    category: str
-    question: str
-    choices: tuple[str, ...]
-    start: float
-    end: float
-    basis: dict[str, Any] = field(default_factory=dict, compare=False)
-
-
-def parse_counts(spec: str | int | Mapping[str, int],
-                 categories: Sequence[str]) -> dict[str, int]:
-    """Per-category counts from a total (split evenly) or ``"cat=N,cat=N"`` / a mapping.
-
-    Raises ``ValueError`` naming an unknown category or a bad number.
-    """
-    if isinstance(spec, Mapping):
-        items = list(spec.items())
-    elif isinstance(spec, int) or (isinstance(spec, str) and spec.strip().isdigit()):
-        total = int(spec)
-        if total < 0:
-            raise ValueError(f"question count must be >= 0, got {total}")
-        base, extra = divmod(total, len(categories))
-        return {c: base + (1 if i < extra else 0) for i, c in enumerate(categories)}
-    else:
-        items = []
-        for part in str(spec).split(","):
-            name, sep, value = part.partition("=")
-            if not sep:
-                raise ValueError(
-                    f"bad question count {part.strip()!r}: use a total (30) or category=N pairs"
-                )
-            items.append((name.strip(), value.strip()))
-    counts = {c: 0 for c in categories}
-    for name, value in items:
-        if name not in counts:
-            raise ValueError(
-                f"unknown question category {name!r}; known: {', '.join(categories)}"
-            )
-        try:
-            n = int(value)
-        except (TypeError, ValueError):
-            msg = f"question count for {name} must be an integer, got {value!r}"
-            raise ValueError(msg) from None
-        if n < 0:
-            raise ValueError(f"question count for {name} must be >= 0, got {n}")
-        counts[name] = n
-    return counts
-
-
-# ---------------------------------------------------------------- decision rules
-
-
-def bearing_deg(pose: Pose, point: Sequence[float]) -> float:
-    """Horizontal angle of ``point`` from the camera's heading; positive to the left."""
-    return wrap_deg(heading_deg((pose.x, pose.y), point) - pose.yaw_deg)
-
-
-def boundary_distance(angle: float, boundaries: Sequence[float]) -> float:
-    return min(abs(wrap_deg(angle - b)) for b in boundaries)
-
-
-def clear_quadrant(angle: float) -> str | None:
-    """The quadrant of a bearing at least the margin from every quadrant edge, else None."""
-    if boundary_distance(angle, (0.0, 90.0, -90.0, 180.0)) < DIRECTION_MARGIN_DEG:
-        return None
-    return quadrant(angle)
-
-
-def side_of(angle: float) -> str | None:
-    """VSI 'left/right/back' (back: a turn of at least 135 degrees); None when ambiguous."""
-    a = abs(angle)
-    if a >= 135.0 + DIRECTION_MARGIN_DEG:
-        return "back"
-    if 20.0 <= a <= 135.0 - DIRECTION_MARGIN_DEG:
-        return "left" if angle > 0 else "right"
-    return None
-
-
-def turn_of(angle: float) -> str | None:
-    """Route-planning turn at a waypoint: Turn Left / Turn Right / Turn Back; None if unclear."""
-    a = abs(angle)
-    if a >= 150.0:
-        return "Turn Back"
-    if 40.0 <= a <= 120.0:
-        return "Turn Left" if angle > 0 else "Turn Right"
-    return None
-
-
-def sentence(action: str) -> str:
-    return f"I {action}."
-
-
-def action_choices(action: str, rng: np.random.Generator) -> tuple[str, ...]:
-    """"What did you do" options: the action, its opposite and two others at random."""
-    others = [a for a in ACTIONS if a not in (action, OPPOSITE[action])]
-    picks = [OPPOSITE[action], *rng.choice(others, 2, replace=False).tolist()]
-    return tuple(sentence(a) for a in [action, *picks])
-
-
-def sequence_choices(first: str, second: str, rng: np.random.Generator) -> tuple[str, ...]:
-    """"Which sequence" options: the right order and three wrong variants of it."""
-    right = (first, second)
-    wrong = {(second, first), (OPPOSITE[first], second), (first, OPPOSITE[second]),
-             (OPPOSITE[first], OPPOSITE[second])}
-    wrong.discard(right)
-    wrong_list = sorted(wrong)
-    chosen = [wrong_list[i] for i in rng.permutation(len(wrong_list))[:3]]
-    return tuple(f"I {x}, then I {y}." for x, y in [right, *chosen])
-
-
-def progress_choices(k: int, described: Sequence[str], rng: np.random.Generator
-                     ) -> tuple[str, ...] | None:
-    """"Which step are you on" options (step ``k`` of ``described``): neighbours first."""
-    near = [j for j in (k - 1, k + 1) if 0 <= j < len(described)]
-    far = [j for j in rng.permutation(len(described)).tolist() if j not in (k, *near)]
-    picks = (near + far)[:3]
-    if len(picks) < 2:
-        return None
-    return tuple(f"I am on step {j + 1}: {described[j]}." for j in [k, *picks])
-
-
-def progress_question(described: Sequence[str]) -> str:
-    plan = "; ".join(f"{j + 1}. {s}" for j, s in enumerate(described))
-    return (f"Navigation instruction given at initial position: [{plan}]. You move according "
-            "to this series of instructions. What are you doing now (at the last frame of the "
-            "video)?")
-
-
-ACTION_QUESTION = "What did you do between the first frame and the last frame of the video?"
-SEQUENCE_QUESTION = ("Which sequence of actions did you perform from the first frame to the last "
-                     "frame of the video?")
-
-
-# ---------------------------------------------------------------- picking and lettering
-
-
-def pick(pools: list[list[Draft]], n: int, rng: np.random.Generator) -> list[Draft]:
-    """Round-robin over shuffled pools (question variants), skipping duplicates."""
-    queues = [[pool[j] for j in rng.permutation(len(pool))] for pool in pools]
-    out: list[Draft] = []
-    keys: set[tuple[str, float, float]] = set()
-    while len(out) < n and any(queues):
-        for q in queues:
-            while q:
-                d = q.pop(0)
-                key = (d.question, d.start, d.end)
-                if key not in keys:
-                    keys.add(key)
-                    out.append(d)
-                    break
-            if len(out) >= n:
-                break
-    return out
-
-
-class Letters:
-    """Balanced answer positions: consecutive random permutations per option count."""
-
-    def __init__(self, rng: np.random.Generator) -> None:
-        self.rng = rng
-        self.queues: dict[int, list[int]] = {}
-
-    def next(self, n: int) -> int:
-        q = self.queues.setdefault(n, [])
-        if not q:
-            q.extend(self.rng.permutation(n).tolist())
-        return q.pop(0)
-
-
-def lettered(d: Draft, position: int, rng: np.random.Generator) -> dict[str, Any]:
-    """The row fields of a draft with its answer at ``position``: category, question,
-    options (``"A. text"``), answer and answer_text."""
-    wrong = [d.choices[j] for j in 1 + rng.permutation(len(d.choices) - 1)]
-    ordered = wrong[:position] + [d.choices[0]] + wrong[position:]
-    letters = string.ascii_uppercase
-    return {
-        "category": d.category,
-        "question": d.question,
-        "options": [f"{letters[j]}. {text}" for j, text in enumerate(ordered)],
-        "answer": letters[position],
-        "answer_text": d.choices[0],
-    }
-
-
-def draft_rows(pools_of: Callable[[str, np.random.Generator], list[list[Draft]]],
-               categories: Sequence[str], counts: Mapping[str, int], seed: int,
-               row: Callable[[Draft, dict[str, Any], int], dict[str, Any]]) -> list[dict]:
-    """Rows for every category: its own random stream (changing one count leaves the other
-    categories' questions unchanged), drafts picked, sorted by clip and lettered evenly;
-    ``row(draft, lettered_fields, number)`` completes each row."""
-    rows: list[dict] = []
-    for ci, category in enumerate(categories):
-        n = int(counts.get(category, 0))
-        if n <= 0:
-            continue
-        rng = np.random.default_rng([seed, 0x9E5, ci])
-        drafts = pick(pools_of(category, rng), n, rng)
-        drafts.sort(key=lambda d: (d.end, d.start, d.question))
-        letters = Letters(rng)
-        for d in drafts:
-            fields = lettered(d, letters.next(len(d.choices)), rng)
-            rows.append(row(d, fields, len(rows)))
-    return rows
-
-
-# ---------------------------------------------------------------- a recording's odometry
 
 
 @dataclass(frozen=True)

@@ -21,18 +21,17 @@ import numpy as np
 
 from embodied_r_ros.core.actions import primary_action
 from embodied_r_ros.core.poses import heading_deg, relative_motion, wrap_deg
-from embodied_r_ros.sim import pose_questions
-from embodied_r_ros.sim.pose_questions import (
+from embodied_r_ros.sim import question_rows
+from embodied_r_ros.sim.question_rows import Draft, draft_rows
+from embodied_r_ros.sim.question_rules import (
     ACTION_QUESTION,
     DISTANCE_MARGIN_M,
     MIN_CLIP_S,
     QUADRANTS,
     SEQUENCE_QUESTION,
-    Draft,
     action_choices,
     bearing_deg,
     clear_quadrant,
-    draft_rows,
     progress_choices,
     progress_question,
     sentence,
@@ -56,8 +55,8 @@ APPEARANCE_GAP_S = 1.0
 
 
 def parse_counts(spec: str | int | Mapping[str, int]) -> dict[str, int]:
-    """Per-category counts of the world's questions (see :func:`pose_questions.parse_counts`)."""
-    return pose_questions.parse_counts(spec, CATEGORIES)
+    """Per-category counts of the world's questions (see :func:`question_rows.parse_counts`)."""
+    return question_rows.parse_counts(spec, CATEGORIES)
 
 
 # ---------------------------------------------------------------- generators

@@ -18,14 +18,8 @@ from typing import Any
 from embodied_r_training.data.dataset_files import BuildError, jsonl, write_atomic
 
 from embodied_r_ros.core.bags import POSE_TYPES, BagReader
-from embodied_r_ros.sim.pose_questions import (
-    ODOMETRY_CATEGORIES,
-    Draft,
-    OdometryQuestions,
-    Track,
-    draft_rows,
-    parse_counts,
-)
+from embodied_r_ros.sim.pose_questions import ODOMETRY_CATEGORIES, OdometryQuestions, Track
+from embodied_r_ros.sim.question_rows import Draft, draft_rows, parse_counts
 
 #: the question-file format: field -> what it holds (README "Train on your own robot")
 FIELDS: dict[str, str] = {
