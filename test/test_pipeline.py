@@ -9,14 +9,15 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 from media import pan_frames
 from scripted import ScriptedVLM, prompt_of
 
-from embodied_r_ros.core.backends.base import ChatBackend, Completion, Conversation
+from embodied_r_ros.core.backends.base import BACKEND_FAILED, ChatBackend, Completion, Conversation
 from embodied_r_ros.core.cancel import CANCELLED, CancelToken
-from embodied_r_ros.core.config import load_config
-from embodied_r_ros.core.pipeline import NO_FRAMES, EmbodiedR, QueryError
+from embodied_r_ros.core.config import config_from_dict, load_config
+from embodied_r_ros.core.pipeline import MAX_PERCEPTION_CHARS, NO_FRAMES, EmbodiedR, QueryError
 from embodied_r_ros.core.prompts import default_prompts
 from embodied_r_ros.core.reasoning import extract_answer, parse_options
 
@@ -165,3 +166,29 @@ def test_a_backend_that_is_down_is_a_query_error(tmp_path: Path, frames: list[tu
     with pytest.raises(QueryError) as err:
         pipeline.ask(frames, "Where?", OPTIONS)
     assert err.value.code == "BACKEND_DOWN"
+
+
+def test_an_oversize_perception_text_is_the_models_failure_not_a_bad_request() -> None:
+    """VLM replies that add up past the perception text's bound are the model's failure
+    (BACKEND_FAILED), not the asker's BAD_REQUEST."""
+
+    class Verbose(ChatBackend):
+        model_id = "verbose"
+        supports_images = True
+
+        def complete(self, conversations: Any, *, on_reply: Any = None,
+                     **_: Any) -> list[Completion]:
+            replies = [Completion("a chair. " * (MAX_PERCEPTION_CHARS // 16))] * len(
+                conversations)
+            for i, reply in enumerate(replies):
+                if on_reply is not None:
+                    on_reply(i, reply)
+            return replies
+
+    cfg = config_from_dict({"perception": {"backend": "vlm", "vlm": {"model": "verbose"}},
+                            "reasoning": {"model": {"model": "x"}}, "cache": {"enabled": False}})
+    pipeline = EmbodiedR(cfg, vlm=Verbose(), load_models=False)
+    images = [np.full((32, 32, 3), v, np.uint8) for v in (10, 200, 90)]
+    with pytest.raises(QueryError) as err:
+        pipeline.perceive(images, [0.0, 1.0, 2.0], "Which way?", [], motions=[None, None])
+    assert err.value.code == BACKEND_FAILED and "perception model" in str(err.value)
