@@ -160,9 +160,10 @@ def test_falls_back_with_one_log_line_when_llama_cpp_is_missing(
 
 def test_a_quantisation_the_engine_lacks_is_refused_by_the_schema() -> None:
     with pytest.raises(ValueError, match="not available on backend 'llamacpp'"):
-        ModelConfig(model="tiny-qwen2", backend="llamacpp", quantization="int16")
+        ModelConfig(model="tiny-qwen2", backend="llamacpp", quantization="int8_float32")
     with pytest.raises(ConfigError, match="llamacpp"):
-        load_config("offline", overrides={"reasoning": {"model": {"quantization": "int16"}}})
+        load_config("offline",
+                    overrides={"reasoning": {"model": {"quantization": "int8_float32"}}})
 
 
 def test_the_offline_profile_reasons_on_llama_cpp_in_float16_on_two_threads() -> None:

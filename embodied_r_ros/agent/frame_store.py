@@ -385,19 +385,15 @@ class FrameStore:
         with self._lock:
             return self._frames[-1].stamp if self._frames else None
 
-    def key_frame(self, stamp: float) -> np.ndarray | None:
-        """The decoded key frame stamped ``stamp`` while it is among the newest kept."""
-        with self._lock:
-            return self._decoded.get(stamp)
-
     def window(self, window_sec: float, anchor: float | None = None) -> Window:
         """Key frames stamped in ``[anchor - window_sec, anchor]`` (0 s = the whole buffer).
 
         ``anchor`` defaults to the newest frame, so a paused or replayed stream still answers.
-        Raises :class:`QueryError` ``NO_FRAMES`` when the window is empty.
+        Raises :class:`QueryError`: ``BAD_WINDOW`` for a negative or non-finite ``window_sec``;
+        ``NO_FRAMES`` when the window is empty, or the code of the last drop when the newest
+        frames were dropped.
         """
-        if window_sec < 0:
-            raise QueryError(NO_FRAMES, f"window_sec must be >= 0, got {window_sec:g}")
+        check_window_sec(window_sec)
         with self._lock:
             end = anchor if anchor is not None else (
                 self._frames[-1].stamp if self._frames else 0.0

@@ -153,13 +153,6 @@ def find_regions(
     return found
 
 
-def colour_regions(
-    image: np.ndarray, min_share: float = 0.004
-) -> list[tuple[str, str, str, float]]:
-    """``(colour, direction, size, share)`` of the largest region per colour, largest first."""
-    return [(r.colour, r.direction, r.size, r.share) for r in find_regions(image, min_share)]
-
-
 def describe_colour_regions(
     image: np.ndarray,
     camera: CameraConfig | None = None,

@@ -64,6 +64,9 @@ class KeyframeConfig(StrictModel):
         return self
 
 
+#: the weights a local CPU engine is built with (CTranslate2 compute types; llama.cpp takes
+#: LLAMACPP_QUANTIZATIONS of them)
+Quantization = Literal["int8", "int8_float32", "float16", "float32"]
 #: the weights the llama.cpp backend writes (int8: GGUF Q8_0)
 LLAMACPP_QUANTIZATIONS = ("float32", "float16", "int8")
 
@@ -94,9 +97,9 @@ class ModelConfig(StrictModel):
     # ctranslate2 / llamacpp backends: weight quantisation (llamacpp: float32, float16, or int8
     # = Q8_0); the CPU cores the engine may use (0: every one this process may run on) and how
     # many of them share one reply's matrix products. On CTranslate2 one is fastest for a 135M
-    # model (bench/ct2_threads.py: 1.7x the decode speed of two on 2 cores) and the rest serve
-    # other prompts of a batch, one prompt per core; llama.cpp's threads do speed up one reply.
-    quantization: Literal["int8", "int8_float32", "int16", "float16", "float32"] = "int8"
+    # model (``bench/ct2_threads.py`` compares one and two) and the rest serve other prompts of
+    # a batch, one prompt per core; llama.cpp's threads do speed up one reply.
+    quantization: Quantization = "int8"
     threads: int = Field(0, ge=0)
     threads_per_reply: int = Field(1, ge=1)
     # openai backend

@@ -5,11 +5,11 @@ Subscribes to ``image`` (``sensor_msgs/Image``), ``image/compressed``
 The subscriptions are raw: the header stamp is read from the serialised bytes and checked
 against the pre-sampling rate, and only the frames kept (about one a second) are deserialised
 and decoded, so the ~29 of 30 frames a second that are not kept cost a callback, a copy and a
-comparison (``raw_ingest: false`` deserialises every message, as rclpy does by default). Kept
-frames are converted with rosbags-image and stored by :class:`FrameStore`; key frames are
-republished on ``~/key_frames`` for Foxglove/RViz, stored frames on ``frames/<camera>/stored``
-(for streaming perception elsewhere, only while someone listens). The query server reads
-windows through ``frames/<camera_name>/get_window`` (or in-process in the all-in-one).
+comparison, not a deserialisation. Kept frames are converted with rosbags-image and stored by
+:class:`FrameStore`; key frames are republished on ``~/key_frames`` for Foxglove/RViz, stored
+frames on ``frames/<camera>/stored`` (for streaming perception elsewhere, only while someone
+listens). The query server reads windows through ``frames/<camera_name>/get_window`` (or
+in-process in the all-in-one).
 
 Run alone: ``ros2 run embodied_r_ros frame_buffer --ros-args -r image:=/camera/image_raw``.
 """
@@ -82,8 +82,6 @@ SPECS: tuple[Spec, ...] = (
          "(BAD_STAMP) unless the next frames confirm the jump", 0.5, 86400.0),
     Spec("stamp_confirm_frames", 3, "consecutive frames that confirm a timeline jump (a bag "
          "loop, a clock reset)", 1, 100),
-    Spec("raw_ingest", True, "read the stamp from the serialised message and deserialise only "
-         "the frames kept (false: rclpy deserialises every message)"),
     Spec("stamp_filter", True, "once the sampling grid is known, subscribe with a DDS content "
          "filter on header.stamp, so only frames near the grid times are delivered at all"),
 )
@@ -169,13 +167,9 @@ class FrameBufferNode(Node):
 
     # -- ingestion ---------------------------------------------------------------------------
 
-    def _ingest_cb(self, kind: type[M], decode: Callable[[M], Any], raw: bool
-                   ) -> Callable[[Any], None]:
-        def callback(msg: Any) -> None:
-            if raw:
-                self.ingest_raw(msg, kind, decode)
-            else:
-                self.ingest(msg, decode)
+    def _ingest_cb(self, kind: type[M], decode: Callable[[M], Any]) -> Callable[[bytes], None]:
+        def callback(raw: bytes) -> None:
+            self.ingest_raw(raw, kind, decode)
 
         return guard_subscription(
             self.get_logger(), "camera frame", callback,
@@ -193,11 +187,10 @@ class FrameBufferNode(Node):
 
         for sub in self._image_subs:
             self.destroy_subscription(sub)
-        raw = bool(self.params["raw_ingest"])
         options = ContentFilterOptions(*flt) if flt is not None else None
         self._image_subs = [
-            self.create_subscription(kind, topic, self._ingest_cb(kind, decode, raw),
-                                     self._image_qos, callback_group=self._ingest_group, raw=raw,
+            self.create_subscription(kind, topic, self._ingest_cb(kind, decode),
+                                     self._image_qos, callback_group=self._ingest_group, raw=True,
                                      content_filter_options=options)
             for kind, topic, decode in ((Image, "image", image_to_rgb),
                                         (CompressedImage, "image/compressed", compressed_to_rgb))
@@ -250,15 +243,6 @@ class FrameBufferNode(Node):
             msg = from_cdr(raw, kind)
         except FrameError as exc:
             self._dropped(exc)
-            return
-        self._keep(msg, stamp, decode)
-
-    def ingest(self, msg: M, decode: Callable[[M], Any]) -> None:
-        """A deserialised frame (``raw_ingest: false``)."""
-        stamp = stamp_to_sec(msg.header.stamp)
-        self.rate.tick()
-        if not self.store.wants(stamp):
-            self.store.skip(stamp)
             return
         self._keep(msg, stamp, decode)
 

@@ -51,11 +51,6 @@ def done_event(future: Any) -> threading.Event:
     return done
 
 
-def wait_future(future: Any, timeout_sec: float) -> bool:
-    """Block the calling (non-executor) thread until ``future`` is done or time is up."""
-    return done_event(future).wait(timeout_sec)
-
-
 class _Presence:
     """Debounced "is the peer still in the graph" while waiting on it."""
 
