@@ -1,11 +1,12 @@
 """The perception text the reasoning LM reads: written and read back in one place.
 
-Perception writes, per key frame, ``Frame i: After <action>, Observe: <view>`` (the paper's
-shape, digest §1.3). The action of a measured motion reads ``rotate left, about 30 degrees`` or
-``move forward, about 2.0 m``; a geometric observation reads ``I see a small red object to the
-left (25 degrees left, about 3.1 m away); ...``. The oracle, the rationales and the tests read
-that text back; keeping the writers and the parsers side by side (round-trip tested) is what
-stops the two from drifting apart.
+Perception writes, per key frame, ``Frame i: After <action>, Observe: <view>`` (the shape of
+``derive_video_content_str`` in ``train/conver_format/VLM_perception_API.py`` of
+EmbodiedCity/Embodied-R.code). The action of a measured motion reads ``rotate left, about 30
+degrees`` or ``move forward, about 2.0 m``; a geometric observation reads ``I see a small red
+object to the left (25 degrees left, about 3.1 m away); ...``. The oracle, the rationales and the
+tests read that text back; keeping the writers and the parsers side by side (round-trip tested)
+is what stops the two from drifting apart.
 """
 
 from __future__ import annotations
@@ -86,7 +87,9 @@ def assemble(
     report_motion: bool = True,
     prompts: PromptSet | None = None,
 ) -> str:
-    """The reasoning LM's user message in the paper's shape (digest §1.3)."""
+    """The reasoning LM's user message in the official code's shape: the instruction, the
+    frame lines wrapped in ``<`` and ``>`` after ``Video content:``, then the question
+    (``VLM_perception_API.py`` of Embodied-R.code)."""
     p = prompts or default_prompts()
     lines = "\n".join(frame_line(i, f, report_motion) for i, f in enumerate(frames))
     return f"{p.lm_instruction}\nVideo content:\n<\n{p.preamble}\n{lines}\n>\n{question_block}"

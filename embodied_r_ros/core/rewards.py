@@ -1,10 +1,12 @@
 """Embodied-R's three binary rewards as plain functions with TRL's reward signature.
 
-``r = w_format * format + w_accuracy * accuracy + w_consistency * consistency`` (digest §2). Each
-function takes ``completions`` (strings, or TRL's conversational ``[{"role", "content"}]`` lists)
-plus the dataset's extra columns as keyword lists, and returns one float per completion. All the
-parsing is :mod:`embodied_r_ros.core.reasoning`'s, so training, evaluation and the ROS nodes
-agree on what "well formed" and "the answer" mean.
+``r = w_format * format + w_accuracy * accuracy + w_consistency * consistency`` (Zhao et al.,
+arXiv 2504.12680, Fig. 3; ``--reward_funcs choice_accuracy format consistency`` in the training
+scripts of Embodied-R.code). Each function takes ``completions`` (strings, or TRL's
+conversational ``[{"role", "content"}]`` lists) plus the dataset's extra columns as keyword
+lists, and returns one float per completion. All the parsing is
+:mod:`embodied_r_ros.core.reasoning`'s, so training, evaluation and the ROS nodes agree on what
+"well formed" and "the answer" mean.
 
 ``answer_mode: official`` reads answers as the official training code does
 (:func:`~embodied_r_ros.core.answers.official_normalize` on the whole completion and on the
