@@ -36,11 +36,10 @@ if TYPE_CHECKING:
 CAMERA, COMPRESSED, ODOM = "/camera/image_raw", "/camera/image_raw/compressed", "/odom"
 SERVICE = "/embodied_r/query"
 #: the untrained SmolLM2-135M-Instruct on the sample world's 30 questions with the offline
-#: profile's settings (llama.cpp float16, 256 new tokens; 6 of its 30 replies name no option;
-#: 7 of 30 on the earlier CTranslate2 int8 engine), measured with
-#: ``python -m embodied_r_ros.demo --config FILE`` where FILE sets
-#: ``reasoning: {model: {model: smollm2-135m}}`` (README, "The demo on a plain machine"): the
-#: figure the shipped reasoner is compared with
+#: profile's settings (llama.cpp float16, 256 new tokens; 6 of its 30 replies name no option),
+#: measured with ``python -m embodied_r_ros.demo --config FILE`` where FILE sets
+#: ``reasoning: {model: {model: smollm2-135m}}``: the figure the shipped reasoner is compared
+#: with
 UNTRAINED = {"model": "smollm2-135m", "correct": 3, "questions": 30}
 
 
@@ -110,7 +109,8 @@ def _summary(rows: list[Row], questions: list[dict[str, Any]], models: str,
     if reasoner != UNTRAINED["model"] and len(rows) == UNTRAINED["questions"]:
         n, of = UNTRAINED["correct"], UNTRAINED["questions"]
         lines.append(f"Untrained {UNTRAINED['model']} on the same {of} questions: {n}/{of} = "
-                     f"{100 * n / of:.1f}% (measured once, README)")
+                     f"{100 * n / of:.1f}% (this demo with reasoning.model.model: "
+                     f"{UNTRAINED['model']})")
     by_cat: dict[str, list[Row]] = defaultdict(list)
     for r in rows:
         by_cat[r.category].append(r)
@@ -130,7 +130,8 @@ def _summary(rows: list[Row], questions: list[dict[str, Any]], models: str,
     lines += [f"Models: {models}.",
               "These are STAND-INS (no model hub here), not the paper's Qwen2.5-VL-72B + "
               "Qwen2.5-3B: geometric perception, and a 135M LM that this project trained on "
-              "synthetic rooms like this one (README, 'The shipped reasoner'). The accuracy "
+              "synthetic rooms like this one (its model card: "
+              "embodied_r_ros/models/smollm2-135m-embodied-r/README.md). The accuracy "
               "shows what the training does for a small LM, not what Embodied-R does on video."]
     return "\n".join(lines)
 

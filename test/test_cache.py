@@ -59,7 +59,7 @@ def test_reply_cache_reads_through_disk_and_survives_a_torn_file(tmp_path: Path)
 
 def test_an_edited_entry_is_refused_by_its_digest(tmp_path: Path,
                                                   caplog: pytest.LogCaptureFixture) -> None:
-    """A cache file edited into other valid JSON used to be served as the perception text."""
+    """A cache file edited into other valid JSON is not served as the perception text."""
     ReplyCache(tmp_path).put("abcd", "the true reply")
     entry = tmp_path / "ab" / "abcd.json"
     check, _, text = entry.read_text().partition("\n")
@@ -76,7 +76,7 @@ def test_an_edited_entry_is_refused_by_its_digest(tmp_path: Path,
 def test_an_unwritable_cache_warns_once_and_the_replies_still_come(
     tmp_path: Path, caplog: pytest.LogCaptureFixture, how: str
 ) -> None:
-    """A read-only cache directory used to raise PermissionError out of the query. (Root
+    """A read-only cache directory does not raise PermissionError out of the query. (Root
     writes into read-only folders, so a cache folder under a plain file stands in there.)"""
     if how == "read-only":
         if os.geteuid() == 0:

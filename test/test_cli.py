@@ -81,7 +81,8 @@ def test_ask_with_the_tiny_profile(video: Path, tmp_path: Path) -> None:
 
 def test_ask_with_an_unwritable_cache_answers_with_one_warning(video: Path, tmp_path: Path
                                                                 ) -> None:
-    """A cache that cannot be written used to end the ask with a 42-line PermissionError."""
+    """A cache that cannot be written is one warning, not the end of the ask in a
+    PermissionError traceback."""
     (tmp_path / "blocker").write_text("")  # a plain file where the cache folder would go
     cfg = tmp_path / "tiny.yaml"
     cfg.write_text(f"base: tiny\ncache:\n  dir: {tmp_path / 'blocker' / 'cache'}\n")

@@ -1,6 +1,6 @@
-"""Frame-sized buffers go back to the OS (issue 18 item 4.2): a 4K camera's freed frames used
-to stay in glibc's heaps, +564 MiB RSS in 30 s. Checked in fresh processes (malloc state is
-per process); the full figures come from ``bench/ros_ingest.py`` at 4K."""
+"""Frame-sized buffers go back to the OS: a 4K camera's freed frames must not stay in glibc's
+heaps, growing the RSS by hundreds of MiB within a minute. Checked in fresh processes (malloc
+state is per process); the full figures come from ``bench/ros_ingest.py`` at 4K."""
 
 from __future__ import annotations
 

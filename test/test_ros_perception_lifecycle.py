@@ -1,4 +1,4 @@
-"""Deactivating the perception node mid-goal (issue 18 item 4.1): the client gets BACKEND_DOWN
+"""Deactivating the perception node mid-goal: the client gets BACKEND_DOWN
 (not its own CANCELLED), and the backend is not left looking unhealthy by the stop."""
 
 from __future__ import annotations

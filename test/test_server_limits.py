@@ -1,5 +1,5 @@
 """``embodied-r serve`` against hostile and unlucky clients, over real sockets on loopback:
-each request costs bounded memory, threads and model time (issue 18 part 1)."""
+each request costs bounded memory, threads and model time."""
 
 from __future__ import annotations
 
@@ -124,7 +124,7 @@ def test_a_prompt_far_over_the_context_is_refused_without_tokenising(recording) 
 
 def test_a_prompt_that_does_not_fit_the_real_model_is_refused(tiny_lm: ChatBackend) -> None:
     """A prompt under the character bound but over the model's 4096 positions: 400 before
-    generating (it used to be generated over, for minutes)."""
+    generating, not minutes of generating over it."""
     assert tiny_lm.context_tokens == 4096
     text = "x " * 6000
     tokens = tiny_lm.count_prompt_tokens([{"role": "user", "content": text}])

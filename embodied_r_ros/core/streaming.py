@@ -8,7 +8,7 @@ the last key frame, as the current view a window ends with (:meth:`Perceiver.pre
 into the perception cache. Windows then start at their first key frame, so a question finds
 its window's descriptions ready, and only those not ready yet are described at query time
 (concurrently). The answer never depends on how far the background got; its latency mostly
-does. The trade-off: the VLM no longer looks for the question's objects.
+does. The trade-off: the VLM does not look for the question's objects.
 
 :class:`BackgroundDescriber` owns one worker thread and a bounded queue (the oldest pending key
 frame is dropped when it is full: it will be described at query time if a question needs it).

@@ -2,7 +2,7 @@
 
 CTranslate2's int8 CPU kernels decode the shipped 135M reasoner faster than plain
 ``transformers`` ``generate``: 43.4 against 29.2 tokens a second, p50 2.80 against 3.87 s a
-demo question (``bench/lm_engines.py``, ``results/bench/lm_engines_run4_workers.json``). The
+demo question, one thread a reply (``results/bench/lm_engines_ctranslate2.json``). The
 engine cannot read a Transformers checkpoint directly, so :func:`ensure_converted` converts the
 local model (an offline model name such as the LoRA-merged ``smollm2-135m-embodied-r``, or a
 directory) once into the model cache with CTranslate2's own ``TransformersConverter`` and no

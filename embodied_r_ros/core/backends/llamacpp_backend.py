@@ -1,16 +1,18 @@
 """llama.cpp backend: a local causal LM converted once to GGUF and run by ``llama-cpp-python``.
 
-On the 2 CPU cores here it is the one engine that both answers within the robot's latency
-budget and gives the same answers as ``transformers``: F16 weights decode on two threads at
-p50 2.3 s a demo question and agree with transformers fp32 on 98.9 % of the ID answers, where
-CTranslate2 int8 agrees on 68.9 % (``bench/lm_engines.py``, README "A fast local LM engine").
-Unlike CTranslate2, ggml's threads do speed up one reply of a 135M model (1.56x on two).
+On 2 CPU cores it is the one engine measured that both answers within the robot's latency
+budget and gives the same answers as ``transformers``: F16 weights on two threads answer a demo
+question at p50 2.58 s and agree with transformers fp32 on 98.9 % of the 180 ID answers
+(``results/bench/lm_engines.json``), where CTranslate2 int8 agrees on 68.9 %
+(``results/bench/lm_engines_ctranslate2.json``). Unlike CTranslate2, ggml's threads do speed up
+one reply of a 135M model: p50 3.79 s on one thread, 2.48 s on two
+(``results/bench/lm_engines_llamacpp_gguf.json``).
 
 :func:`ensure_converted` writes the local model (an offline model name such as the LoRA-merged
 ``smollm2-135m-embodied-r``, or a directory) once into ``<model cache>/llamacpp`` with
 ``gguf_export`` and no hub, rebuilt when the source changes. ``quantization`` picks the weights:
-``float16`` (the offline profile), ``int8`` (Q8_0: faster, half the memory, 90 % agreement) or
-``float32``.
+``float16`` (the offline profile), ``int8`` (Q8_0: about half the weight bytes; p50 1.85 s and
+90 % agreement in ``lm_engines.json``) or ``float32``.
 
 Generation runs token by token in the calling thread, so a cancel token or a deadline stops it
 at the next token and a ``stop`` string ends it as soon as it appears. llama.cpp keeps the key/
