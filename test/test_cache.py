@@ -102,7 +102,7 @@ def test_an_unwritable_cache_warns_once_and_the_replies_still_come(
 
 
 def test_one_atomic_writer_for_the_whole_project() -> None:
-    """Cache entries and dataset files are written by the same helper (there were two)."""
+    """Cache entries and dataset files are written by the same helper, not two of them."""
     repo = Path(__file__).resolve().parents[1]
     writers = [
         str(path.relative_to(repo))

@@ -1,6 +1,6 @@
 """Frame-sized buffers go back to the OS: a 4K camera's freed frames must not stay in glibc's
 heaps, growing the RSS by hundreds of MiB within a minute. Checked in fresh processes (malloc
-state is per process); the full figures come from ``bench/ros_ingest.py`` at 4K."""
+state is per process); the full figures at 4K are in ``results/bench/ros_ingest_4k.md``."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """One meaning per name: a function or method name the project gives to one concept is not
-reused for another elsewhere (these once were, with different behaviour)."""
+reused for another elsewhere: a reader who learns one meaning must not meet another."""
 
 from __future__ import annotations
 

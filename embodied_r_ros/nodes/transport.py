@@ -1,21 +1,22 @@
 """Transport settings: the QoS of the query interfaces, and Fast DDS for large raw frames.
 
 ``QUERY_QOS``: reliable with a 256-deep history on both sides of ``/embodied_r/query``. With
-the default depth 10, a burst of 100 calls from 10 clients lost 28-35 replies on the client
-side; with 256 every call was answered (or refused with BUSY) in 2.5 s. Clients in other
-languages should use the same depth.
+the default depth 10, a burst of 100 calls from 10 clients loses replies on the client side;
+with 256 every call is answered or refused with BUSY (the burst test of
+``test/test_ros_robustness.py``). Clients in other languages should use the same depth.
 
 Large frames: only processes that *publish* big frames need this (the bag player, the
 benchmarks, a camera driver): with Fast DDS the sender's shared-memory segment decides whether a
 frame travels through shared memory or through fragmented UDP, where best-effort frames get
 lost (see the XML's comment).
 
-Memory for large frames (measured with ``bench/ros_ingest.py`` at 4K ``rgb8``, 23.7 MiB a
-frame): the image subscriptions keep a history of ``IMAGE_HISTORY`` frames (sensor-data QoS
-keeps 5, which DDS holds as 5 full-size payloads), and :func:`return_large_buffers_to_the_os`
-stops glibc's heap from keeping freed frame-sized buffers: its mmap threshold otherwise rises
-to the frame size after the first free, so later frames come from per-thread arenas that never
-shrink. Together they took the 4K stream's RSS after one minute from 647 to 297 MiB (idle 175).
+Memory for large frames (a 4K ``rgb8`` camera, 23.7 MiB a frame): the image subscriptions keep
+a history of ``IMAGE_HISTORY`` frames (sensor-data QoS keeps 5, which DDS holds as 5 full-size
+payloads), and :func:`return_large_buffers_to_the_os` stops glibc's heap from keeping freed
+frame-sized buffers: its mmap threshold otherwise rises to the frame size after the first free,
+so later frames come from per-thread arenas that never shrink. With both, the 4K stream's RSS
+stays at 299 MiB (idle 172); without them it stood at 647 MiB a minute after a 10 s stream
+(``results/bench/ros_ingest_4k.md``).
 """
 
 from __future__ import annotations
@@ -42,7 +43,8 @@ IMAGE_QOS = QoSProfile(history=HistoryPolicy.KEEP_LAST, depth=IMAGE_HISTORY,
 #: allocations at least this large are mapped (and unmapped on free) rather than kept in a
 #: heap: a 720p RGB frame (2.6 MiB) and larger. Not 1 MiB: the reasoning engine's per-token
 #: buffers (1-2 MiB for the 135M reasoner on CTranslate2) would be mapped and faulted in anew
-#: on every token, 1.7x the reply time in a node process (``bench/lm_node_malloc.py``)
+#: on every token, 1.69x the reply time in a node process against 1.05x at 2 MiB
+#: (``results/bench/node_malloc_threshold.md``)
 MMAP_THRESHOLD = 2 << 20
 #: heaps (arenas) the executor's threads share: each one more keeps its own freed fragments
 MALLOC_ARENAS = 2

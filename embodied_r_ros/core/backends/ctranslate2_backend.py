@@ -90,9 +90,10 @@ def _convert(source: Path, out: Path, quantization: str) -> None:
 def cpu_threads(cores: int, per_reply: int) -> tuple[int, int]:
     """``(threads per reply, workers)`` for ``cores`` CPU cores: each worker decodes one reply
     on ``per_reply`` cores. A 135M model's matrix-vector products are too small to split: on
-    2 cores one thread decodes 1.7x faster than two (``bench/ct2_threads.py``; the OpenMP
-    barriers cost more than the second core gives), so the spare cores run other prompts of a
-    batch instead, and stay free for the robot's own work when one question is asked."""
+    2 cores two threads on one reply take 1.30x the time of one
+    (``results/bench/ct2_threads_per_reply.md``; the OpenMP barriers cost more than the second
+    core gives), so the spare cores run other prompts of a batch instead, and stay free for the
+    robot's own work when one question is asked."""
     intra = max(1, min(per_reply, cores))
     return intra, max(1, cores // intra)
 
@@ -157,8 +158,9 @@ class CTranslate2Backend(LocalEngineBackend):
         """One reply, decoded by the engine in this thread; its step callback collects the
         tokens and ends decoding at the next step once ``cancel`` is stopped or a ``stop``
         string appears. (``generate_tokens`` runs the same loop in a second thread and hands
-        each token over a queue; ``bench/ct2_decode_paths.py`` found that no slower, 1.02x,
-        but this way there is no thread to close.)"""
+        each token over a queue: no faster, 1.02x the time of this path with identical
+        replies, ``results/bench/ct2_decode_paths.md``; this way there is no thread to
+        close.)"""
         prefix, rest = self.split_prompt(ids)
         tokens = self.tokenizer.convert_ids_to_tokens
         kwargs: dict[str, Any] = {"max_length": max_new, "end_token": self.end_ids,
@@ -199,10 +201,10 @@ class CTranslate2Backend(LocalEngineBackend):
                stop: Sequence[str]) -> list[Completion]:
         """Greedy replies of several prompts in one engine call: what an evaluation asks, many
         questions and nobody waiting on one of them. On CPU every worker takes one prompt at a
-        time: no padding, so each reply is its prompt's own (a padded int8 batch changed 9 of
-        16 replies, and was 2.2x slower: ``bench/ct2_threads.py``; :meth:`_one` prefills the
-        cached prefix apart, which can still move a near tie); on a GPU ``batch_size`` prompts
-        share a step. A stop string cuts the text afterwards."""
+        time: no padding, so each reply is its prompt's own (a padded int8 batch of 16 changed
+        9 replies and took 2.24x the time: ``results/bench/ct2_threads_per_reply.md``;
+        :meth:`_one` prefills the cached prefix apart, which can still move a near tie); on a
+        GPU ``batch_size`` prompts share a step. A stop string cuts the text afterwards."""
         tokens = self.tokenizer.convert_ids_to_tokens
         try:
             results = self.generator.generate_batch(
