@@ -59,8 +59,10 @@ train-demo: setup
 lint: setup
 	$(PY) -m ruff check .
 
+# the benchmarks that apply to this machine, one after another, figures into results/bench/;
+# those that need a CUDA GPU (or ROS 2) are skipped with a line saying so
 bench: setup
-	for b in bench/*.py; do $(PY) $$b || exit 1; done
+	$(PY) bench/run_all.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache

@@ -15,18 +15,19 @@ is at least ``--min-accuracy`` (0.85 by default; measured 0.92 and 0.90 on seeds
 script exits 1 when either is below it.
 
 Run: ``.venv/bin/python bench/egomotion_accuracy.py [--seeds 1 2 3] [--frames 300]
-[--resolution 640x480] [--window 1.0] [--min-accuracy 0.85] [--json out.json]``
+[--resolution 640x480] [--window 1.0] [--min-accuracy 0.85] [--json PATH]``
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import time
 from collections import Counter, defaultdict
 from collections.abc import Sequence
 from typing import Any
+
+from _figures import add_json_option, write_figures
 
 from embodied_r_ros.core.actions import ACTIONS, primary_action
 from embodied_r_ros.core.config import KeyframeConfig
@@ -104,7 +105,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                    help="seconds between the two frames of the segment protocol")
     p.add_argument("--min-accuracy", type=float, default=MIN_ACCURACY,
                    help="bound on each protocol's overall accuracy (exit 1 below it)")
-    p.add_argument("--json", default=None, help="also write the summary here")
+    add_json_option(p)
     args = p.parse_args(argv)
     width, height = (int(v) for v in args.resolution.lower().split("x"))
     t0 = time.perf_counter()
@@ -122,9 +123,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"{name}: accuracy {summary[name]['accuracy']:.2f}, bound "
               f">= {args.min_accuracy}: {verdict}")
     summary["missed"] = missed
-    if args.json:
-        with open(args.json, "w", encoding="utf-8") as f:
-            json.dump(summary, f, indent=1)
+    write_figures(args.json, "egomotion_accuracy", argv, args, summary)
     return 1 if missed else 0
 
 

@@ -1,4 +1,4 @@
-"""One GPU check, side by side in one run (issue 14 item 4), on a fresh GPU box with no hub.
+"""One GPU check, side by side in one run, on a fresh GPU box with no hub.
 
   (a) perception latency against ``vllm serve`` of a Qwen2.5-VL-7B-shaped model with dummy
       weights (``--load-format dummy``) instead of the emulated endpoint of
@@ -7,8 +7,8 @@
   (b) three GRPO steps of the ``paper`` recipe's shape (``bench/grpo_gpu.py``: Qwen2.5-3B
       shape, group size 8, 32 completions a step, fp32 master weights with bf16 autocast), with
       TRL's generation and with vLLM colocated rollouts, steps per minute each;
-  (c) issue 14 item 1 on CUDA: the fraction of sampled weights each step at lr 5e-7 changed
-      (>= 99 %), and peak GPU memory, from the runs of (b).
+  (c) whether GRPO moves the weights on CUDA: the fraction of sampled weights each step at lr
+      5e-7 changed (>= 99 %), and peak GPU memory, from the runs of (b).
 
 Everything the check needs is built here: the 7B-shaped VL model directory (config, the
 project's offline BPE tokenizer with the Qwen special tokens and a VL chat template, an image

@@ -17,8 +17,8 @@ models earn no format or accuracy reward, and a zero reward would skip the backw
 beside TRL 1.16; ``bench/gpu_check.py`` builds that environment).
 
 After every optimizer step the fraction of sampled weights (the first 65,536 elements of every
-parameter) that changed is recorded: the bound is >= 99 % (issue 14 item 1); the exit status is
-1 when a step misses it.
+parameter) that changed is recorded: the bound is >= 99 %; the exit status is 1 when a step
+misses it.
 
 Run on a GPU machine:  ``python bench/grpo_gpu.py [--steps 3] [--vllm colocate] [--json OUT]``
 Tiny CPU mode (tests, and machines without CUDA): ``python bench/grpo_gpu.py --tiny``

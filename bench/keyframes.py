@@ -8,7 +8,8 @@ frame's processing-resolution grayscale image (prepared beforehand, so the basel
 the colour conversion and resize the extractor does). Target: ratio <= 1.3 at every input
 resolution (``--max-ratio``); the script exits 1 when the worst ratio is over it.
 
-Run: ``.venv/bin/python bench/keyframes.py [--frames N] [--repeat R] [--max-ratio 1.3]``
+Run: ``.venv/bin/python bench/keyframes.py [--frames N] [--repeat R] [--max-ratio 1.3]
+[--json PATH]``
 """
 
 from __future__ import annotations
@@ -17,9 +18,11 @@ import argparse
 import math
 import statistics
 import time
+from collections.abc import Sequence
 
 import cv2
 import numpy as np
+from _figures import add_json_option, write_figures
 
 from embodied_r_ros.core.config import KeyframeConfig
 from embodied_r_ros.core.keyframes import FeatureMatcher, KeyframeExtractor
@@ -132,12 +135,13 @@ def worst_case_ms(canvas_a: np.ndarray, canvas_b: np.ndarray, cfg: KeyframeConfi
     return 1000 * statistics.fmean(times)
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--frames", type=int, default=60, help="frames per resolution")
     parser.add_argument("--repeat", type=int, default=3, help="passes over the frames")
     parser.add_argument("--max-ratio", type=float, default=TARGET_RATIO,
                         help="bound on push / ORB at every resolution (exit 1 over it)")
+    add_json_option(parser)
     args = parser.parse_args(argv)
 
     cfg = KeyframeConfig(sample_fps=0.0)
@@ -152,6 +156,7 @@ def main(argv: list[str] | None = None) -> int:
     print(header)
     print("-" * len(header))
     worst = 0.0
+    per_input: dict[str, dict[str, float]] = {}
     for width, height in ((640, 480), (1280, 720)):
         frames = camera_frames(canvas, width, height, args.frames, seed=width)
         res = measure(frames, cfg, args.repeat)
@@ -159,6 +164,8 @@ def main(argv: list[str] | None = None) -> int:
         proc = FeatureMatcher(cfg).gray(frames[0])[0].shape
         verdict = "ok" if res["ratio"] <= args.max_ratio else f"over {args.max_ratio}"
         worst = max(worst, res["ratio"])
+        per_input[f"{width}x{height}"] = {**res, "processed_at": f"{proc[1]}x{proc[0]}",
+                                          "cut_ms": cut}
         print(f"{width:>5}x{height:<4} {proc[1]:>4}x{proc[0]:<4} {res['orb_ms']:7.2f} "
               f"{res['push_ms']:8.2f} {res['ratio']:6.2f} {res['native_ms']:8.2f} "
               f"{res['native_ratio']:6.2f} {res['orb_mean_ms']:9.2f} "
@@ -171,6 +178,9 @@ def main(argv: list[str] | None = None) -> int:
           "cut ms: mean push when every frame is an unrelated scene (all matches outliers).")
     missed = not worst <= args.max_ratio
     print(f"worst ratio: {worst:.3f} ({'MISSED' if missed else 'met'}: bound {args.max_ratio})")
+    write_figures(args.json, "keyframes", argv, args,
+                  {"per_input": per_input, "worst_ratio": worst, "missed": missed,
+                   "opencv": cv2.__version__})
     return 1 if missed else 0
 
 

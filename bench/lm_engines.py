@@ -13,13 +13,10 @@ peak RSS is its own. Per engine:
   agreement  the same answer letter as transformers fp32 on the in-distribution test questions,
              and each engine's accuracy with its 95 % bootstrap interval
 
-Engines: ``transformers`` (fp32), ``ct2-int8`` / ``ct2-int16`` / ``ct2-float32`` (the
-``ctranslate2`` backend), ``llamacpp-float16`` / ``llamacpp-int8`` / ``llamacpp-float32`` (the
-``llamacpp`` backend, the offline profile's: its own GGUF conversion, ``--threads`` threads a
-reply, 2 by default), ``llama.cpp`` (``llama-cpp-python`` on a GGUF made elsewhere, e.g. with
-llama.cpp's ``convert_hf_to_gguf.py``: ``--gguf``) and ``ort-genai`` (ONNX Runtime GenAI on its
-own builder's int4 CPU model: ``--onnx``); the last two are measured here, not project backends,
-and read the same token ids (the reasoner's chat template). Engines whose package is not
+Engines: ``transformers`` (fp32, the reference), ``llamacpp-float16`` / ``llamacpp-int8`` /
+``llamacpp-float32`` (the ``llamacpp`` backend, the offline profile's: its own GGUF conversion,
+``--threads`` threads a reply, 2 by default) and ``ct2-int8`` / ``ct2-float32`` (the
+``ctranslate2`` backend, the fallback without llama-cpp-python). Engines whose package is not
 installed are listed as such.
 
 Prompts: the demo's sample world (seed 7, 30 questions) and the ID test split (seeds 3000+,
@@ -31,7 +28,8 @@ resumably), since they take the longest.
 
 Targets (the chosen engine, ``--target``): p50 <= 3 s, p99 <= 6 s, agreement >= 95 %.
 Run: ``.venv/bin/python bench/lm_engines.py [--engines transformers,llamacpp-float16,ct2-int8]
-[--gguf q8_0=reasoner-q8_0.gguf --gguf f32=reasoner-f32.gguf] [--onnx DIR] [--measure-install]``
+[--id-per-category 30] [--measure-install] [--json PATH]``; ``--from-json FILE [--run LABEL]``
+prints the table of a figures file again (``results/bench/lm_engines_*.json``).
 """
 
 from __future__ import annotations
@@ -50,14 +48,14 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from _figures import add_json_option, write_figures
+
 REASONER = "smollm2-135m-embodied-r"
 MAX_NEW = 256
 DEMO_SEED = 7
 TARGET_P50_S, TARGET_P99_S, TARGET_AGREEMENT = 3.0, 6.0, 0.95
-PACKAGES = {"transformers": "transformers", "ct2": "ctranslate2", "llama.cpp": "llama-cpp-python",
-            "llamacpp": "llama-cpp-python", "ort-genai": "onnxruntime-genai"}
-MODULES = {"transformers": "transformers", "ct2": "ctranslate2", "llama.cpp": "llama_cpp",
-           "llamacpp": "llama_cpp", "ort-genai": "onnxruntime_genai"}
+PACKAGES = {"transformers": "transformers", "ct2": "ctranslate2", "llamacpp": "llama-cpp-python"}
+MODULES = {"transformers": "transformers", "ct2": "ctranslate2", "llamacpp": "llama_cpp"}
 DEMO_TRUTH = "demo_truth"
 DEFAULT_DATA = Path("~/.cache/embodied_r/bench-lm").expanduser()
 
@@ -124,92 +122,6 @@ def make_backend(engine: str, model_dir: Path, cache: Path, threads: int) -> Any
     raise ValueError(engine)
 
 
-class _Measured:
-    """Shared by the engines that are measured here but are not project backends: the prompt
-    is the reasoner's own chat template (the transformers tokenizer), so every engine reads the
-    same token ids, and the reply is decoded by the same tokenizer."""
-
-    def __init__(self, model_dir: Path) -> None:
-        from transformers import AutoTokenizer
-
-        self.tokenizer = AutoTokenizer.from_pretrained(model_dir)
-        self.eos = {int(self.tokenizer.eos_token_id)}
-
-    def ids(self, conv: Any) -> list[int]:
-        return [int(i) for i in self.tokenizer.apply_chat_template(
-            conv, add_generation_prompt=True, tokenize=True, return_dict=False)]
-
-    def complete(self, conversations: Sequence[Any], max_new_tokens: int = MAX_NEW) -> list[Any]:
-        from embodied_r_ros.core.backends.base import Completion
-
-        out = []
-        for conv in conversations:
-            ids = self.ids(conv)
-            new = self.generate(ids, max_new_tokens)
-            out.append(Completion(text=self.tokenizer.decode(new, skip_special_tokens=True),
-                                  prompt_tokens=len(ids), completion_tokens=len(new)))
-        return out
-
-    def generate(self, ids: list[int], max_new: int) -> list[int]:
-        raise NotImplementedError
-
-    def close(self) -> None:
-        pass
-
-
-class LlamaCpp(_Measured):
-    """llama-cpp-python on a GGUF of the merged reasoner, greedy. ``generate`` keeps the KV
-    state of the prefix the new prompt shares with the last one (the fixed system prompt and
-    instructions) and evaluates only the rest."""
-
-    def __init__(self, model_dir: Path, gguf: Path, threads: int) -> None:
-        super().__init__(model_dir)
-        from llama_cpp import Llama
-
-        # one thread a reply by default, as the CTranslate2 backend on CPU (threads_per_reply)
-        self.llm = Llama(model_path=str(gguf), n_ctx=4096, n_threads=threads or 1,
-                         n_threads_batch=threads or 1, n_batch=512, verbose=False)
-
-    def generate(self, ids: list[int], max_new: int) -> list[int]:
-        out: list[int] = []
-        # reset=True (the default) is what reuses the shared prefix; reset=False would append
-        # this prompt after the previous conversation's tokens
-        for token in self.llm.generate(ids, top_k=1, temp=0.0, repeat_penalty=1.0):
-            if token in self.eos or len(out) >= max_new:
-                break
-            out.append(int(token))
-        return out
-
-    def close(self) -> None:
-        self.llm.close()
-
-
-class OrtGenAI(_Measured):
-    """ONNX Runtime GenAI on a model built by its own builder
-    (``python -m onnxruntime_genai.models.builder -i <merged model> -p int4 -e cpu``)."""
-
-    def __init__(self, model_dir: Path, onnx_dir: Path) -> None:
-        super().__init__(model_dir)
-        import onnxruntime_genai as og
-
-        self.og = og
-        self.model = og.Model(str(onnx_dir))
-
-    def generate(self, ids: list[int], max_new: int) -> list[int]:
-        params = self.og.GeneratorParams(self.model)
-        params.set_search_options(max_length=len(ids) + max_new, do_sample=False)
-        generator = self.og.Generator(self.model, params)
-        generator.append_tokens(ids)
-        out: list[int] = []
-        while not generator.is_done() and len(out) < max_new:
-            generator.generate_next_token()
-            token = int(generator.get_next_tokens()[0])
-            if token in self.eos:
-                break
-            out.append(token)
-        return out
-
-
 def run_engine(args: argparse.Namespace) -> dict[str, Any]:
     """Set-up, load, prefill, latency and ID answers of one engine (child process)."""
     from embodied_r_ros.core.backends.offline import ensure_offline_model
@@ -233,18 +145,14 @@ def run_engine(args: argparse.Namespace) -> dict[str, Any]:
             llamacpp_backend.ensure_converted(str(model_dir), engine[9:], tmp)
             result["convert_s"] = time.perf_counter() - t0
         t0 = time.perf_counter()
-        if _family(engine) == "llama.cpp":
-            backend = LlamaCpp(model_dir, Path(args.gguf[0]), args.threads)
-        elif engine == "ort-genai":
-            backend = OrtGenAI(model_dir, Path(args.onnx))
-        else:
-            backend = make_backend(engine, model_dir, Path(tmp), args.threads)
+        backend = make_backend(engine, model_dir, Path(tmp), args.threads)
         result["load_s"] = time.perf_counter() - t0
         if args.id_only:  # the transformers reference alone (resumable, batched)
             backend.close()
             reference_texts(Path(args.reference), id_rows, model_dir, args.ref_batch,
                             generate=True)
             return result
+        demo = demo[: args.demo_questions]
         if engine == "transformers":  # the slow baseline: timed on the first N questions
             demo = demo[: args.baseline_questions]
         convs = [r["prompt"] for r in demo]
@@ -286,7 +194,7 @@ def run_engine(args: argparse.Namespace) -> dict[str, Any]:
             texts = []
         else:
             t0 = time.perf_counter()
-            # one call: the CTranslate2 backend replies to each prompt alone, one per core
+            # one call: the backend replies to each prompt alone, one per worker
             texts = [c.text for c in backend.complete([row["prompt"] for row in id_rows],
                                                       max_new_tokens=MAX_NEW)]
             result["id_s"] = time.perf_counter() - t0
@@ -339,31 +247,7 @@ def percentile(xs: Sequence[float], q: float) -> float:
 # -- the parent: one child per engine, the table ---------------------------------------------
 
 def _family(engine: str) -> str:
-    for family in ("ct2", "llama.cpp", "llamacpp"):
-        if engine.startswith(f"{family}-"):
-            return family
-    return engine
-
-
-def expand_engines(engines: str, ggufs: dict[str, Path]) -> list[str]:
-    """``llama.cpp`` stands for one engine per ``--gguf LABEL=PATH`` (``llama.cpp-LABEL``)."""
-    out: list[str] = []
-    for engine in engines.split(","):
-        if engine == "llama.cpp" and ggufs:
-            out += [f"llama.cpp-{label}" for label in ggufs]
-        else:
-            out.append(engine)
-    return out
-
-
-def parse_ggufs(values: Sequence[str]) -> dict[str, Path]:
-    ggufs = {}
-    for value in values:
-        label, sep, path = value.partition("=")
-        if not sep:
-            raise SystemExit(f"--gguf {value!r}: expected LABEL=PATH (e.g. q8_0=reasoner.gguf)")
-        ggufs[label] = Path(path)
-    return ggufs
+    return engine.partition("-")[0]
 
 
 def package_of(engine: str) -> str:
@@ -395,9 +279,7 @@ def reference_path(data: Path, model_dir: Path, rows: Sequence[dict]) -> Path:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--engines",
-                        default="transformers,llamacpp-float16,llamacpp-int8,ct2-int8,llama.cpp,"
-                                "ort-genai")
+    parser.add_argument("--engines", default="transformers,llamacpp-float16,llamacpp-int8,ct2-int8")
     parser.add_argument("--target", default="llamacpp-float16",
                         help="the engine the targets apply to")
     parser.add_argument("--data", type=Path, default=DEFAULT_DATA)
@@ -407,16 +289,13 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="ID test questions per category (30: all 180)")
     parser.add_argument("--id-limit", type=int, default=0,
                         help="only the first N of those (0: all)")
-    parser.add_argument("--gguf", action="append", default=[], metavar="LABEL=PATH",
-                        help="a GGUF of the merged reasoner, measured as engine "
-                             "llama.cpp-LABEL (repeatable)")
-    parser.add_argument("--onnx", type=Path, default=None,
-                        help="ONNX Runtime GenAI build of the merged reasoner")
     parser.add_argument("--threads", type=int, default=0)
     parser.add_argument("--ref-batch", type=int, default=8,
                         help="rows per transformers call for the ID reference")
     parser.add_argument("--prefill-prompts", type=int, default=30,
                         help="demo prompts timed for prefill (one new token each)")
+    parser.add_argument("--demo-questions", type=int, default=30,
+                        help="demo questions timed on every engine (30: all)")
     parser.add_argument("--baseline-questions", type=int, default=10,
                         help="demo questions timed on transformers (the slow baseline)")
     parser.add_argument("--skip-id", default="",
@@ -424,9 +303,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--id-only", action="store_true",
                         help="only build the transformers ID reference (resumable)")
     parser.add_argument("--measure-install", action="store_true")
-    parser.add_argument("--json", type=Path, default=None, help="write all figures here")
+    add_json_option(parser)
     parser.add_argument("--from-json", type=Path, default=None,
-                        help="print the table of an earlier run's --json file")
+                        help="print the table of a figures file (of the run --run names)")
+    parser.add_argument("--run", default=None,
+                        help="with --from-json: the run of a file that holds several")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     parser.add_argument("--demo-rows", help=argparse.SUPPRESS)
     parser.add_argument("--id-rows", help=argparse.SUPPRESS)
@@ -443,11 +324,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     from embodied_r_ros.core.intervals import bootstrap_ci
 
     if args.from_json:
-        results = json.loads(args.from_json.read_text())
+        results = engines_of(json.loads(args.from_json.read_text()), args.run)
         _, id_rows = build_data(args.data, id_per_category=30)
         args.json = None
         id_rows = first_per_category(id_rows, args.id_per_category)[: args.id_limit or None]
-        return report(results, args, id_rows, bootstrap_ci)
+        return report(results, args, argv, id_rows, bootstrap_ci)
     args.data.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
     demo, id_rows = build_data(args.data, id_per_category=30)
@@ -460,14 +341,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     rows_file.write_text("".join(json.dumps(r) + "\n" for r in id_rows))
     id_rows = id_rows[: args.id_limit or None]
     results: dict[str, dict[str, Any]] = {}
-    ggufs = parse_ggufs(args.gguf)
-    for engine in expand_engines(args.engines, ggufs):
-        model_file = {"llama.cpp": ggufs.get(engine.removeprefix("llama.cpp-")),
-                      "ort-genai": args.onnx}
-        family = _family(engine)
-        if not installed(engine) or (family in model_file and model_file[family] is None):
-            why = (f"no --{'gguf' if family == 'llama.cpp' else 'onnx'}" if installed(engine)
-                   else f"{package_of(engine)} not installed")
+    for engine in args.engines.split(","):
+        if not installed(engine):
+            why = f"{package_of(engine)} not installed"
             print(f"{engine}: skipped ({why})", flush=True)
             results[engine] = {"engine": engine, "skipped": why}
             continue
@@ -476,15 +352,12 @@ def main(argv: Sequence[str] | None = None) -> int:
                    str(args.data / "demo" / "data.jsonl"), "--id-rows", str(rows_file),
                    "--out", out.name, "--prefill-prompts", str(args.prefill_prompts),
                    "--skip-id", args.skip_id,
+                   "--demo-questions", str(args.demo_questions),
                    "--baseline-questions", str(args.baseline_questions),
                    "--id-limit", str(args.id_limit),
                    "--threads", str(args.threads)]
             if args.model_cache:
                 cmd += ["--model-cache", str(args.model_cache)]
-            if family == "llama.cpp":
-                cmd += ["--gguf", str(model_file["llama.cpp"])]
-            if args.onnx:
-                cmd += ["--onnx", str(args.onnx)]
             if engine == "transformers":
                 cmd += ["--reference", str(ref), "--ref-batch", str(args.ref_batch)]
                 if args.id_only:
@@ -501,11 +374,22 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 0
         if args.measure_install:
             results[engine]["install_s"] = measure_install(package_of(engine))
-    return report(results, args, id_rows, bootstrap_ci)
+    return report(results, args, argv, id_rows, bootstrap_ci)
 
 
-def report(results: dict[str, dict[str, Any]], args: argparse.Namespace, id_rows: list[dict],
-           bootstrap_ci: Any) -> int:
+def engines_of(record: dict[str, Any], run: str | None) -> dict[str, dict[str, Any]]:
+    """The per-engine figures of a figures file: one this script wrote (``figures.engines``),
+    or one run (``run``) of a file that holds several (``runs.<label>.engines``)."""
+    if "runs" in record:
+        runs = record["runs"]
+        if run not in runs:
+            raise SystemExit(f"--run: one of {', '.join(runs)}")
+        return runs[run]["engines"]
+    return record["figures"]["engines"]
+
+
+def report(results: dict[str, dict[str, Any]], args: argparse.Namespace,
+           argv: Sequence[str] | None, id_rows: list[dict], bootstrap_ci: Any) -> int:
     truth = [r["solution"] for r in id_rows]
     ref = results.get("transformers", {}).get("id_answers")
     timed = {e: len(r[DEMO_TRUTH]) for e, r in results.items() if DEMO_TRUTH in r}
@@ -564,8 +448,8 @@ def report(results: dict[str, dict[str, Any]], args: argparse.Namespace, id_rows
     else:
         print(f"target engine {args.target} was not measured")
         failed = True
-    if args.json:
-        args.json.write_text(json.dumps(results, indent=1))
+    write_figures(args.json, "lm_engines", argv, args,
+                  {"engines": results, "target": args.target, "missed": failed})
     return 1 if failed else 0
 
 

@@ -6,8 +6,9 @@ batching: N requests in about the time of one), replying deterministically in th
 3-item form; the reasoning LM takes ``--lm-latency`` seconds. For 8, 16 and 32 key frames the
 same question is timed, side by side in one run:
 
-  sequential  the old order: one VLM call after another (perception.concurrency: 1)
-  concurrent  every call of the question at once (the default)
+  sequential  one VLM call after another (``perception.concurrency: 1``)
+  concurrent  every call of the question at once (the default); printed with its speed-up
+              over sequential
   re-ask      the window slid by one key frame: only the new pair and first frame are asked
   streaming   descriptions made in the background as frames arrived; the question reads them
 
@@ -15,7 +16,8 @@ Targets: 32 key frames concurrent <= 2 x one VLM call; re-ask after one new key 
 call + LM; streaming <= LM + 50 ms. The perception text of sequential and concurrent is checked
 to be byte-identical.
 
-Run: ``.venv/bin/python bench/perception_latency.py [--vlm-latency 1.0] [--lm-latency 0.5]``
+Run: ``.venv/bin/python bench/perception_latency.py [--vlm-latency 1.0] [--lm-latency 0.5]
+[--frames 8 16 32] [--json PATH]``
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
+from _figures import add_json_option, write_figures
 
 from embodied_r_ros.core.backends.base import ChatBackend, Completion
 from embodied_r_ros.core.config import config_from_dict
@@ -112,12 +115,13 @@ def ask(p: EmbodiedR, images: list[np.ndarray], stamps: list[float]) -> tuple[fl
     return time.perf_counter() - t0, answer.perception
 
 
-def main() -> int:
+def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--vlm-latency", type=float, default=1.0)
     parser.add_argument("--lm-latency", type=float, default=0.5)
     parser.add_argument("--frames", type=int, nargs="*", default=[8, 16, 32])
-    args = parser.parse_args()
+    add_json_option(parser)
+    args = parser.parse_args(argv)
     vlm, lm = EmulatedVLM(args.vlm_latency), TimedLM(args.lm_latency)
     rows, ok = [], True
     with serve(vlm) as server, tempfile.TemporaryDirectory() as tmp:
@@ -150,18 +154,23 @@ def main() -> int:
             rows.append((n, t_seq, t_conc, peak, t_slide, slide_calls, t_stream, same, targets))
     print(f"Query latency, VLM call {args.vlm_latency:g} s (served concurrently), "
           f"LM {args.lm_latency:g} s")
-    head = ("key frames", "sequential", "concurrent", "in flight", "re-ask (+1 kf)",
-            "its VLM calls", "streaming", "same text")
+    head = ("key frames", "sequential", "concurrent", "seq / conc", "in flight",
+            "re-ask (+1 kf)", "its VLM calls", "streaming", "same text")
     print(" | ".join(f"{h:>14s}" for h in head))
+    figures = []
     for n, t_seq, t_conc, peak, t_slide, calls, t_stream, same, targets in rows:
         marks = ["" if t else " OVER" for t in targets]
-        cells = (str(n), f"{t_seq:.2f} s", f"{t_conc:.2f} s{marks[0]}", str(peak),
-                 f"{t_slide:.2f} s{marks[1]}", str(calls), f"{t_stream:.3f} s{marks[2]}",
-                 str(same))
+        cells = (str(n), f"{t_seq:.2f} s", f"{t_conc:.2f} s{marks[0]}", f"{t_seq / t_conc:.1f}x",
+                 str(peak), f"{t_slide:.2f} s{marks[1]}", str(calls),
+                 f"{t_stream:.3f} s{marks[2]}", str(same))
         print(" | ".join(f"{c:>14s}" for c in cells))
+        figures.append({"key_frames": n, "sequential_s": t_seq, "concurrent_s": t_conc,
+                        "in_flight": peak, "reask_s": t_slide, "reask_vlm_calls": calls,
+                        "streaming_s": t_stream, "same_text": same, "targets_met": all(targets)})
     print(f"targets: concurrent <= {2 * args.vlm_latency:g} s, re-ask <= "
           f"{args.vlm_latency + args.lm_latency:g} s (+50 ms), streaming <= "
           f"{args.lm_latency + 0.05:g} s -> {'OK' if ok else 'OVER'}")
+    write_figures(args.json, "perception_latency", argv, args, {"per_window": figures, "ok": ok})
     return 0 if ok else 1
 
 

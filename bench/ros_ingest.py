@@ -1,23 +1,22 @@
 """Frame-buffer ingestion cost: a 30 Hz 1280x720 rgb8 camera into the frame-buffer node,
-the old path and the new one side by side.
+with and without the DDS content filter on the stamp, side by side.
 
 Real-rate phase (``--seconds`` of stream, for each path in its own node process): the node's
-CPU time per second of stream, from /proc of the node's process. Old path (``raw_ingest: false,
-stamp_filter: false``): every frame crosses Fast DDS into the process and rclpy deserialises
-every 2.6 MiB message before the stamp check throws 29 of 30 away; raw: the subscription is
-raw, the stamp is read from the CDR bytes and only kept frames are deserialised; new (the
-default): raw, and once the sampling grid is known a DDS content filter on ``header.stamp``
-lets only the frames near the grid times (about 3 a second) reach the process at all. Memory
-phase (new path; fast-forward to ``--minutes`` of stream): only the frames
-the 1 fps pre-sampler keeps are sent, which leaves the buffer exactly as a real-rate stream
+CPU time per second of stream, from /proc of the node's process. Both paths subscribe raw: the
+stamp is read from the CDR bytes and only the frames the 1 fps pre-sampler keeps are
+deserialised. ``unfiltered`` (``stamp_filter: false``): every frame still crosses Fast DDS into
+the process; ``filtered`` (the default): once the sampling grid is known, a DDS content filter
+on ``header.stamp`` lets only the frames near the grid times (about 3 a second) reach the
+process at all. Memory phase (filtered path; fast-forward to ``--minutes`` of stream): only the
+frames the pre-sampler keeps are sent, which leaves the buffer exactly as a real-rate stream
 would; then the node's memory is read. Both are checked against bounds.
 
 Memory bound: RSS (its peak) at most idle + ``buffer_max_mb`` + 64 MiB + ``IMAGE_HISTORY`` + 3
 frames (the DDS history, and while a frame is processed its serialised bytes, the deserialised
 message and the decoded array): 119 MiB more at 4K ``rgb8``, 13 MiB at 720p.
 
-Run: ``.venv/bin/python bench/ros_ingest.py [--seconds 30] [--minutes 10]``; 4K:
-``--width 3840 --height 2160 --fps 46 --views 6 --paths new``.
+Run: ``.venv/bin/python bench/ros_ingest.py [--seconds 30] [--minutes 10] [--json PATH]``; 4K:
+``--width 3840 --height 2160 --fps 46 --views 6 --paths filtered``.
 """
 
 from __future__ import annotations
@@ -25,9 +24,11 @@ from __future__ import annotations
 import argparse
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import rclpy
+from _figures import add_json_option, write_figures
 from _ros_common import (
     Camera,
     Diagnostics,
@@ -41,25 +42,25 @@ from sensor_msgs.msg import Image
 
 from embodied_r_ros.nodes.transport import IMAGE_HISTORY
 
-CPU_BOUND = 0.10  # core-seconds per second of stream, new path
+CPU_BOUND = 0.10  # core-seconds per second of stream, filtered path
 WORKING_COPIES = 3  # frame-sized copies while one frame is processed (see the bound below)
 STATUS = "embodied_r: camera front"
 
 
-PATHS = {  # name: (raw_ingest, stamp_filter, what it is)
-    "old": (False, False, "rclpy deserialises every message"),
-    "raw": (True, False, "stamp read from the CDR bytes, kept frames deserialised"),
-    "new": (True, True, "raw + a DDS content filter on the stamp (the default)"),
+PATHS = {  # name: (stamp_filter, what it is)
+    "unfiltered": (False, "every frame reaches the process, its stamp read from the CDR bytes"),
+    "filtered": (True, "a DDS content filter on the stamp before the process (the default)"),
 }
+MEASURED = "filtered"  # the default: the bounds apply to it, the memory phase runs on it
 
 
 def start_node(path: str, args: argparse.Namespace, log: Path) -> NodeProcess:
-    raw, flt, _ = PATHS[path]
+    stamp_filter, _ = PATHS[path]
     return NodeProcess(
         "embodied_r_ros.nodes.frame_buffer",
         ["-p", "profile:=offline", "-p", "diagnostics_period_sec:=0.5",
-         "-p", f"buffer_max_mb:={args.buffer_mb}", "-p", f"raw_ingest:={str(raw).lower()}",
-         "-p", f"stamp_filter:={str(flt).lower()}", "-r", "image:=/bench/image_raw"],
+         "-p", f"buffer_max_mb:={args.buffer_mb}",
+         "-p", f"stamp_filter:={str(stamp_filter).lower()}", "-r", "image:=/bench/image_raw"],
         log, env=dict(e.split("=", 1) for e in args.node_env),
     )
 
@@ -80,7 +81,7 @@ def real_rate(node_proc: NodeProcess, pub: object, diag: Diagnostics, camera: Ca
     return cpu / (n_real * period), diag.get(STATUS, "frames_received"), n_real
 
 
-def main() -> int:
+def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=30.0,
                         help="real-rate phase length, for each path")
@@ -90,14 +91,15 @@ def main() -> int:
     parser.add_argument("--fps", type=float, default=30.0)
     parser.add_argument("--buffer-mb", type=float, default=64.0)
     parser.add_argument("--paths", nargs="+", choices=list(PATHS), default=list(PATHS),
-                        help="ingestion paths to compare (the memory phase needs 'new')")
+                        help=f"ingestion paths to compare (the memory phase needs {MEASURED!r})")
     parser.add_argument("--node-env", nargs="*", default=[], metavar="NAME=VALUE",
                         help="extra environment of the node process (e.g. malloc tunables)")
     parser.add_argument("--views", type=int, default=90,
                         help="distinct camera views pre-serialised (fewer for 4K: RAM)")
-    args = parser.parse_args()
-    if "new" not in args.paths:
-        parser.error("--paths must include 'new' (the memory phase runs on it)")
+    add_json_option(parser)
+    args = parser.parse_args(argv)
+    if MEASURED not in args.paths:
+        parser.error(f"--paths must include {MEASURED!r} (the memory phase runs on it)")
     paths = [p for p in PATHS if p in args.paths]
 
     tmp = Path(tempfile.gettempdir())
@@ -125,10 +127,10 @@ def main() -> int:
             stream_rss[path] = (rss_idle, *node_proc.memory_mb())
             print(f"  [{path}] RSS by kind after the stream: {node_proc.memory_split_mb()}",
                   flush=True)
-            if path != "new":
+            if path != MEASURED:
                 node_proc.stop()
-                wait_for(lambda: pub.get_subscription_count() == 0, 30, "the old node to go")
-        # memory: fast-forward the new path's node, one frame per stream second
+                wait_for(lambda: pub.get_subscription_count() == 0, 30, "its node to go")
+        # memory: fast-forward the filtered path's node, one frame per stream second
         assert node_proc is not None
         stream_real = args.seconds
         n_total_sec = round(args.minutes * 60)
@@ -164,12 +166,14 @@ def main() -> int:
     for path in paths:
         cpu, received, sent = results[path]
         idle, after, top = stream_rss[path]
-        print(f"  {path:>3s} ({PATHS[path][2]}): {cpu:.3f} core-s per s of stream, "
+        print(f"  {path:>10s} ({PATHS[path][1]}): {cpu:.3f} core-s per s of stream, "
               f"{received:.0f}/{sent} frames delivered to the node; RSS idle {idle:.0f}, "
               f"after the stream {after:.0f}, peak {top:.0f} MiB")
-    cpu_per_sec = results["new"][0]
-    ratio = f"ratio old/new: {results['old'][0] / cpu_per_sec:.1f}x; " if "old" in results else ""
-    print(f"  {ratio}new bound {CPU_BOUND} -> {'OK' if cpu_per_sec <= CPU_BOUND else 'OVER'}")
+    cpu_per_sec = results[MEASURED][0]
+    ratio = (f"ratio unfiltered/filtered: {results['unfiltered'][0] / cpu_per_sec:.1f}x; "
+             if "unfiltered" in results else "")
+    print(f"  {ratio}filtered bound {CPU_BOUND} -> "
+          f"{'OK' if cpu_per_sec <= CPU_BOUND else 'OVER'}")
     mem_ok = peak <= peak_bound
     print(f"  after {args.minutes:g} min of stream: RSS {rss:.0f} MiB, peak {peak:.0f} (idle "
           f"{rss_idle:.0f}; idle + buffer_max_mb + 64 = {mem_bound:.0f}, + "
@@ -179,7 +183,20 @@ def main() -> int:
           + " MiB")
     print(f"  buffer: {buffer_frames:.0f} frames, {span:.0f} s, {buffer_mb:.1f} MiB of JPEG "
           f"(buffer_sec 300, buffer_max_mb {args.buffer_mb:g})")
-    return 0 if cpu_per_sec <= CPU_BOUND and mem_ok else 1
+    ok = cpu_per_sec <= CPU_BOUND and mem_ok
+    write_figures(args.json, "ros_ingest", argv, args, {
+        "frame_mib": frame_mb,
+        "cpu_core_s_per_s": {p: results[p][0] for p in paths},
+        "frames_delivered": {p: results[p][1] for p in paths},
+        "frames_sent": {p: results[p][2] for p in paths},
+        "rss_mib_idle_after_peak": {p: list(stream_rss[p]) for p in paths},
+        "cpu_bound": CPU_BOUND,
+        "memory": {"rss_mib": rss, "peak_mib": peak, "idle_mib": rss_idle,
+                   "peak_bound_mib": peak_bound, "by_kind_mib": split,
+                   "buffer_frames": buffer_frames, "buffer_span_s": span,
+                   "buffer_mib": buffer_mb},
+        "ok": ok})
+    return 0 if ok else 1
 
 
 if __name__ == "__main__":

@@ -9,7 +9,7 @@ executor and the service round trip. Reported as p50/p99 of
   server overhead = total_sec - perception_sec - reasoning_sec (inside the query server), and
   round trip      = client-side wall time - perception_sec - reasoning_sec.
 
-Run: ``.venv/bin/python bench/ros_query_overhead.py [--queries 200] [--window 60]``
+Run: ``.venv/bin/python bench/ros_query_overhead.py [--queries 100] [--window 60] [--json PATH]``
 """
 
 from __future__ import annotations
@@ -18,9 +18,11 @@ import argparse
 import statistics
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import rclpy
+from _figures import add_json_option, write_figures
 from _ros_common import (
     Camera,
     Diagnostics,
@@ -57,13 +59,14 @@ def odometry(t: float, yaw_deg: float) -> Odometry:
     return msg
 
 
-def main() -> int:
+def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--queries", type=int, default=100)
     parser.add_argument("--window", type=float, default=60.0, help="seconds of buffer asked")
     parser.add_argument("--width", type=int, default=1280)
     parser.add_argument("--height", type=int, default=720)
-    args = parser.parse_args()
+    add_json_option(parser)
+    args = parser.parse_args(argv)
 
     tmp = Path(tempfile.mkdtemp(prefix="embodied_r_bench_"))
     (tmp / "bench.yaml").write_text(CONFIG)
@@ -127,6 +130,13 @@ def main() -> int:
     ok = percentile(server, 50) <= P50_BOUND_SEC and percentile(server, 99) <= P99_BOUND_SEC
     print(f"  bounds: server overhead p50 <= {1000 * P50_BOUND_SEC:.0f} ms, p99 <= "
           f"{1000 * P99_BOUND_SEC:.0f} ms -> {'OK' if ok else 'OVER'}")
+    write_figures(args.json, "ros_query_overhead", argv, args, {
+        "key_frames_median": statistics.median(frames), "queries": len(server),
+        "server_overhead_ms": {"p50": 1000 * percentile(server, 50),
+                               "p99": 1000 * percentile(server, 99)},
+        "round_trip_minus_models_ms": {"p50": 1000 * percentile(trip, 50),
+                                       "p99": 1000 * percentile(trip, 99)},
+        "bounds_ms": {"p50": 1000 * P50_BOUND_SEC, "p99": 1000 * P99_BOUND_SEC}, "ok": ok})
     return 0 if ok else 1
 
 

@@ -15,7 +15,8 @@ the first two minutes as warm-up, so that the slope measures the steady state. `
 swaps the reasoning LM for the tiny random one (8 tokens): hundreds of queries instead of dozens
 on a CPU, so that a per-query leak shows.
 
-Run: ``.venv/bin/python bench/soak_memory.py [--minutes 10] [--profile offline] [--fast-lm]``
+Run: ``.venv/bin/python bench/soak_memory.py [--minutes 10] [--profile offline] [--fast-lm]
+[--json PATH]``
 """
 
 from __future__ import annotations
@@ -25,10 +26,12 @@ import math
 import tempfile
 import threading
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 import rclpy
+from _figures import add_json_option, write_figures
 from _ros_common import Camera, NodeProcess, wait_for
 from nav_msgs.msg import Odometry
 from rclpy.qos import QoSProfile, ReliabilityPolicy
@@ -68,7 +71,7 @@ def stream(stop: threading.Event, pub: object, odom: object, camera: Camera) -> 
         time.sleep(max(0.0, t0 + i / 10.0 - time.monotonic()))
 
 
-def main() -> int:
+def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--minutes", type=float, default=10.0)
     parser.add_argument("--profile", default="offline")
@@ -78,7 +81,8 @@ def main() -> int:
     parser.add_argument("--warmup-min", type=float, default=2.0)
     parser.add_argument("--fast-lm", action="store_true",
                         help="reason with the tiny random LM (many more queries per minute)")
-    args = parser.parse_args()
+    add_json_option(parser)
+    args = parser.parse_args(argv)
     tmp = Path(tempfile.mkdtemp(prefix="embodied_r_soak_"))
     profile = args.profile
     if args.fast_lm:
@@ -155,6 +159,14 @@ def main() -> int:
           f"(bound {SLOPE_BOUND_MB_PER_MIN:g} MiB/min)")
     ok = slope <= SLOPE_BOUND_MB_PER_MIN and counts["failed"] == 0 and code == 0
     print(f"  -> {'OK' if ok else 'OVER'}")
+    write_figures(args.json, "soak_memory", argv, args, {
+        "queries": counts, "exit_code": code,
+        "rss_mib": {"after_start": started, "after_warmup": after_warmup,
+                    "end": float(rss[-1]), "peak": peak},
+        "growth_after_warmup_mib_per_min": slope, "bound_mib_per_min": SLOPE_BOUND_MB_PER_MIN,
+        "samples_min_mib": [[round(float(t), 3), round(float(m), 1)]
+                            for t, m in zip(times, rss, strict=True)],
+        "ok": ok})
     return 0 if ok else 1
 
 
