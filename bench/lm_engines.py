@@ -20,8 +20,9 @@ Engines: ``transformers`` (fp32, the reference), ``llamacpp-float16`` / ``llamac
 installed are listed as such.
 
 Prompts: the demo's sample world (seed 7, 30 questions) and the ID test split (seeds 3000+,
-30 a category; ``--id-per-category`` takes the first N of each), built with ``embodied-r-train
-build --profile offline`` into ``--data`` once (the perception code the demo's pipeline runs).
+30 a category; ``--id-per-category`` takes the first N of each), built as ``embodied-r-train
+build --profile offline`` builds them, into ``--data`` once (the perception code the demo's
+pipeline runs).
 transformers' ID replies, the agreement reference, are generated in batches and cached in
 ``--data`` keyed by the model's files and the prompts (``--id-only`` builds just them,
 resumably), since they take the longest.
@@ -64,19 +65,17 @@ DEFAULT_DATA = Path("~/.cache/embodied_r/bench-lm").expanduser()
 
 def demo_rows(data: Path) -> list[dict]:
     """The demo's 30 rows, built once into ``data/demo`` by the offline pipeline."""
-    from embodied_r_training.cli import main as train_cli
+    from embodied_r_training.data.builders import build_from_bag, perception_config
+    from embodied_r_training.data.splits import SplitOptions
 
     from embodied_r_ros.sim.generate import ensure_sample
 
     demo = data / "demo"
     if not (demo / "data.jsonl").is_file():
         paths = ensure_sample(data / "sample-world")
-        code = train_cli(["build", "--bag", str(paths.bag), "--questions", str(paths.questions),
-                          "--image-topic", "/camera/image_raw", "--odom-topic", "/odom",
-                          "--profile", "offline", "--out", str(demo), "--split-by", "question",
-                          "--folds", "0", "--no-progress"])
-        if code != 0:
-            raise SystemExit(f"building the demo prompts failed ({code})")
+        build_from_bag(paths.bag, paths.questions, demo, image_topic="/camera/image_raw",
+                       odom_topic="/odom", config=perception_config("offline"),
+                       splits=SplitOptions(by="question", folds=0), progress=False)
     return _rows(demo / "data.jsonl")
 
 
