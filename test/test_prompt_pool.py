@@ -1,4 +1,5 @@
-"""The GRPO prompt pool (issue 17 item 2): only questions the policy answers right sometimes."""
+"""The GRPO prompt pool (``experimental.prompt_pool_*``): only questions the policy answers
+right sometimes."""
 
 from __future__ import annotations
 
@@ -47,7 +48,8 @@ def test_the_pool_keeps_questions_answered_both_ways(dataset: Path) -> None:
 def test_the_pool_is_written_once_and_read_back_on_resume(dataset: Path, tmp_path: Path) -> None:
     rows = load_rows(dataset, "train")[:4]
     replies = _replies(rows, [1, 4, 0, 3])
-    cfg = load_train_config("cpu-tiny", {"grpo": {"pool_samples": 4, "max_rows": 2}})
+    cfg = load_train_config("cpu-tiny", {"grpo": {"max_rows": 2},
+                                         "experimental": {"prompt_pool_samples": 4}})
     pool = prompt_pool(cfg, rows, tmp_path, lambda r: replies[r["id"]])
     assert len(pool) == 2 and all(replies[r["id"]].count(replies[r["id"]][0]) < 4 for r in pool)
     saved = json.loads((tmp_path / POOL_FILE).read_text())
@@ -64,21 +66,25 @@ def test_the_pool_is_written_once_and_read_back_on_resume(dataset: Path, tmp_pat
 def test_a_pool_of_nothing_is_a_clear_error(dataset: Path, tmp_path: Path,
                                             tiny_models_dir: Path) -> None:
     """The random tiny model never answers right: GRPO stops before training, naming the key."""
-    cfg = load_train_config("cpu-tiny", {"data": {"max_rows": 2}, "grpo": {
-        "pool_samples": 2, "max_completion_length": 8}})
-    with pytest.raises(ValueError, match=r"none of 2 candidate .*grpo\.pool_candidates"):
+    cfg = load_train_config("cpu-tiny", {"data": {"max_rows": 2},
+                                         "grpo": {"max_completion_length": 8},
+                                         "experimental": {"prompt_pool_samples": 2}})
+    with pytest.raises(ValueError,
+                       match=r"none of 2 candidate .*experimental\.prompt_pool_candidates"):
         run_grpo(cfg, dataset, output_dir=tmp_path / "run")
     assert not (tmp_path / "run" / POOL_FILE).exists()
-    with pytest.raises(ConfigError, match="pool_samples must be 0"):
-        load_train_config("cpu-tiny", {"grpo": {"pool_samples": 1}})
+    with pytest.raises(ConfigError, match="prompt_pool_samples must be 0"):
+        load_train_config("cpu-tiny", {"experimental": {"prompt_pool_samples": 1}})
+    with pytest.raises(ConfigError, match="pool_samples"):  # not a grpo key
+        load_train_config("cpu-tiny", {"grpo": {"pool_samples": 2}})
 
 
 def test_the_sampler_draws_as_grpo_does(dataset: Path, tiny_models_dir: Path) -> None:
     """Several sampled replies per prompt (not greedy), the same ones under the same seed."""
     import torch
 
-    cfg = load_train_config("cpu-tiny", {"grpo": {"pool_samples": 3,
-                                                  "max_completion_length": 6}})
+    cfg = load_train_config("cpu-tiny", {"grpo": {"max_completion_length": 6},
+                                         "experimental": {"prompt_pool_samples": 3}})
     model, tokenizer = load_policy(cfg, "cpu")
     complete = policy_sampler(cfg, model, tokenizer, "cpu")
     row = load_rows(dataset, "train")[0]

@@ -152,6 +152,8 @@ def test_the_demo_table_runs_with_every_label_and_both_pairs(dataset: Path, tmp_
     scored = json.loads((out / "eval.json").read_text())
     paired = json.loads((out / "paired.json").read_text())
     assert scored == json.loads(json.dumps(done.to_dict()))
+    report = (out / "eval.md").read_text()  # the paper's rows cite the paper
+    assert "arXiv 2504.12680, Table 1" in report and "digest" not in report
     for data in ("ID", "OOD"):
         assert list(scored[data]) == ["chance", "first-option", "oracle", *models]
         assert set(paired[data]) == {f"{SHIPPED} - SFT", f"{SHIPPED} - {ABLATION}"}

@@ -11,6 +11,7 @@ cosine schedule, top-k 50, top-p 0.9, left truncation of over-long prompts).
 
 A file may name another in ``base`` and override any key; unknown keys and bad values raise
 :class:`~embodied_r_ros.core.config.ConfigError` naming the key, as the core config does.
+Options that work and are tested but that no shipped recipe uses live under ``experimental``.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from pydantic import Field, ValidationError, model_validator
 from embodied_r_ros.core.config import (
     ConfigError,
     ModelConfig,
+    Quantization,
     StrictModel,
     check_engine_quantization,
     deep_merge,
@@ -37,7 +39,6 @@ from embodied_r_ros.core.config import format_validation_error as format_error
 from embodied_r_ros.core.rewards import REWARD_NAMES
 
 CONFIG_DIR = Path(__file__).resolve().parent / "configs"
-ACCELERATE_DIR = Path(__file__).resolve().parent / "accelerate"
 
 Dtype = Literal["auto", "float32", "float16", "bfloat16"]
 Device = Literal["auto", "cpu", "cuda"]
@@ -46,37 +47,45 @@ Device = Literal["auto", "cpu", "cuda"]
 class LoraSettings(StrictModel):
     """PEFT LoRA instead of full fine-tuning (the paper trains all weights)."""
 
-    r: int = Field(16, ge=1)
-    alpha: int = Field(32, ge=1)
-    dropout: float = Field(0.05, ge=0.0, lt=1.0)
-    target_modules: list[str] | str = "all-linear"
+    r: int = Field(16, ge=1, description="the adapters' rank")
+    alpha: int = Field(32, ge=1, description="scaling: the update is multiplied by alpha / r")
+    dropout: float = Field(0.05, ge=0.0, lt=1.0, description="dropout on the adapters' input")
+    target_modules: list[str] | str = Field(
+        "all-linear", description="module names to adapt, or PEFT's 'all-linear'")
 
 
 class PolicySettings(StrictModel):
     """The reasoning LM being trained: hub id, local directory or offline model name."""
 
-    # The official recipe starts from the VL model; its text decoder is what trains (see
-    # core/backends/text_decoder.py). "Qwen/Qwen2.5-3B-Instruct" is the text-only alternative.
+    #: the official recipe starts from the VL model and trains its text decoder
+    #: (core/backends/text_decoder.py); "Qwen/Qwen2.5-3B-Instruct" is the text-only alternative
     model: str = Field("Qwen/Qwen2.5-VL-3B-Instruct", min_length=1)
-    # the compute (autocast) dtype on CUDA; the trained weights are always fp32 masters
-    # (embodied_r_training.rl.precision); CPU trains in fp32
+    #: the compute (autocast) dtype on CUDA; the trained weights are always fp32 masters
+    #: (:mod:`embodied_r_training.rl.precision`); CPU trains in fp32
     dtype: Dtype = "bfloat16"
-    gradient_checkpointing: bool = False
+    gradient_checkpointing: bool = Field(
+        False, description="recompute activations in the backward pass: less memory, slower")
+    #: None: full fine-tuning, as the paper
     lora: LoraSettings | None = None
-    # a PEFT LoRA adapter of ``model`` to start from and keep training (GRPO after LoRA SFT):
-    # its own rank and targets apply, ``lora`` is ignored
+    #: a PEFT LoRA adapter of ``model`` to start from and keep training (GRPO after LoRA SFT):
+    #: its own rank and targets apply, ``lora`` is ignored
     adapter: str | None = None
 
 
 class DataSettings(StrictModel):
-    split: Literal["train", "val", "test", "all"] = "train"
+    """Which rows of a built dataset train, and how over-long prompts are handled."""
+
+    split: Literal["train", "val", "test", "all"] = Field(
+        "train", description="the split that trains")
     fold: int | None = Field(None, ge=0, description="k-fold: train on all folds but this one")
     max_prompt_tokens: int = Field(6144, ge=64, description="ms-swift's max_length")
-    # what training does with a longer prompt: "left" keeps its last max_prompt_tokens tokens
-    # (ms-swift's GRPO sets and asserts truncation_strategy='left': what the official runs did),
-    # "delete" leaves the row out, "drop_oldest_frames" drops its oldest key frames until it fits
+    #: what training does with a longer prompt: "left" keeps its last max_prompt_tokens tokens
+    #: (ms-swift's GRPO sets and asserts truncation_strategy='left', so the official runs did
+    #: this), "delete" leaves the row out, "drop_oldest_frames" drops its oldest key frames
+    #: until it fits
     over_length: Literal["left", "delete", "drop_oldest_frames"] = "left"
-    max_rows: int | None = Field(None, ge=1, description="the split's first N rows (demos)")
+    max_rows: int | None = Field(
+        None, ge=1, description="the split's first N rows (quick runs); None: every row")
     val_split: Literal["val", "test"] | None = Field(
         "val", description="the split GRPO validates on every grpo.eval_steps (None: never)"
     )
@@ -85,10 +94,10 @@ class DataSettings(StrictModel):
 class Stage(StrictModel):
     """A run of epochs with fixed reward weights (format : accuracy : consistency)."""
 
-    epochs: int = Field(ge=1)
-    format: float = Field(ge=0.0)
-    accuracy: float = Field(ge=0.0)
-    consistency: float = Field(ge=0.0)
+    epochs: int = Field(ge=1, description="epochs of this stage")
+    format: float = Field(ge=0.0, description="weight of the format reward")
+    accuracy: float = Field(ge=0.0, description="weight of the accuracy reward")
+    consistency: float = Field(ge=0.0, description="weight of the consistency reward")
 
     def weights(self) -> list[float]:
         return [float(getattr(self, name)) for name in REWARD_NAMES]
@@ -102,67 +111,77 @@ PAPER_STAGES = (
 
 
 class RewardSettings(StrictModel):
+    """The paper's three rewards (format, accuracy, consistency) and their schedule."""
+
+    #: how the accuracy reward reads an answer: "tag", the ``<answer>`` tag against the
+    #: options; "official", the official reward's normalisation of the whole completion
+    #: (train/reward/choice_accuracy_reward.py of Embodied-R.code)
     answer_mode: Literal["tag", "official"] = "tag"
-    # the consistency reference's prompt file (config/prompts.yaml format); None: the one the
-    # dataset was built with (its manifest), else the shipped one
+    #: the consistency reference's prompt file (config/prompts.yaml format); None: the one the
+    #: dataset was built with (its manifest), else the shipped one
     prompts: str | None = None
-    # a reference call that fails or replies nothing: "none" scores 0 (the official API variant),
-    # "think_regex" reads the letter from the think text (the official local variant)
+    #: a reference call that fails or replies nothing: "none" scores 0 (the official API
+    #: variant), "think_regex" reads the letter from the think text (the official local one)
     fallback: Literal["none", "think_regex"] = "none"
-    # The last stage continues when training runs past the listed epochs.
+    #: the weights per run of epochs (the paper's 7:3:0, 3:7:0, 1:7:2 over 2 + 2 + 8 epochs);
+    #: the last stage continues when training runs past the listed epochs
     stages: list[Stage] = Field(default_factory=lambda: list(PAPER_STAGES), min_length=1)
-    # The frozen reference LM of the consistency reward (temperature/max_new_tokens are the
-    # paper's 0.1 / 10 whatever is set here). None: the policy's initial weights, in-process.
+    #: the frozen reference LM of the consistency reward (it always decodes at the paper's
+    #: temperature 0.1 for at most 10 tokens). None: the policy's initial weights, in-process
     reference: ModelConfig | None = None
     skip_unweighted_consistency: bool = Field(
         True, description="no reference calls while the consistency weight is 0"
     )
-    # one_run: the stages switch at epoch boundaries inside one training (one cosine schedule
-    # over all epochs); resumed_runs: the maintainers' way (Embodied-R.code issue #6): one
-    # training per stage, each resuming the previous one's full checkpoint (optimizer kept)
+    #: one_run: the stages switch at epoch boundaries inside one training (one cosine schedule
+    #: over all epochs); resumed_runs: as the maintainers run the paper's schedule
+    #: (EmbodiedCity/Embodied-R.code issue #6), one training per stage, each resuming the
+    #: previous one's full checkpoint (optimizer state kept)
     stage_mode: Literal["one_run", "resumed_runs"] = "one_run"
 
 
 class GRPOSettings(StrictModel):
+    """GRPO (TRL's ``GRPOTrainer``) as ms-swift 3.3/3.4 ran it for the official scripts."""
+
     num_generations: int = Field(8, ge=2, description="group size G")
     completions_per_step: int = Field(32, ge=2, description="completions per optimizer step")
     per_device_batch: int = Field(8, ge=1, description="completions per device per micro-step")
-    learning_rate: float = Field(5e-7, gt=0.0)
-    # AdamW as ms-swift configures it (swift/trainers/arguments.py: weight_decay 0.1, adam_beta2
-    # 0.95; beta1 and epsilon are Transformers' 0.9 and 1e-8)
+    learning_rate: float = Field(5e-7, gt=0.0, description="the paper's 5e-7 (full weights)")
+    #: AdamW as ms-swift configures it (swift/trainers/arguments.py: weight_decay 0.1,
+    #: adam_beta2 0.95; beta1 and epsilon are Transformers' 0.9 and 1e-8)
     weight_decay: float = Field(0.1, ge=0.0)
     adam_beta1: float = Field(0.9, ge=0.0, lt=1.0)
     adam_beta2: float = Field(0.95, ge=0.0, lt=1.0)
     adam_epsilon: float = Field(1e-8, gt=0.0)
     beta: float = Field(0.001, ge=0.0, description="KL coefficient")
-    temperature: float = Field(1.0, gt=0.0)
+    temperature: float = Field(1.0, gt=0.0, description="rollout sampling temperature")
     top_k: int = Field(50, ge=0, description="0: no top-k filtering")
-    top_p: float = Field(0.9, gt=0.0, le=1.0)
-    max_completion_length: int = Field(2048, ge=1)
-    num_epochs: float = Field(12.0, gt=0.0)
+    top_p: float = Field(0.9, gt=0.0, le=1.0, description="rollout nucleus sampling")
+    max_completion_length: int = Field(2048, ge=1, description="new tokens per rollout")
+    num_epochs: float = Field(12.0, gt=0.0, description="passes over the training rows")
     max_steps: int = Field(-1, description="> 0 overrides num_epochs")
-    warmup_ratio: float = Field(0.05, ge=0.0, lt=1.0)
-    lr_scheduler: Literal["cosine", "linear", "constant", "constant_with_warmup"] = "cosine"
+    warmup_ratio: float = Field(0.05, ge=0.0, lt=1.0, description="share of steps warming up")
+    lr_scheduler: Literal["cosine", "linear", "constant", "constant_with_warmup"] = Field(
+        "cosine", description="the learning-rate schedule after warmup")
     eval_steps: int = Field(100, ge=0, description="validate every N steps (0: never)")
-    loss_type: Literal["grpo", "dapo", "dr_grpo", "bnpo"] = "grpo"
-    scale_rewards: Literal["group", "batch", "none"] = "group"
-    num_iterations: int = Field(1, ge=1)
-    # a seeded sample of this many training rows (every category, not one world's first rows):
-    # the epoch of a CPU recipe; None: every row
+    loss_type: Literal["grpo", "dapo", "dr_grpo", "bnpo"] = Field(
+        "grpo", description="TRL's loss normalisation; grpo is the paper's")
+    scale_rewards: Literal["group", "batch", "none"] = Field(
+        "group", description="divide advantages by the group's (or batch's) reward std")
+    num_iterations: int = Field(
+        1, ge=1, description="updates per batch of rollouts (1: on-policy, as the paper)")
+    #: a seeded sample of this many training rows (every category, not one world's first
+    #: rows): the epoch of a CPU recipe; None: every row
     max_rows: int | None = Field(None, ge=1)
-    # a prompt pool (issue 17 item 2, :mod:`embodied_r_training.rl.prompt_pool`): sample this many
-    # completions per candidate question with the policy before GRPO and train only on those
-    # answered right by some and wrong by others (max_rows of them); 0: every row is a prompt
-    pool_samples: int = Field(0, ge=0)
-    pool_candidates: int | None = Field(None, ge=1, description="seeded candidates; None: all")
-    max_grad_norm: float = Field(1.0, gt=0.0)
-    seed: int = 0
+    max_grad_norm: float = Field(1.0, gt=0.0, description="gradient clipping")
+    seed: int = Field(0, description="seeds the model, the sampler and max_rows' draw")
     device: Device = "auto"
-    use_vllm: bool = False
-    vllm_mode: Literal["colocate", "server"] = "colocate"
-    vllm_server_base_url: str | None = None
-    vllm_gpu_memory_utilization: float = Field(0.4, gt=0.0, le=1.0)
-    vllm_tensor_parallel_size: int = Field(1, ge=1)
+    use_vllm: bool = Field(False, description="rollouts on vLLM (GPU only)")
+    vllm_mode: Literal["colocate", "server"] = Field(
+        "colocate", description="vLLM in the training process, or a `trl vllm-serve` server")
+    vllm_server_base_url: str | None = Field(None, description="the server (vllm_mode server)")
+    vllm_gpu_memory_utilization: float = Field(
+        0.4, gt=0.0, le=1.0, description="colocated vLLM's share of GPU memory")
+    vllm_tensor_parallel_size: int = Field(1, ge=1, description="GPUs per colocated vLLM")
 
     @model_validator(mode="after")
     def _batches(self) -> GRPOSettings:
@@ -170,9 +189,6 @@ class GRPOSettings(StrictModel):
             raise ValueError("completions_per_step must be a multiple of num_generations")
         if self.completions_per_step % self.per_device_batch:
             raise ValueError("completions_per_step must be a multiple of per_device_batch")
-        if self.pool_samples == 1:
-            raise ValueError("pool_samples must be 0 (no pool) or at least 2: one sample "
-                             "cannot be both right and wrong")
         return self
 
     def gradient_accumulation(self, world_size: int) -> int:
@@ -189,46 +205,31 @@ class SFTSettings(StrictModel):
     """SFT on the same rows: the baseline (a fixed think text + the right option) or the cold
     start (a reasoning text written from the row, :mod:`embodied_r_training.data.rationales`)."""
 
-    # reference: only the consistency reference's task (the question and a gold rationale's
-    # think text -> its letter), for every gold rationale: a reference of its own, so that the
-    # policy's SFT keeps its whole budget for rationales (reference_share 0)
+    #: template: ``think_template`` then the right option (the paper's SFT baseline);
+    #: rationale: a walk through the frames to the answer (a cold start for GRPO); reference:
+    #: only the consistency reference's task (the question and a gold rationale's think text
+    #: -> its letter), to train a reference model of its own
     targets: Literal["template", "rationale", "reference"] = "template"
-    # rationale and reference targets: only rows whose text supports the answer (oracle rules)
+    #: rationale and reference targets: only rows whose text supports the answer (by the
+    #: oracle's rules); the others would teach a conclusion the text does not reach
     supported_only: bool = False
     answer_letter: bool = Field(True, description="'B. text' in the answer tag, else 'text'")
-    # with answer_letter: how the think text concludes. letter_first, "So: B. back-right": the
-    # letter is written before the text it names; text_first, "So: back-right (B)": the option
-    # text the walk leads to, then its letter (issue 17: letter-first SFT answered "A" to 43 of
-    # 60 questions, while the text-only reasoner's letters were balanced)
-    # option_walk, "So: back-right. A. left: no. B. back-right: yes.": the text, then each
-    # option copied from the prompt and compared with it up to the match (a 135M model that
-    # wrote the right text named its letter no better than chance: 14 of 60 letters matched)
-    # option_check: the option walk, except that appearance order and relative distance check
-    # each option by a local rule (first frames that never fall; the smallest bearing gap so
-    # far): the option walk's conclusion was right in 15 and 6 of 30 such ID replies, and its
-    # letter named that conclusion in 3 of 18 appearance-order replies
-    conclusion: Literal["letter_first", "text_first", "option_walk", "option_check"] = (
-        "letter_first")
-    # needed: the walk notes only frames with something the question needs; every_frame: a
-    # note per frame opening with its motion (the sparse walk's sightings landed in a
-    # neighbouring frame a fifth of the time)
-    walk: Literal["needed", "every_frame"] = "needed"
-    # rationale targets only: extra rows, this share of the policy rows, that teach the
-    # consistency reference's task (the question and a gold think text -> the letter), so that
-    # the frozen SFT checkpoint can serve as the reference (issue 17)
+    #: rationale targets only: extra rows, this share of the policy rows, that teach the
+    #: consistency reference's task, so that the frozen SFT checkpoint can serve as the
+    #: reference of the GRPO run that follows
     reference_share: float = Field(0.0, ge=0.0, le=1.0)
 
     learning_rate: float = Field(1e-5, gt=0.0)
-    num_epochs: float = Field(3.0, gt=0.0)
-    max_steps: int = -1
-    per_device_batch: int = Field(4, ge=1)
-    gradient_accumulation_steps: int = Field(1, ge=1)
-    warmup_ratio: float = Field(0.05, ge=0.0, lt=1.0)
-    think_template: str = (
-        "I compare each option with what the video content says about the scene and my motion, "
-        "and keep the one it supports."
-    )
-    seed: int = 0
+    num_epochs: float = Field(3.0, gt=0.0, description="passes over the SFT rows")
+    max_steps: int = Field(-1, description="> 0 overrides num_epochs")
+    per_device_batch: int = Field(4, ge=1, description="rows per device per micro-step")
+    gradient_accumulation_steps: int = Field(1, ge=1, description="micro-steps per step")
+    warmup_ratio: float = Field(0.05, ge=0.0, lt=1.0, description="share of steps warming up")
+    think_template: str = Field(
+        "I compare each option with what the video content says about the scene and my "
+        "motion, and keep the one it supports.",
+        description="the think text of template targets")
+    seed: int = Field(0, description="seeds the model and the reference rows' draw")
     device: Device = "auto"
 
 
@@ -236,21 +237,22 @@ class EvalSettings(StrictModel):
     """Generation settings for ``eval`` (the official batch inference is greedy, 3096 new
     tokens, one prompt at a time: ``paper.yaml``)."""
 
-    max_new_tokens: int = Field(2048, ge=1)
-    temperature: float = Field(0.0, ge=0.0)
-    batch_size: int = Field(8, ge=1)
-    # the engine of the evaluated models: transformers, or a CTranslate2 conversion (float32:
-    # the same weights, batched greedy decoding several times faster on CPU; int8: quantised),
-    # or a llama.cpp one (float16: 98.9 % the same answers as transformers, bench/lm_engines.py)
+    max_new_tokens: int = Field(2048, ge=1, description="new tokens per reply")
+    temperature: float = Field(0.0, ge=0.0, description="0: greedy")
+    batch_size: int = Field(8, ge=1, description="prompts generated together")
+    #: the engine of the evaluated models: transformers, or a CTranslate2 conversion (float32:
+    #: the same weights, batched greedy decoding several times faster on CPU; int8:
+    #: quantised), or a llama.cpp one (GGUF; float16 keeps the answers of transformers)
     backend: Literal["transformers", "ctranslate2", "llamacpp"] = "transformers"
-    quantization: Literal["int8", "int8_float32", "int16", "float16", "float32"] = "float32"
+    quantization: Quantization = Field(
+        "float32", description="the weights of a ctranslate2 or llamacpp engine")
     device: Device = "auto"
-    dtype: Dtype = "auto"
+    dtype: Dtype = Field("auto", description="transformers' weight dtype")
     consistency: bool = Field(True, description="ask the reference LM about correct answers")
-    # None: prompts are evaluated whole; a number: the oldest key frames are dropped to fit it
+    #: None: prompts are evaluated whole; a number: the oldest key frames are dropped to fit it
     max_prompt_tokens: int | None = Field(None, ge=64)
-    # None: every question of the split; a number: the first N of each category, in file order
-    # (a fixed, balanced subset when the full sets do not fit the time)
+    #: None: every question of the split; a number: the first N of each category, in file
+    #: order (a fixed, balanced subset when the full sets do not fit the time)
     per_category: int | None = Field(None, ge=1)
 
     @model_validator(mode="after")
@@ -260,19 +262,44 @@ class EvalSettings(StrictModel):
 
 
 class OutputSettings(StrictModel):
-    dir: str = "runs/embodied-r"
-    save_steps: int = Field(100, ge=1)
-    save_total_limit: int | None = Field(3, ge=1)
-    # true: weights only (the official quick-start scripts); a resumed run then keeps its step,
-    # epoch and reward stage but restarts the optimizer. false: optimizer, scheduler and RNG
-    # state too (exact resumption; required by rewards.stage_mode resumed_runs)
+    """Where a run writes, and what it keeps."""
+
+    dir: str = Field("runs/embodied-r", description="the run directory (--out overrides it)")
+    save_steps: int = Field(100, ge=1, description="a checkpoint every N steps")
+    save_total_limit: int | None = Field(
+        3, ge=1, description="checkpoints kept (oldest go first); None: all")
+    #: true: weights only (the official quick-start scripts); a resumed run then keeps its
+    #: step, epoch and reward stage but restarts the optimizer. false: optimizer, scheduler and
+    #: RNG state too (exact resumption; required by rewards.stage_mode resumed_runs)
     save_only_model: bool = True
-    logging_steps: int = Field(1, ge=1)
-    tensorboard: bool = True
-    log_completions: bool = False
+    logging_steps: int = Field(1, ge=1, description="a log line every N steps")
+    tensorboard: bool = Field(True, description="TensorBoard event files in the run directory")
+    log_completions: bool = Field(False, description="log sampled GRPO completions")
+
+
+class ExperimentalSettings(StrictModel):
+    """Options that work and are tested but that no shipped recipe uses: whether they help is
+    not established, and they may change or go."""
+
+    #: a GRPO prompt pool (:mod:`embodied_r_training.rl.prompt_pool`): before GRPO, sample this
+    #: many completions per candidate question with the policy and train only on the questions
+    #: answered right by some and wrong by others (at most ``grpo.max_rows`` of them), so that
+    #: every group has a reward to compare; 0: off, every row is a prompt
+    prompt_pool_samples: int = Field(0, ge=0)
+    prompt_pool_candidates: int | None = Field(
+        None, ge=1, description="seeded candidate questions of the pool; None: every row")
+
+    @model_validator(mode="after")
+    def _pool(self) -> ExperimentalSettings:
+        if self.prompt_pool_samples == 1:
+            raise ValueError("prompt_pool_samples must be 0 (no pool) or at least 2: one "
+                             "sample cannot be both right and wrong")
+        return self
 
 
 class TrainConfig(StrictModel):
+    """A training config: one section per phase."""
+
     name: str = "custom"
     description: str = ""
     policy: PolicySettings = PolicySettings()
@@ -282,6 +309,7 @@ class TrainConfig(StrictModel):
     sft: SFTSettings = SFTSettings()
     eval: EvalSettings = EvalSettings()
     output: OutputSettings = OutputSettings()
+    experimental: ExperimentalSettings = ExperimentalSettings()
 
     @model_validator(mode="after")
     def _vllm(self) -> TrainConfig:

@@ -1,14 +1,17 @@
-"""``make train-demo``: the shipped reasoner, reproduced from scratch on CPU, ending in its table.
+"""``make train-demo``: the CPU recipe ``smollm2-embodied-r`` from scratch, ending in its table.
+
+It trains an adapter of the kind the ``offline`` profile reasons with (the shipped
+``smollm2-135m-embodied-r`` predates this recipe; ``--install`` replaces it):
 
 1. synthetic data by seed (:mod:`embodied_r_training.data.synthetic_worlds`): train / val /
    test worlds of the default kind (ID) and test worlds with more objects and longer
-   trajectories (OOD), each built by ``embodied-r-train build`` with the ``offline``
+   trajectories (OOD), each built from its bag as a robot's recording is, with the ``offline``
    perception profile;
 2. a cold start: LoRA SFT of SmolLM2-135M-Instruct on rationales that walk through the frames
    (``sft.targets: rationale``);
 3. GRPO from that adapter with the paper's three rewards, staged format -> accuracy ->
    consistency (``policy.adapter``);
-4. the adapter exported as the shipped artefact (float16 safetensors, about 10 MB);
+4. the adapter exported as the offline model's artefact (float16 safetensors, about 10 MB);
 5. one evaluation on the ID and OOD test sets: chance, first option, the perception-text oracle,
    the untrained model, SFT and SFT -> GRPO, with 95 % bootstrap intervals (``eval/eval.md``,
    ``eval/eval.png``) and the training curves (``sft/loss.png``, ``grpo/curves.png``).
@@ -155,7 +158,7 @@ def run_demo(out: Path, *, config: str = RECIPE, worlds: dict[str, int] | None =
              eval_per_category: int | None = None,
              overrides: Sequence[str] = ()) -> dict[str, Any]:
     """``overrides``: ``KEY=VALUE`` settings over ``config`` for every phase, evaluation
-    included (a variant of the recipe, e.g. ``sft.conclusion=option_walk``). ``ablation``:
+    included (a variant of the recipe, e.g. ``sft.reference_share=0.25``). ``ablation``:
     also train GRPO without the consistency reward on the same budget (the
     table's comparison row; timed apart from the recipe's SFT + GRPO): it branches from the
     recipe's run where the consistency weight first becomes non-zero, so the two differ only
@@ -173,7 +176,7 @@ def run_demo(out: Path, *, config: str = RECIPE, worlds: dict[str, int] | None =
     minutes: dict[str, float] = {}
     t = time.perf_counter()
     plan = scaled_plan(default_plan(), **worlds) if worlds else default_plan()
-    # a world at a time per core (the data phase: 18 minutes on one of the two cores here)
+    # a world at a time per core (each world renders and is perceived on one core)
     summary_data = build_synthetic(out / "synthetic", plan, workers=len(os.sched_getaffinity(0)))
     minutes["synthetic data"] = _minutes(t)
     data_id, data_ood = out / "synthetic" / "id", out / "synthetic" / "ood"

@@ -1,4 +1,4 @@
-"""GRPO training of the reasoning LM with TRL, exactly as Embodied-R does (digest §2-3).
+"""GRPO training of the reasoning LM with TRL, as Embodied-R's official code trains it on ms-swift.
 
 The policy reads the perception text of a row and answers in ``<think>/<answer>`` form; three
 binary rewards from the core (format, accuracy, logical consistency against a frozen reference
@@ -255,7 +255,7 @@ def run_grpo(
     model, tokenizer = load_policy(cfg, device)
     layout = dataset_layout(data_dir)
     rows, fit = training_rows(cfg, data_dir, tokenizer, layout=layout)
-    if cfg.grpo.pool_samples:
+    if cfg.experimental.prompt_pool_samples:
         from accelerate import PartialState
 
         # the main process samples and writes prompt_pool.json; the others then read it

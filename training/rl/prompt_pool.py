@@ -1,13 +1,13 @@
-"""GRPO's prompts from the questions the policy answers right only sometimes (issue 17 item 2).
+"""GRPO's prompts from the questions the policy answers right only sometimes (experimental).
 
-After SFT most training questions are answered the same way by every completion of a group:
+After SFT many training questions are answered the same way by every completion of a group:
 all right or all wrong, so the accuracy reward has no variance there and the group carries no
-advantage (13 of 30 groups of the option-walk GRPO run had all-equal rewards). Before GRPO this
-samples ``grpo.pool_samples`` completions per candidate question with the policy itself, as
-GRPO samples them (temperature, top-p, top-k, ``max_completion_length``), scores them with the
-run's accuracy reward, and keeps the questions with right *and* wrong answers among them. The
-pool and every candidate's count go to ``prompt_pool.json`` in the run directory, and a resumed
-run trains on the same prompts without sampling again.
+advantage. Before GRPO this samples ``experimental.prompt_pool_samples`` completions per
+candidate question with the policy itself, as GRPO samples them (temperature, top-p, top-k,
+``max_completion_length``), scores them with the run's accuracy reward, and keeps the questions
+with right *and* wrong answers among them. The pool and every candidate's count go to
+``prompt_pool.json`` in the run directory, and a resumed run trains on the same prompts without
+sampling again.
 """
 
 from __future__ import annotations
@@ -64,8 +64,8 @@ def count_right(
 
 def policy_sampler(cfg: TrainConfig, model: Any, tokenizer: Any,
                    device: str) -> Callable[[dict[str, Any]], list[str]]:
-    """``row -> completions``: ``grpo.pool_samples`` replies of the policy to the row's prompt,
-    sampled with GRPO's settings under the run's compute precision."""
+    """``row -> completions``: ``experimental.prompt_pool_samples`` replies of the policy to the
+    row's prompt, sampled with GRPO's settings under the run's compute precision."""
     import torch
 
     g = cfg.grpo
@@ -79,7 +79,8 @@ def policy_sampler(cfg: TrainConfig, model: Any, tokenizer: Any,
             out = model.generate(
                 **ids, do_sample=True, temperature=g.temperature, top_p=g.top_p,
                 top_k=g.top_k or None, max_new_tokens=g.max_completion_length,
-                num_return_sequences=g.pool_samples, pad_token_id=tokenizer.pad_token_id)
+                num_return_sequences=cfg.experimental.prompt_pool_samples,
+                pad_token_id=tokenizer.pad_token_id)
         return tokenizer.batch_decode(out[:, ids["input_ids"].shape[1]:],
                                       skip_special_tokens=True)
 
@@ -96,10 +97,10 @@ def select_pool(rows: Sequence[dict[str, Any]], candidates: Sequence[Candidate],
 
 def prompt_pool(cfg: TrainConfig, rows: Sequence[dict[str, Any]], out: Path,
                 complete: Callable[[dict[str, Any]], list[str]]) -> list[dict[str, Any]]:
-    """GRPO's training rows: the sometimes-right questions among ``grpo.pool_candidates``
-    seeded candidates (at most ``grpo.max_rows`` of them), read back from ``prompt_pool.json``
-    when the run directory has one."""
-    g = cfg.grpo
+    """GRPO's training rows: the sometimes-right questions among
+    ``experimental.prompt_pool_candidates`` seeded candidates (at most ``grpo.max_rows`` of
+    them), read back from ``prompt_pool.json`` when the run directory has one."""
+    g, x = cfg.grpo, cfg.experimental
     path = out / POOL_FILE
     if path.is_file():
         saved = json.loads(path.read_text())
@@ -111,17 +112,17 @@ def prompt_pool(cfg: TrainConfig, rows: Sequence[dict[str, Any]], out: Path,
         log.info("prompt pool: %d questions from %s", len(saved["pool"]), path)
         # in the saved order: the trainer's seeded sampler must draw the same prompts again
         return [by_id[i] for i in saved["pool"]]
-    drawn = seeded_draw(rows, g.pool_candidates or len(rows), g.seed)
+    drawn = seeded_draw(rows, x.prompt_pool_candidates or len(rows), g.seed)
     candidates = count_right(drawn, complete, cfg.rewards.answer_mode)
     pool = select_pool(drawn, candidates, g.max_rows)
     if not pool:
         raise ValueError(
             f"prompt pool: none of {len(drawn)} candidate questions got both right and wrong "
-            f"answers in {g.pool_samples} samples; raise grpo.pool_candidates or set "
-            "grpo.pool_samples: 0")
+            f"answers in {x.prompt_pool_samples} samples; raise "
+            "experimental.prompt_pool_candidates or set experimental.prompt_pool_samples: 0")
     out.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps({
-        "samples": g.pool_samples,
+        "samples": x.prompt_pool_samples,
         "pool": [str(r["id"]) for r in pool],
         "candidates": [asdict(c) for c in candidates],
     }, indent=1))

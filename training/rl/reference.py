@@ -85,9 +85,8 @@ def gold_rationale_check(
     layout: PromptLayout | None = None,
 ) -> GoldCheck:
     """The consistency reward, exactly as training asks it, on the rows' gold rationales
-    (:func:`~embodied_r_training.data.rationales.rationale`, answered with letter and text,
-    concluded as ``sft.conclusion`` says): a
-    reference that cannot reach the stated answer from these makes the reward noise."""
+    (:func:`~embodied_r_training.data.rationales.rationale`, answered with letter and text):
+    a reference that cannot reach the stated answer from these makes the reward noise."""
     from embodied_r_training.data.rationales import completion
 
     if not rows:
@@ -95,8 +94,7 @@ def gold_rationale_check(
     judge = consistency_reward(cfg, reference, layout)
     rewards = judge(
         prompts=[r["prompt"] for r in rows],
-        completions=[completion(r, letter=True, conclusion=cfg.sft.conclusion, walk=cfg.sft.walk)
-                     for r in rows],
+        completions=[completion(r, letter=True) for r in rows],
         solution=[r["solution"] for r in rows],
         options=[r["options"] for r in rows],
         question_block=[r.get("question_block") for r in rows],

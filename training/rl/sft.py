@@ -57,8 +57,7 @@ def sft_rows(
     gold: list[tuple[dict[str, Any], Rationale]] = []
     for r in rows:
         if cfg.targets in ("rationale", "reference"):
-            why = rationale(r, letter=cfg.answer_letter, conclusion=cfg.conclusion,
-                            walk=cfg.walk)
+            why = rationale(r, letter=cfg.answer_letter)
             if cfg.supported_only and not why.supported:
                 continue
             gold.append((r, why))
