@@ -1,5 +1,5 @@
-"""Issue 14 item 2: the ``paper`` recipe trains as the official run did (ms-swift 3.3/3.4 on
-Embodied-R.code 174ae99), value for value; issue 15 item 3: through TRL's public API."""
+"""The ``paper`` recipe trains as the official run did (ms-swift 3.3/3.4 on Embodied-R.code
+174ae99), value for value, through TRL's public API."""
 
 from __future__ import annotations
 
@@ -178,7 +178,8 @@ def test_trl_is_used_through_its_public_api_within_a_tested_bound() -> None:
 
 
 def test_the_gpu_check_builds_every_config_and_command(tmp_path: Path) -> None:
-    """Issue 14 item 4 on a machine without a GPU: ``bench/gpu_check.py --dry-run``."""
+    """The GPU check's configs and commands, on a machine without a GPU:
+    ``bench/gpu_check.py --dry-run``."""
     import importlib.util
 
     path = ROOT / "bench" / "gpu_check.py"

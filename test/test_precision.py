@@ -1,4 +1,4 @@
-"""Issue 14 item 1: the paper's learning rate moves the weights on the precision route the
+"""The paper's learning rate moves the weights on the precision route the
 ``paper`` recipe takes on a GPU (fp32 master weights, bf16 autocast), simulated on CPU."""
 
 from __future__ import annotations
@@ -43,10 +43,10 @@ def test_the_paper_route_keeps_fp32_master_weights_and_bf16_compute(tmp_path: Pa
     assert kwargs["model_init_kwargs"] == {"dtype": "bfloat16"}  # the frozen KL reference only
     assert (kwargs["learning_rate"], kwargs["weight_decay"], kwargs["adam_beta2"]) == (
         5e-7, 0.1, 0.95)
-    # auto on CUDA computes in bf16 AND says so to the trainer (it used to pass neither flag)
+    # auto on CUDA computes in bf16 AND says so to the trainer
     auto = training_precision("auto", "cuda")
     assert auto.trainer_flags() == {"bf16": True, "fp16": False} and auto.weights == "float32"
-    # float16 is fp16 autocast over fp32 masters (it used to load and step fp16 weights)
+    # float16 is fp16 autocast over fp32 masters, never fp16 weights stepped in place
     half = training_precision("float16", "cuda")
     assert (half.weights, half.fp16, half.bf16) == ("float32", True, False)
     # CPU: fp32 weights; an explicit bfloat16 is autocast over them (AMX), auto stays fp32;

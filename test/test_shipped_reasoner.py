@@ -87,7 +87,7 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, tuple[dict, .
 
 @pytest.fixture(scope="module")
 def replies(world: tuple[Path, tuple[dict, ...]], smollm2_dir: Path) -> list[str]:
-    """Greedy replies of the shipped reasoner, built offline into the session's model cache
+    """Greedy replies of the shipped reasoner, built offline into the test run's model cache
     (from the base model ``smollm2_dir`` converted there once)."""
     from embodied_r_ros.core.backends.factory import create_backend
 

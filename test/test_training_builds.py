@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from bagdata import T0_NS, write_bag, write_questions
 from embodied_r_training.cli import main
-from embodied_r_training.data.bag_source import BagFrames, bag_samples
+from embodied_r_training.data.bag_source import BagFrames, question_samples, read_questions
 from embodied_r_training.data.build import build_dataset
 from embodied_r_training.data.dataset_files import load_rows
 from embodied_r_training.data.journal import read_journal, settings_fingerprint
@@ -113,8 +113,9 @@ def test_a_killed_build_resumes_where_it_stopped(bag: Path, questions: Path,
     out = tmp_path / "ds"
     fingerprint = settings_fingerprint(config, "geometric", {})
     with BagReader(bag) as reader:
-        samples = bag_samples([json.loads(x) for x in questions.read_text().splitlines()],
-                              bag, reader.start_ns)
+        samples, bad = question_samples(read_questions(questions), bag, reader.start_ns,
+                                        reader.end_ns)
+        assert not bad
         frames = BagFrames(reader, pipeline, "/camera/image_raw", "/odom")
         calls: list[str] = []
 
@@ -148,7 +149,7 @@ def test_a_killed_build_resumes_where_it_stopped(bag: Path, questions: Path,
 def test_a_journal_line_that_is_not_utf8_is_skipped_with_a_warning(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """One non-UTF-8 line used to make every rerun fail with a UnicodeDecodeError."""
+    """A non-UTF-8 line is left out with a warning; the rest of the journal is reused."""
     path = tmp_path / "rows.jsonl"
     path.write_bytes(b'{"_key": "a", "id": "q0"}\n\xff\xfe\x00junk\n{"_key": "b", "id": "q1"}\n')
     with caplog.at_level("WARNING", logger="embodied_r_training.data.journal"):
@@ -158,8 +159,8 @@ def test_a_journal_line_that_is_not_utf8_is_skipped_with_a_warning(
 
 
 def test_the_fingerprint_covers_every_setting_that_changes_a_reply(tmp_path: Path) -> None:
-    """A rerun after changing the VLM's max_new_tokens or temperature, or the prompts' wording,
-    used to reuse every journal row."""
+    """Changing the VLM's max_new_tokens or temperature, or the prompts' wording, changes the
+    fingerprint, so a rerun perceives again instead of reusing the journal's rows."""
     from embodied_r_ros.core.config import CONFIG_DIR
 
     def fingerprint(**overrides: Any) -> str:

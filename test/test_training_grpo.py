@@ -16,7 +16,7 @@ from embodied_r_training.evaluation.scoring import EvalResult, average_folds, sc
 from embodied_r_training.recipe import PAPER_STAGES, load_train_config
 from embodied_r_training.rl.grpo import NamedReward, grpo_args, run_grpo
 from embodied_r_training.rl.policy import local_model
-from embodied_r_training.rl.schedule import epoch_index, stage_at, weights_at
+from embodied_r_training.rl.schedule import epoch_index, stage_at
 from embodied_r_training.train_demo import KeepCheckpoint, consistency_start_epoch
 from test_rewards import RuleReference
 from torch import Tensor
@@ -31,9 +31,9 @@ def test_schedule_follows_epochs() -> None:
         0, 0, 0, 0, 1, 2, 2]
     stages = list(PAPER_STAGES)
     assert [stage_at(stages, e) for e in range(13)] == [0, 0, 1, 1] + [2] * 9
-    assert weights_at(stages, 0) == [0.7, 0.3, 0.0]
-    assert weights_at(stages, 3) == [0.3, 0.7, 0.0]
-    assert weights_at(stages, 11) == [0.1, 0.7, 0.2]
+    # the weights in the order of the rewards: format, accuracy, consistency
+    assert [stages[stage_at(stages, e)].weights() for e in (0, 3, 11)] == [
+        [0.7, 0.3, 0.0], [0.3, 0.7, 0.0], [0.1, 0.7, 0.2]]
 
 
 def test_config_validation_names_the_key() -> None:

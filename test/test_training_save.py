@@ -2,8 +2,8 @@
 
 Two CPU processes (torchrun: the same torch.distributed set-up accelerate uses inside the
 trainer; ``accelerate launch --cpu`` starts one process unless MPI is installed). DeepSpeed
-ZeRO-3 itself is not installed here: the save goes through ``Trainer.save_model``, the path that
-gathers ZeRO-3 shards, but that gathering is untested on this machine.
+ZeRO-3 itself is not among the test dependencies: the save goes through ``Trainer.save_model``,
+the path that gathers ZeRO-3 shards, but that gathering needs GPUs and is not tested here.
 """
 
 from __future__ import annotations

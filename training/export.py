@@ -31,7 +31,6 @@ from embodied_r_ros.core.backends.offline import (
     model_cache_dir,
 )
 
-ADAPTER_FILES = ("adapter_config.json",)
 WEIGHT_SUFFIXES = (".safetensors", ".bin")
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
 #: config keys that must agree between an adapter's base and the model it is merged into

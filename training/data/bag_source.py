@@ -178,19 +178,6 @@ def question_samples(
     return samples, bad
 
 
-def bag_samples(
-    rows: Sequence[dict[str, Any]], bag_path: Path, bag_start_ns: int,
-    bag_end_ns: int | None = None,
-) -> list[Sample]:
-    """Samples from question rows; the first bad row is a BuildError (strict)."""
-    items = [QuestionRow(n, r) for n, r in enumerate(rows, 1)]
-    end = bag_end_ns if bag_end_ns is not None else 2**63 - 1 - WINDOW_SLACK_NS
-    samples, bad = question_samples(items, bag_path, bag_start_ns, end)
-    if bad:
-        raise BuildError(bad[0])
-    return samples
-
-
 class BagFrames:
     """The :data:`FramesFn` of one open bag: frames of a sample's window, key-framed.
 

@@ -1,7 +1,8 @@
 """Samples from the public benchmarks Embodied-R trains on: UrbanVideo-Bench and VSI-Bench.
 
 Both become :class:`~embodied_r_training.data.samples.Sample` lists with the paper's eight
-categories (digest §4.1); ``all_categories`` keeps every multiple-choice category instead.
+categories (the tasks dataset/data_preprocess.py of Embodied-R.code keeps); ``all_categories``
+keeps every multiple-choice category instead.
 UrbanVideo-Bench puts the options inside the question text after a label that varies
 ("Choices:", "Choice:", "choose:", sometimes "Answer:" or none); :func:`split_question_text`
 finds them by their letters in order, whatever the label. Rows whose video is missing are

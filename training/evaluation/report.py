@@ -1,5 +1,6 @@
 """Evaluation reports: one summary table per dataset, each run beside the paper's Embodied-R /
-o1 / Gemini-2.5-Pro rows (digest §5.1), JSON, bar charts and per-row predictions."""
+o1 / Gemini-2.5-Pro rows (Zhao et al., arXiv 2504.12680, Table 1), JSON, bar charts and per-row
+predictions."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from embodied_r_training.evaluation.scoring import EvalResult
 
 from embodied_r_ros.core.cache import write_atomic
 
-#: the paper's table columns (digest §5.1) and the category names that fill them: benchmark
+#: the columns of the paper's Table 1 and the category names that fill them: benchmark
 #: names, and the sample world's names for the same tasks
 PAPER_COLUMNS: dict[str, tuple[str, ...]] = {
     "LP": ("Landmark Position",),
@@ -88,9 +89,9 @@ def markdown_report(results: Mapping[str, EvalResult]) -> str:
     lines += [
         "### Beside the paper (accuracy %, Avg. = micro average)",
         "",
-        "Paper rows: UrbanVideo-Bench + VSI-Bench (digest §5.1). Rows of this project are on its "
-        "own data; a category fills the column of the paper task it mirrors, so compare shapes, "
-        "not numbers.",
+        "Paper rows: UrbanVideo-Bench + VSI-Bench (Embodied-R, arXiv 2504.12680, Table 1). "
+        "Rows of this project are on its own data; a category fills the column of the paper "
+        "task it mirrors, so compare shapes, not numbers.",
         "",
         "| Method | Avg. | " + " | ".join(cols) + " |",
         "|---|" + "---|" * (len(cols) + 1),
@@ -214,14 +215,3 @@ def write_reports(
             safe = "".join(ch if ch.isalnum() or ch in "-_" else "_" for ch in name)
             write_atomic(out / f"predictions-{safe}.jsonl", jsonl(preds))
     return paths
-
-
-def write_report(
-    results: Mapping[str, EvalResult],
-    out_dir: str | Path,
-    predictions: Mapping[str, Sequence[dict[str, Any]]] | None = None,
-    data_label: str = "test",
-) -> dict[str, Path]:
-    """:func:`write_reports` for models evaluated on one dataset."""
-    return write_reports({data_label: results}, out_dir,
-                         {data_label: predictions} if predictions else None)

@@ -12,7 +12,7 @@ arguments, with fp32 parameters that is mixed precision, not half-precision trai
 DeepSpeed the same flags make DeepSpeed hold the fp32 master copy. On CPU ``auto`` and
 ``float16`` train in fp32; an explicit ``bfloat16`` runs bf16 autocast over fp32 weights (base
 included: nothing is held in bf16), which CPUs with AMX or AVX512-BF16 compute about twice as
-fast (SmolLM2-135M with LoRA, 4 x 800 tokens forward and backward on the 2 cores here: 17.9 s
+fast (SmolLM2-135M with LoRA, 4 x 800 tokens forward and backward on 2 CPU cores: 17.9 s
 in fp32, 9.0 s under bf16 autocast).
 The compute dtype follows the inference rule of the backends
 (:func:`embodied_r_ros.core.backends.transformers_backend.resolve_dtype`: ``auto`` is bf16 on

@@ -1,7 +1,8 @@
 """The paper's reward-weight schedule, through TRL's and Transformers' public surfaces.
 
 Embodied-R weights format : accuracy : consistency 7:3:0 for epochs 1-2, 3:7:0 for epochs 3-4
-and 1:7:2 for epochs 5-12 (digest §2.4). The weights are a pure function of the epoch, so a run
+and 1:7:2 for epochs 5-12 (the paper's schedule; the maintainers confirm it in
+EmbodiedCity/Embodied-R.code issue #6). The weights are a pure function of the epoch, so a run
 resumed from a checkpoint lands in the same stage it was killed in.
 
 :class:`StageSchedule` is a ``TrainerCallback`` that keeps the current stage (``on_train_begin``
@@ -46,10 +47,6 @@ def stage_at(stages: Sequence[Stage], epoch: int) -> int:
         if epoch < end:
             return i
     return len(stages) - 1
-
-
-def weights_at(stages: Sequence[Stage], epoch: int) -> list[float]:
-    return stages[stage_at(stages, epoch)].weights()
 
 
 def stage_end_epoch(stages: Sequence[Stage], stage: int) -> int:
@@ -129,14 +126,12 @@ class StagedReward:
         self.index = index
         self.schedule = schedule
         self.skip_unweighted = skip_unweighted
-        self.calls = 0  # calls of ``fn`` (tests count the reference's work by it)
 
     def __call__(self, *args: Any, **kwargs: Any) -> list[float | None]:
         completions = kwargs.get("completions", args[1] if len(args) > 1 else [])
         weight = self.schedule.weights()[self.index]
         if weight == 0 and self.skip_unweighted:
             return [0.0] * len(completions)
-        self.calls += 1
         raw = list(self.fn(*args, **kwargs))
         valid = [r for r in raw if r is not None and r == r]
         log_metric = kwargs.get("log_metric")
