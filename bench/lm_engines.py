@@ -392,9 +392,11 @@ def report(results: dict[str, dict[str, Any]], args: argparse.Namespace,
     truth = [r["solution"] for r in id_rows]
     ref = results.get("transformers", {}).get("id_answers")
     timed = {e: len(r[DEMO_TRUTH]) for e, r in results.items() if DEMO_TRUTH in r}
+    where = (f"figures of {args.from_json}" if args.from_json else
+             f"{MAX_NEW} new tokens max, greedy, {os.cpu_count()} CPUs, load average "
+             f"{os.getloadavg()[0]:.1f}")
     print(f"\ndemo questions timed {timed}, {len(id_rows)} ID test questions "
-          f"(agreement with transformers fp32), {MAX_NEW} new tokens max, greedy, "
-          f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}")
+          f"(agreement with transformers fp32), {where}")
     head = (f"{'engine':<16}{'install s':>10}{'convert s':>10}{'load s':>8}{'prefill t/s':>12}"
             f"{'decode t/s':>11}{'p50 s':>7}{'p99 s':>7}{'RSS MB':>8}{'agree % (n)':>13}"
             f"{'ID acc % [95% CI]':>20}{'demo acc':>9}")
