@@ -239,7 +239,7 @@ class HTTPServer(ThreadingHTTPServer):
     daemon_threads = True  # a stuck generation must not block shutdown
     # nor an idle keep-alive connection: ThreadingMixIn's server_close otherwise joins every
     # handler thread, and one waiting for a client's next request holds it up to its read
-    # timeout (the model server then outlived SIGINT by more than 30 s in the suite)
+    # timeout, so a SIGINT would not stop the model server for that long
     block_on_close = False
     request_queue_size = 64  # a client batch opens max_concurrency connections at once
     app: OpenAIServer
