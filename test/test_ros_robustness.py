@@ -242,6 +242,39 @@ def test_cancel_during_reasoning_stops_it(world: AllInOne, lm: ChatGate) -> None
     assert world.ask("Which way did I turn?", OPTIONS).success
 
 
+def test_the_python_client_asks_over_the_action_with_progress_and_cancel(
+    world: AllInOne, lm: ChatGate
+) -> None:
+    """``SpatialQueryClient.ask_action``: the feedback reaches ``on_progress``, the result is the
+    service's answer as a QueryResult, and setting ``cancel`` ends the goal CANCELLED."""
+    with SpatialQueryClient(f"{NS}/query", node_name="action_asker",
+                            context=world.tester.context) as c:
+        assert c.wait_for_server(10.0)
+        stages: list[str] = []
+        r = c.ask_action("Which way did I turn?", OPTIONS,
+                         on_progress=lambda p: stages.append(p.stage), timeout=120.0)
+        assert r.success and r.error_code == "", r.error
+        assert {"perception", "reasoning"} <= set(stages) and stages[-1] == "done", stages
+        assert r.key_frame_stamps and set(r.key_frame_stamps) <= set(STAMPS)
+        served = c.ask("Which way did I turn?", OPTIONS, timeout=120.0)
+        assert (served.key_frame_stamps, served.perception) == (r.key_frame_stamps,
+                                                                 r.perception)
+        cancel = threading.Event()
+        before = lm.requests
+        lm.hold()
+        try:
+            def on_progress(p: Any) -> None:
+                if p.stage == "reasoning":
+                    lm.wait_requests(before + 1)  # the LM has the question
+                    cancel.set()
+
+            stopped = c.ask_action("Which way did I turn?", OPTIONS, on_progress=on_progress,
+                                   cancel=cancel, timeout=60.0)
+        finally:
+            lm.open()
+        assert (stopped.success, stopped.error_code) == (False, "CANCELLED"), stopped.error
+
+
 def test_a_burst_from_ten_clients_is_answered_in_full(world: AllInOne, lm: ChatGate) -> None:
     ctx = world.tester.context
     clients = [SpatialQueryClient(f"{NS}/query", node_name=f"burst_{i}", context=ctx)
