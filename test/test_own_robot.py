@@ -3,7 +3,8 @@
 One synthetic world's bag stands in for a recording (camera + ``/odom``), built once; a copy
 with a 3 s odometry gap is played into the all-in-one (real rclpy over Fast DDS on loopback)
 and the same window is built by ``embodied-r-train build``: the prompt the reasoning LM got
-(``reasoning/prompts`` debug topic) is byte for byte the dataset row's ``prompt``.
+(``reasoning/prompts`` debug topic) is byte for byte the dataset row's ``prompt``. The README's
+"train on your own bags" recipe runs on the same bag, and the robot answers with its export.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from ros_helpers import AllInOne, require_ros, result_of, ros_context, wait_until
 
 require_ros()
@@ -153,11 +155,12 @@ def test_the_robot_and_build_prompt_the_lm_byte_for_byte_across_an_odometry_gap(
 
 def test_from_a_recording_to_a_trained_reasoner_answering_on_the_robot(
     recording: Path, config_file: Path, robot: Robot, tmp_path: Path, tiny_models_dir: Path,
-    capsys: pytest.CaptureFixture[str],
 ) -> None:
-    """The README's five commands: questions -> build -> sft -> grpo -> export, then the
-    all-in-one (a second instance in this process, under /mine) answers with the export."""
+    """The README's recipe, run as written: questions -> build -> sft -> grpo -> export on the
+    world's bag with the tiny models; then the all-in-one (a second instance in this process,
+    under /mine) answers with the export."""
     import torch
+    from doc_recipes import recipes, run
     from embodied_r_training.rl.policy import local_model
     from rclpy.action import ActionClient
     from safetensors.torch import load_file
@@ -165,23 +168,20 @@ def test_from_a_recording_to_a_trained_reasoner_answering_on_the_robot(
     from embodied_r_interfaces.action import Reason
     from embodied_r_ros.core.reasoning import parse_reasoning
 
-    questions, data, runs = tmp_path / "q.jsonl", tmp_path / "ds", tmp_path / "runs"
-    assert main(["questions", "--bag", str(recording), "--image-topic", "/camera/image_raw",
-                 "--odom-topic", "/odom", "--out", str(questions), "--count", "10"]) == 0
-    assert main(["build", "--bag", str(recording), "--questions", str(questions),
-                 "--image-topic", "/camera/image_raw", "--odom-topic", "/odom", "--config",
-                 str(config_file), "--out", str(data), "--split-by", "question", "--folds",
-                 "0", "--no-progress"]) == 0
-    lora = ["--set", "policy.lora={r: 4, alpha: 8}", "--set", "data.max_rows=4"]
-    assert main(["sft", "--config", "cpu-tiny", "--data", str(data), "--out",
-                 str(runs / "sft"), *lora]) == 0
-    assert main(["grpo", "--config", "cpu-tiny", "--data", str(data), "--out",
-                 str(runs / "grpo"), *lora, "--set",
-                 f"policy.adapter={runs / 'sft' / 'final-adapter'}"]) == 0
-    exported = tmp_path / "robot-r.yaml"
-    assert main(["export", str(runs / "grpo"), "--name", "robot-r", "--config-out",
-                 str(exported)]) == 0
-    assert "reasoning:\n    model: {model: robot-r}" in capsys.readouterr().out
+    train_config = tmp_path / "train.yaml"  # the tiny model, one step each, on four rows
+    train_config.write_text("base: cpu-tiny\ndata: {max_rows: 4}\nsft: {max_steps: 1}\n"
+                            "grpo: {max_steps: 1}\n")
+    work, home = tmp_path / "work", tmp_path / "home"
+    home.mkdir()
+    output = run(recipes()["own-robot"], {
+        "BAG": str(recording), "CAMERA_TOPIC": "/camera/image_raw", "ODOM_TOPIC": "/odom",
+        "PROFILE": str(config_file), "TRAIN_CONFIG": str(train_config), "QUESTIONS": "10",
+        "WORK": str(work), "NAME": "robot-r"}, home, timeout=240)
+    assert "exported robot-r" in output
+    exported = work / "robot-r.yaml"
+    written = yaml.safe_load(exported.read_text())  # the robot's config with the new model
+    assert written["base"] == str(config_file)
+    assert written["reasoning"] == {"model": {"model": "robot-r"}}
 
     # the robot's config extends the printed one (no cache under ~/.cache, short replies; on
     # transformers, whose weights can be compared with the base model's below: the offline

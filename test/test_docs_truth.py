@@ -1,0 +1,122 @@
+"""What the README and the docs say is true of the code: the profile table against the shipped
+profiles (the table is parsed from the README, its one place), every file they link to exists,
+every headline figure links to the file that holds it, and no page tells the project's own
+history."""
+
+from __future__ import annotations
+
+import re
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from embodied_r_ros.core.config import Config, available_profiles, load_config
+
+REPO = Path(__file__).resolve().parents[1]
+README = REPO / "README.md"
+DOCS = sorted((REPO / "docs").glob("*.md"))
+MODEL_CARDS = sorted((REPO / "embodied_r_ros" / "models").glob("*/*.md"))
+LINK = re.compile(r"!?\[[^\]]*\]\(([^)\s]+)\)")
+MODEL_ON = re.compile(r"^`([^`]+)` on `([^`]+)`")
+#: a phrase a profile-table cell may use -> the model setting it claims
+CLAIMS: dict[str, tuple[str, Any]] = {
+    "bf16": ("dtype", "bfloat16"),
+    "CUDA": ("device", "cuda"),
+    "float16 GGUF": ("quantization", "float16"),
+}
+HISTORY = re.compile(r"\bissues? \d+|\bissue-\d+|\bstop \d+|\b(this|next|last) session\b|"
+                     r"\bdigest\b|\brun \d+\b", re.I)
+
+
+def section(markdown: str, title: str) -> str:
+    """The text under the heading ``title``, up to the next heading of its level or above."""
+    match = re.search(rf"^(#+) {re.escape(title)}$", markdown, re.M)
+    assert match, f"no section {title!r}"
+    body = markdown[match.end():]
+    end = re.search(rf"^#{{1,{len(match[1])}}} ", body, re.M)
+    return body[: end.start()] if end else body
+
+
+def table(markdown: str) -> list[dict[str, str]]:
+    """The first markdown table's rows, as header -> cell."""
+    lines = [line for line in markdown.splitlines() if line.startswith("|")]
+    header = [c.strip() for c in lines[0].strip("|").split("|")]
+    return [dict(zip(header, (c.strip() for c in line.strip("|").split("|")), strict=True))
+            for line in lines[2:]]
+
+
+def profile_rows() -> dict[str, dict[str, str]]:
+    rows = table(section(README.read_text(), "Profiles"))
+    return {re.fullmatch(r"`([\w-]+)`", row["profile"])[1]: row for row in rows}
+
+
+def test_the_profile_table_names_every_shipped_profile() -> None:
+    assert sorted(profile_rows()) == available_profiles()
+
+
+def _check_model(cell: str, model: Any) -> None:
+    match = MODEL_ON.match(cell)
+    assert match, f"write the model as `MODEL` on `BACKEND`: {cell}"
+    assert (model.model, model.backend) == (match[1], match[2]), cell
+    for phrase, (attribute, value) in CLAIMS.items():
+        if phrase in cell:
+            assert getattr(model, attribute) == value, (phrase, cell)
+
+
+@pytest.mark.parametrize("name", available_profiles())
+def test_the_profile_table_says_what_the_profile_loads(name: str) -> None:
+    row = profile_rows()[name]
+    config: Config = load_config(profile=name)
+    if row["perception"].startswith("`geometric`"):
+        assert config.perception.backend == "geometric"
+    else:
+        assert config.perception.backend == "vlm"
+        _check_model(row["perception"], config.perception.vlm)
+    _check_model(row["reasoning"], config.reasoning.model)
+
+
+def _links(path: Path) -> list[str]:
+    text = re.sub(r"^```.*?^```", "", path.read_text(), flags=re.S | re.M)  # not in code blocks
+    return [link for link in LINK.findall(text)
+            if not re.match(r"^[a-z][a-z0-9+.-]*:|^#", link)]
+
+
+@pytest.mark.parametrize("page", [README, *DOCS, *MODEL_CARDS], ids=lambda p: p.name)
+def test_every_linked_file_exists(page: Path) -> None:
+    for link in _links(page):
+        target = (page.parent / link.partition("#")[0]).resolve()
+        assert target.exists(), f"{page.relative_to(REPO)} links to a missing {link}"
+
+
+def test_every_headline_figure_links_to_its_results_file() -> None:
+    bullets = re.findall(r"^- (.*?)(?=^- |\Z)", section(README.read_text(), "Headline figures"),
+                         re.S | re.M)
+    assert len(bullets) >= 3
+    for bullet in bullets:
+        sources = [link for link in LINK.findall(bullet)
+                   if link.startswith(("results/", "embodied_r_ros/models/"))]
+        assert sources, f"a headline figure without its results file: {bullet}"
+        assert all((REPO / link).is_file() for link in sources), sources
+
+
+def _generated_references() -> str:
+    """The tables the docs build generates from the code (node parameters, config keys)."""
+    sys.path.insert(0, str(REPO / "docs" / "hooks"))
+    try:
+        from reference_tables import config_reference, node_parameter_tables
+    finally:
+        sys.path.pop(0)
+    try:
+        return config_reference() + node_parameter_tables()
+    except ImportError:  # the node tables need ROS; the config keys do not
+        return config_reference()
+
+
+def test_no_page_tells_the_projects_history_or_cites_outside_documents() -> None:
+    texts = {p.relative_to(REPO).as_posix(): p.read_text() for p in [README, *DOCS, *MODEL_CARDS]}
+    texts["generated reference tables"] = _generated_references()
+    found = {name: sorted({m.group(0) for m in HISTORY.finditer(text)})
+             for name, text in texts.items()}
+    assert not {name: hits for name, hits in found.items() if hits}
