@@ -205,7 +205,7 @@ def schema_reference(root: type[BaseModel], prefix: str,
     for model, paths in sections.items():
         anchor, label = documented[model]
         experimental = any(EXPERIMENTAL_KEY in p.split(".") for p in paths)
-        out += [f"### {label}{' (experimental)' if experimental else ''} {{#{anchor}}}", ""]
+        out += [f"### {label} {{#{anchor}}}", ""]
         doc = vars(model).get("__doc__")  # its own, not an inherited one
         if doc:
             out += [_cell(inspect.cleandoc(doc).split("\n\n")[0]), ""]
