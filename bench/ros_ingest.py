@@ -49,7 +49,7 @@ STATUS = "embodied_r: camera front"
 
 PATHS = {  # name: (stamp_filter, what it is)
     "unfiltered": (False, "every frame reaches the process, its stamp read from the CDR bytes"),
-    "filtered": (True, "a DDS content filter on the stamp before the process (the default)"),
+    "filtered": (True, "a DDS content filter on the stamp before the process, the default"),
 }
 MEASURED = "filtered"  # the default: the bounds apply to it, the memory phase runs on it
 
