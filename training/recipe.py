@@ -65,7 +65,7 @@ class PolicySettings(StrictModel):
     dtype: Dtype = "bfloat16"
     gradient_checkpointing: bool = Field(
         False, description="recompute activations in the backward pass: less memory, slower")
-    #: None: full fine-tuning, as the paper
+    #: null: full fine-tuning, as the paper
     lora: LoraSettings | None = None
     #: a PEFT LoRA adapter of ``model`` to start from and keep training (GRPO after LoRA SFT):
     #: its own rank and targets apply, ``lora`` is ignored
@@ -85,9 +85,9 @@ class DataSettings(StrictModel):
     #: until it fits
     over_length: Literal["left", "delete", "drop_oldest_frames"] = "left"
     max_rows: int | None = Field(
-        None, ge=1, description="the split's first N rows (quick runs); None: every row")
+        None, ge=1, description="the split's first N rows (quick runs); null: every row")
     val_split: Literal["val", "test"] | None = Field(
-        "val", description="the split GRPO validates on every grpo.eval_steps (None: never)"
+        "val", description="the split GRPO validates on every grpo.eval_steps (null: never)"
     )
 
 
@@ -117,7 +117,7 @@ class RewardSettings(StrictModel):
     #: options; "official", the official reward's normalisation of the whole completion
     #: (train/reward/choice_accuracy_reward.py of Embodied-R.code)
     answer_mode: Literal["tag", "official"] = "tag"
-    #: the consistency reference's prompt file (config/prompts.yaml format); None: the one the
+    #: the consistency reference's prompt file (config/prompts.yaml format); null: the one the
     #: dataset was built with (its manifest), else the shipped one
     prompts: str | None = None
     #: a reference call that fails or replies nothing: "none" scores 0 (the official API
@@ -127,7 +127,7 @@ class RewardSettings(StrictModel):
     #: the last stage continues when training runs past the listed epochs
     stages: list[Stage] = Field(default_factory=lambda: list(PAPER_STAGES), min_length=1)
     #: the frozen reference LM of the consistency reward (it always decodes at the paper's
-    #: temperature 0.1 for at most 10 tokens). None: the policy's initial weights, in-process
+    #: temperature 0.1 for at most 10 tokens). null: the policy's initial weights, in-process
     reference: ModelConfig | None = None
     skip_unweighted_consistency: bool = Field(
         True, description="no reference calls while the consistency weight is 0"
@@ -170,7 +170,7 @@ class GRPOSettings(StrictModel):
     num_iterations: int = Field(
         1, ge=1, description="updates per batch of rollouts (1: on-policy, as the paper)")
     #: a seeded sample of this many training rows (every category, not one world's first
-    #: rows): the epoch of a CPU recipe; None: every row
+    #: rows): the epoch of a CPU recipe; null: every row
     max_rows: int | None = Field(None, ge=1)
     max_grad_norm: float = Field(1.0, gt=0.0, description="gradient clipping")
     seed: int = Field(0, description="seeds the model, the sampler and max_rows' draw")
@@ -249,9 +249,9 @@ class EvalSettings(StrictModel):
     device: Device = "auto"
     dtype: Dtype = Field("auto", description="transformers' weight dtype")
     consistency: bool = Field(True, description="ask the reference LM about correct answers")
-    #: None: prompts are evaluated whole; a number: the oldest key frames are dropped to fit it
+    #: null: prompts are evaluated whole; a number: the oldest key frames are dropped to fit it
     max_prompt_tokens: int | None = Field(None, ge=64)
-    #: None: every question of the split; a number: the first N of each category, in file
+    #: null: every question of the split; a number: the first N of each category, in file
     #: order (a fixed, balanced subset when the full sets do not fit the time)
     per_category: int | None = Field(None, ge=1)
 
@@ -267,7 +267,7 @@ class OutputSettings(StrictModel):
     dir: str = Field("runs/embodied-r", description="the run directory (--out overrides it)")
     save_steps: int = Field(100, ge=1, description="a checkpoint every N steps")
     save_total_limit: int | None = Field(
-        3, ge=1, description="checkpoints kept (oldest go first); None: all")
+        3, ge=1, description="checkpoints kept (oldest go first); null: all")
     #: true: weights only (the official quick-start scripts); a resumed run then keeps its
     #: step, epoch and reward stage but restarts the optimizer. false: optimizer, scheduler and
     #: RNG state too (exact resumption; required by rewards.stage_mode resumed_runs)
@@ -287,7 +287,7 @@ class ExperimentalSettings(StrictModel):
     #: every group has a reward to compare; 0: off, every row is a prompt
     prompt_pool_samples: int = Field(0, ge=0)
     prompt_pool_candidates: int | None = Field(
-        None, ge=1, description="seeded candidate questions of the pool; None: every row")
+        None, ge=1, description="seeded candidate questions of the pool; null: every row")
 
     @model_validator(mode="after")
     def _pool(self) -> ExperimentalSettings:
