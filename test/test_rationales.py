@@ -103,6 +103,37 @@ def test_direction_rationale_tracks_the_object_through_the_turns() -> None:
     assert "red was 20 right in frame 1, then I turned 50 right: now about 30 left." in r.think
 
 
+ODOMETRY_QUESTIONS = [  # the wording of embodied-r-train questions: places of the robot's path
+    ("relative_direction", "Where is the point where you started (at the first frame) relative "
+     "to you now (at the last frame of the video): to your front-left, front-right, back-left, "
+     "or back-right?", ["A. back-left", "B. front-left", "C. front-right", "D. back-right"]),
+    ("relative_distance", "Which is closer to you now (at the last frame of the video): the point "
+     "where you started (at the first frame), or the place where you were 2 seconds before the "
+     "last frame?", ["A. the place where you were 2 seconds before the last frame",
+                     "B. the point where you started"]),
+    ("relative_distance", "How far are you now (at the last frame of the video) from the point "
+     "where you started (at the first frame), in a straight line?",
+     ["A. between 1 and 2 m", "B. less than 1 m", "C. between 2 and 4 m", "D. more than 4 m"]),
+    ("route_planning", "You want to go back to the point where you started (at the first "
+     "frame). What should you do first, from where you are now (the last frame of the video)?",
+     ["A. Turn Back", "B. Turn Left", "C. Turn Right", "D. Go forward"]),
+]
+
+
+@pytest.mark.parametrize(("category", "question", "options"), ODOMETRY_QUESTIONS)
+def test_questions_about_places_of_the_path_get_a_rationale_of_the_motions(
+        category: str, question: str, options: list[str]) -> None:
+    """Questions made from odometry name no object: the rationale walks the motions that
+    locate the robot's own places and concludes the solution."""
+    row = _row([(None, NOTHING), ("move forward, about 1.2 m", NOTHING),
+                ("rotate left, about 90 degrees", NOTHING)],
+               question, options, category, "A")
+    r = rationale(row)
+    assert r.think.startswith("Frame 1: move forward 1.2. Frame 2: rotate left 90.")
+    assert r.think.endswith(f"So: {options[0]}")
+    assert correct(r.completion, "A", options, "official")
+
+
 def test_the_answer_is_the_solution_even_when_the_text_disagrees() -> None:
     wrong = {**APPEARANCE, "solution": "A"}  # the text says C
     r = rationale(wrong)

@@ -390,3 +390,16 @@ def test_gpu_bench_runs_in_tiny_cpu_mode(tmp_path: Path) -> None:
                        "--json", str(out)]) == 1
     missed = json.loads(out.read_text())
     assert missed["bound_met"] is False and missed["steps"] == 1
+
+
+@pytest.mark.parametrize("command", ["grpo", "sft"])
+def test_a_run_from_an_adapter_never_written_stops_with_one_line(
+        command: str, dataset: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    missing = tmp_path / "sft" / "final-adapter"
+    code = main([command, "--config", "cpu-tiny", "--data", str(dataset), "--out",
+                 str(tmp_path / "run"), "--set", f"policy.adapter={missing}"])
+    err = capsys.readouterr().err.strip()
+    assert code == 2
+    assert err.count("\n") == 0 and "Traceback" not in err
+    assert "policy.adapter" in err and str(missing) in err and "does not exist" in err
+    assert not (tmp_path / "run").exists()

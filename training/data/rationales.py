@@ -143,6 +143,8 @@ def _action_generation(p: PerceptionText, answer: str) -> str:
 
 def _relative_direction(p: PerceptionText, answer: str) -> str:
     colours = [colour_of(n) for n in _names(p.question)]
+    if not colours:  # a place of the robot's own path: the motions locate it
+        return _walk(p)
     if p.question.startswith("Where is the"):
         return _track(p, colours[0])
     return _walk(p, colours, motions="none")
@@ -150,7 +152,9 @@ def _relative_direction(p: PerceptionText, answer: str) -> str:
 
 def _relative_distance(p: PerceptionText, answer: str) -> str:
     names = _names(p.question)
-    target = names[-1] if names else ""
+    if not names:  # places of the robot's own path: the motions locate them
+        return _walk(p)
+    target = names[-1]
     walk = _walk(p, [colour_of(n) for n in names], motions="none")
     a, b = colour_of(target), colour_of(answer)
     f = _last_shared(p, a, b)
@@ -179,6 +183,8 @@ def _appearance_order(p: PerceptionText, answer: str) -> str:
 
 def _route_planning(p: PerceptionText, answer: str) -> str:
     colours = [colour_of(n) for n in _names(p.question)]
+    if not colours:  # the way back to a place of the robot's own path
+        return _walk(p)
     return _walk(p, colours, motions="none")
 
 

@@ -25,7 +25,13 @@ from typing import Any
 from embodied_r_training.data.prompt_budget import PromptLayout, dataset_layout
 from embodied_r_training.data.splits import seeded_draw
 from embodied_r_training.recipe import TrainConfig, device_name, world_size
-from embodied_r_training.rl.policy import load_policy, lora_config, policy_precision, save_final
+from embodied_r_training.rl.policy import (
+    check_adapter,
+    load_policy,
+    lora_config,
+    policy_precision,
+    save_final,
+)
 from embodied_r_training.rl.prompt_pool import policy_sampler, prompt_pool
 from embodied_r_training.rl.reference import consistency_reward, reference_backend
 from embodied_r_training.rl.runs import (
@@ -245,6 +251,7 @@ def run_grpo(
     import torch
     from datasets import Dataset
 
+    check_adapter(cfg)  # a missing adapter fails before data or models load
     start = time.perf_counter()
     out = Path(output_dir or cfg.output.dir)
     done = finished_run(out, cfg.grpo.max_steps) if resume else None

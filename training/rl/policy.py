@@ -16,6 +16,8 @@ from typing import Any
 from embodied_r_training.recipe import TrainConfig
 from embodied_r_training.rl.precision import Precision, master_dtype, training_precision
 
+from embodied_r_ros.core.config import ConfigError
+
 log = logging.getLogger(__name__)
 
 ADAPTER_DIR = "final-adapter"
@@ -57,15 +59,26 @@ def load_base(cfg: TrainConfig, device: str) -> tuple[Any, Any]:
     return model, load_tokenizer(path)
 
 
+def check_adapter(cfg: TrainConfig) -> Path | None:
+    """``policy.adapter`` as a path, checked before anything loads: a run pointed at an adapter
+    that was never written (its SFT not run yet, a typo) stops with one line naming it."""
+    if not cfg.policy.adapter:
+        return None
+    adapter = Path(cfg.policy.adapter).expanduser()
+    if not (adapter / "adapter_config.json").is_file():
+        what = "does not exist" if not adapter.exists() else "has no adapter_config.json"
+        raise ConfigError(f"config key 'policy.adapter': {adapter} {what}; train the adapter "
+                          "first (embodied-r-train sft) or point the key at a PEFT adapter")
+    return adapter
+
+
 def load_policy(cfg: TrainConfig, device: str) -> tuple[Any, Any]:
     """The base model, wrapped in ``policy.adapter`` (trainable) when one is given."""
+    adapter = check_adapter(cfg)
     model, tokenizer = load_base(cfg, device)
-    if cfg.policy.adapter:
+    if adapter is not None:
         from peft import PeftModel
 
-        adapter = Path(cfg.policy.adapter).expanduser()
-        if not (adapter / "adapter_config.json").is_file():
-            raise FileNotFoundError(f"policy.adapter {adapter}: no adapter_config.json there")
         model = PeftModel.from_pretrained(model, str(adapter), is_trainable=True)
         log.info("continuing LoRA adapter %s", adapter)
     return model, tokenizer

@@ -20,7 +20,13 @@ from typing import Any
 from embodied_r_training.data.prompt_budget import dataset_layout
 from embodied_r_training.data.splits import seeded_draw
 from embodied_r_training.recipe import SFTSettings, TrainConfig, device_name
-from embodied_r_training.rl.policy import load_policy, lora_config, policy_precision, save_final
+from embodied_r_training.rl.policy import (
+    check_adapter,
+    load_policy,
+    lora_config,
+    policy_precision,
+    save_final,
+)
 from embodied_r_training.rl.reference import reference_prompts
 from embodied_r_training.rl.runs import (
     TrainResult,
@@ -109,6 +115,7 @@ def run_sft(
     from transformers.integrations import TensorBoardCallback
     from trl import SFTConfig, SFTTrainer
 
+    check_adapter(cfg)  # a missing adapter fails before data or models load
     start = time.perf_counter()
     s = cfg.sft
     out = Path(output_dir or cfg.output.dir)
