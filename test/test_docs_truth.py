@@ -8,9 +8,10 @@ from __future__ import annotations
 import re
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
 import pytest
+from pydantic import BaseModel
 
 from embodied_r_ros.core.config import Config, available_profiles, load_config
 
@@ -26,6 +27,9 @@ CLAIMS: dict[str, tuple[str, Any]] = {
     "CUDA": ("device", "cuda"),
     "float16 GGUF": ("quantization", "float16"),
 }
+CONFIG_KEY = re.compile(r"`((?:keyframes|perception|reasoning|cache|policy|data|grpo|rewards|sft|"
+                        r"eval|output|experimental)\.[\w.]+)(?:[:=][^`]*)?`")
+FILE_SUFFIXES = {"py", "json", "jsonl", "md", "png", "yaml"}
 HISTORY = re.compile(r"\bissues? \d+|\bissue-\d+|\bstop \d+|\b(this|next|last) session\b|"
                      r"\bdigest\b|\brun \d+\b", re.I)
 
@@ -75,6 +79,31 @@ def test_the_profile_table_says_what_the_profile_loads(name: str) -> None:
         assert config.perception.backend == "vlm"
         _check_model(row["perception"], config.perception.vlm)
     _check_model(row["reasoning"], config.reasoning.model)
+
+
+def _models_in(annotation: Any) -> list[type[BaseModel]]:
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return [annotation]
+    return [m for arg in get_args(annotation) for m in _models_in(arg)]
+
+
+def _is_key(model: type[BaseModel], parts: list[str]) -> bool:
+    field = model.model_fields.get(parts[0])
+    if field is None:
+        return False
+    return len(parts) == 1 or any(_is_key(m, parts[1:]) for m in _models_in(field.annotation))
+
+
+@pytest.mark.parametrize("page", [README, *DOCS], ids=lambda p: p.name)
+def test_every_configuration_key_the_docs_name_exists(page: Path) -> None:
+    from embodied_r_training.recipe import TrainConfig
+
+    keys = [k for k in CONFIG_KEY.findall(page.read_text())
+            if k.rsplit(".", 1)[1] not in FILE_SUFFIXES]
+    for key in keys:
+        parts = key.split(".")
+        schema = Config if parts[0] in Config.model_fields else TrainConfig
+        assert _is_key(schema, parts), f"{page.name} names {key}, which {schema.__name__} lacks"
 
 
 def _links(path: Path) -> list[str]:
