@@ -29,6 +29,9 @@ CLAIMS: dict[str, tuple[str, Any]] = {
 }
 CONFIG_KEY = re.compile(r"`((?:keyframes|perception|reasoning|cache|policy|data|grpo|rewards|sft|"
                         r"eval|output|experimental)\.[\w.]+)(?:[:=][^`]*)?`")
+#: a code span naming a file of this repository: `core/...` is short for `embodied_r_ros/core/...`
+REPO_PATH = re.compile(r"`((?:embodied_r_ros|embodied_r_interfaces|training|config|core|test|bench|"
+                       r"tools|launch|results|docs)/[\w./-]*[\w-])`")
 FILE_SUFFIXES = {"py", "json", "jsonl", "md", "png", "yaml"}
 HISTORY = re.compile(r"\bissues? \d+|\bissue-\d+|\bstop \d+|\b(this|next|last) session\b|"
                      r"\bdigest\b|\brun \d+\b", re.I)
@@ -104,6 +107,13 @@ def test_every_configuration_key_the_docs_name_exists(page: Path) -> None:
         parts = key.split(".")
         schema = Config if parts[0] in Config.model_fields else TrainConfig
         assert _is_key(schema, parts), f"{page.name} names {key}, which {schema.__name__} lacks"
+
+
+@pytest.mark.parametrize("page", [README, *DOCS], ids=lambda p: p.name)
+def test_every_repository_path_the_docs_name_exists(page: Path) -> None:
+    for path in REPO_PATH.findall(page.read_text()):
+        full = REPO / ("embodied_r_ros/" + path if path.startswith("core/") else path)
+        assert full.exists(), f"{page.name} names {path}, which does not exist"
 
 
 def _links(path: Path) -> list[str]:
