@@ -1,4 +1,4 @@
-"""Issue 14 items 2.3, 2.5-2.7: benchmark data read as the official code reads it (VLM replies,
+"""Benchmark data read as the official code reads it (VLM replies,
 full-resolution key frames, the benchmark's question text) and one dataset pooled from several
 imports with one split over the pooled scenes; robots keep the robust reading."""
 

@@ -7,7 +7,7 @@ reference, the stage schedule run as three resumed trainings with optimizer stat
 greedy evaluation of 3096 tokens one prompt at a time). Where the defaults follow the official
 run they follow ms-swift 3.3/3.4's own defaults (AdamW with weight decay 0.1 and beta2 0.95, a
 cosine schedule, top-k 50, top-p 0.9, left truncation of over-long prompts).
-``training/README.md`` tabulates each value of ``paper.yaml`` and where it comes from.
+``docs/fidelity.md`` tabulates each value of ``paper.yaml`` and where it comes from.
 
 A file may name another in ``base`` and override any key; unknown keys and bad values raise
 :class:`~embodied_r_ros.core.config.ConfigError` naming the key, as the core config does.

@@ -21,7 +21,7 @@ from embodied_r_ros.core.bags import POSE_TYPES, BagReader
 from embodied_r_ros.sim.pose_questions import ODOMETRY_CATEGORIES, OdometryQuestions, Track
 from embodied_r_ros.sim.question_rows import Draft, draft_rows, parse_counts
 
-#: the question-file format: field -> what it holds (README "Train on your own robot")
+#: the question-file format: field -> what it holds (docs/own-robot.md)
 FIELDS: dict[str, str] = {
     "id": "unique name of the question (text)",
     "question": "the question, without its options",
