@@ -251,14 +251,9 @@ class QueryRunner:
             if code == INTERNAL:
                 log.exception("query failed")
             return _failure(code, message)
-        return QueryResult(
-            success=True,
-            answer=reasoning.answer,
-            answer_text=reasoning.answer_text,
-            reasoning=reasoning.think,
-            raw=reasoning.raw,
-            well_formed=reasoning.well_formed,
-            perception=perception,
+        return QueryResult.answered(
+            reasoning,
+            perception,
             key_frame_stamps=list(window.stamps),
             perception_sec=t1 - t0,
             reasoning_sec=t2 - t1,

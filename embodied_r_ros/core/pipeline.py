@@ -336,14 +336,9 @@ class EmbodiedR:
         t2 = time.perf_counter()
         if on_progress:
             on_progress("reasoning", 1, 1, reasoning.answer)
-        return QueryResult(
-            success=True,
-            answer=reasoning.answer,
-            answer_text=reasoning.answer_text,
-            reasoning=reasoning.think,
-            raw=reasoning.raw,
-            well_formed=reasoning.well_formed,
-            perception=perception.text,
+        return QueryResult.answered(
+            reasoning,
+            perception.text,
             frames=perception.frames,
             key_frame_stamps=[float(s) for s in stamps],
             key_frame_indices=list(indices),

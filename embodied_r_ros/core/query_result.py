@@ -10,8 +10,10 @@ side.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from embodied_r_ros.core.perception import FrameDescription
+from embodied_r_ros.core.reasoning import Reasoning
 
 
 @dataclass(frozen=True)
@@ -46,3 +48,11 @@ class QueryResult:
     @classmethod
     def failure(cls, code: str, error: str, total_sec: float = 0.0) -> QueryResult:
         return cls(success=False, error_code=code, error=error, total_sec=total_sec)
+
+    @classmethod
+    def answered(cls, reasoning: Reasoning, perception: str, **fields: Any) -> QueryResult:
+        """A successful result from the reasoning LM's parsed reply; ``fields`` add the
+        perception's parts, stamps and timings."""
+        return cls(success=True, answer=reasoning.answer, answer_text=reasoning.answer_text,
+                   reasoning=reasoning.think, raw=reasoning.raw,
+                   well_formed=reasoning.well_formed, perception=perception, **fields)

@@ -268,17 +268,9 @@ def urbanvideo_samples(
             report.skipped["unparsable"] += 1
             log.warning("UrbanVideo row %d: %s", n, exc)
             continue
-        try:
-            video = _find_video(base, (f"videos/{video_id}", video_id))
-        except OutsideRoot as exc:
-            report.skipped["video outside --root"] += 1
-            log.warning("UrbanVideo row %d: %s", n, exc)
-            continue
-        if video is None:
-            report.skipped["missing video"] += 1
-            continue
-        samples.append(_with_source(sample, video))
-        report.categories[category] += 1
+        if _keep_with_video(sample, base, (f"videos/{video_id}", video_id), samples, report,
+                            f"UrbanVideo row {n}"):
+            report.categories[category] += 1
     report.kept = len(samples)
     return samples
 
@@ -329,23 +321,27 @@ def vsibench_samples(
             log.warning("VSI-Bench row %d: %s", n, exc)
             continue
         names = [f"{d}/{scene}{s}" for d in (dataset, "videos", ".") for s in VIDEO_SUFFIXES]
-        try:
-            video = _find_video(base, names)
-        except OutsideRoot as exc:
-            report.skipped["video outside --root"] += 1
-            log.warning("VSI-Bench row %d: %s", n, exc)
-            continue
-        if video is None:
-            report.skipped["missing video"] += 1
-            continue
-        samples.append(_with_source(sample, video))
-        report.categories[category] += 1
+        if _keep_with_video(sample, base, names, samples, report, f"VSI-Bench row {n}"):
+            report.categories[category] += 1
     report.kept = len(samples)
     return samples
 
 
-def _with_source(sample: Sample, video: Path) -> Sample:
-    return Sample(**{**sample.__dict__, "source": str(video.resolve())})
+def _keep_with_video(sample: Sample, root: Path, names: Iterable[str], samples: list[Sample],
+                     report: ImportReport, where: str) -> bool:
+    """Append ``sample`` with its video found under ``root`` as its source; a video that is
+    missing or outside the root is counted in the report and the row left out."""
+    try:
+        video = _find_video(root, names)
+    except OutsideRoot as exc:
+        report.skipped["video outside --root"] += 1
+        log.warning("%s: %s", where, exc)
+        return False
+    if video is None:
+        report.skipped["missing video"] += 1
+        return False
+    samples.append(Sample(**{**sample.__dict__, "source": str(video.resolve())}))
+    return True
 
 
 class VideoFrames:
