@@ -137,6 +137,8 @@ def test_malformed_parts_are_refused_before_any_work(tiny_vlm: ChatBackend) -> N
             with pytest.raises(BackendError) as err:
                 backend.generate([conv])
             assert err.value.code == BACKEND_FAILED
+    # the caller's mistake, not the model's: the backend stays healthy
+    assert tiny_vlm.health().ok, tiny_vlm.health().error
 
 
 def test_text_parts_reach_text_only_models(tiny_lm: ChatBackend) -> None:

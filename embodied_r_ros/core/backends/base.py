@@ -62,6 +62,14 @@ class BackendError(RuntimeError):
         self.code = code
 
 
+class InvalidConversation(BackendError):
+    """A conversation the backend cannot take (malformed content, an image for a text model):
+    the caller's fault, so it fails the call without marking the backend unhealthy."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(BACKEND_FAILED, message)
+
+
 def raise_if_stopped(cancel: CancelToken | None) -> None:
     """Raise the token's reason (CANCELLED or BACKEND_TIMEOUT) as a :class:`BackendError`."""
     why = cancel.reason() if cancel is not None else None
@@ -191,10 +199,12 @@ class ChatBackend(ABC):
     def _record(self, error: BaseException | str | None,
                 cancel: CancelToken | None = None) -> None:
         """Remember the outcome of a call: the error, or None for success. Cancelled calls,
-        spent question budgets and any stop of the caller's ``cancel`` (a node deactivated
-        mid-call is ``BACKEND_DOWN`` to its client) say nothing about the backend and are not
-        recorded."""
+        conversations the backend cannot take, spent question budgets and any stop of the
+        caller's ``cancel`` (a node deactivated mid-call is ``BACKEND_DOWN`` to its client) say
+        nothing about the backend and are not recorded."""
         if isinstance(error, BackendError) and error.code in (CANCELLED, BACKEND_TIMEOUT):
+            return
+        if isinstance(error, InvalidConversation):
             return
         if error is not None and cancel is not None and cancel.stopped:
             return

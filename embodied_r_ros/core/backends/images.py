@@ -14,7 +14,7 @@ from typing import Any
 import cv2
 import numpy as np
 
-from embodied_r_ros.core.backends.base import BACKEND_FAILED, BackendError, Conversation, Message
+from embodied_r_ros.core.backends.base import Conversation, InvalidConversation, Message
 
 DATA_URL_PREFIX = "data:image/jpeg;base64,"
 
@@ -34,7 +34,7 @@ def content_parts(message: Message) -> str | list[dict[str, Any]]:
     if isinstance(content, str):
         return content
     if not isinstance(content, list):
-        raise BackendError(BACKEND_FAILED, "message content must be a string or a list of parts")
+        raise InvalidConversation("message content must be a string or a list of parts")
     parts: list[dict[str, Any]] = []
     for part in content:
         kind = part.get("type") if isinstance(part, dict) else None
@@ -44,9 +44,9 @@ def content_parts(message: Message) -> str | list[dict[str, Any]]:
             try:
                 parts.append({"type": "image", "image": check_image(part.get("image"))})
             except ValueError as exc:
-                raise BackendError(BACKEND_FAILED, str(exc)) from None
+                raise InvalidConversation(str(exc)) from None
         else:
-            raise BackendError(BACKEND_FAILED, f"unsupported content part {kind!r}")
+            raise InvalidConversation(f"unsupported content part {kind!r}")
     return parts
 
 

@@ -44,6 +44,7 @@ from embodied_r_ros.core.backends.base import (
     ChatBackend,
     Completion,
     Conversation,
+    InvalidConversation,
     ReplyFn,
     cut_at_stop,
     end_token_ids,
@@ -226,9 +227,8 @@ class TransformersBackend(ChatBackend):
             for part in content:
                 if part["type"] == "image":
                     if not self.supports_images:
-                        raise BackendError(
-                            BACKEND_FAILED, f"model '{self.model_id}' does not accept images"
-                        )
+                        raise InvalidConversation(
+                            f"model '{self.model_id}' does not accept images")
                     images.append(resize_max_side(part["image"], self.cfg.image_max_side))
                     part = {"type": "image"}  # the template only needs the placeholder
                 parts.append(part)
