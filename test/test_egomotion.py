@@ -255,7 +255,7 @@ def test_streaming_decisions_carry_matches_for_motion(
     d = ex.push(rotated_view(panorama, -40.0), 1.0)  # turned right: less than half overlap
     assert d.keyframe and d.pairs is not None
     motion = pairs_motion(d.pairs, CAM, W, H)
-    assert motion is not None and describe_motion(motion) == "rotate right, about 40 degrees"
+    assert motion is not None and describe_motion(motion) == "rotate right about 40 degrees"
 
 
 def test_identical_views_stay_still(panorama: tuple[np.ndarray, np.ndarray]) -> None:

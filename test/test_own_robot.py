@@ -10,6 +10,7 @@ and the same window is built by ``embodied-r-train build``: the prompt the reaso
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -24,6 +25,7 @@ from embodied_r_training.cli import main  # noqa: E402
 from rclpy.parameter import Parameter  # noqa: E402
 from std_msgs.msg import String  # noqa: E402
 
+from embodied_r_ros.core.perception_text import written_age  # noqa: E402
 from embodied_r_ros.ros_player import BagPlayer  # noqa: E402
 from embodied_r_ros.sim.generate import generate_world  # noqa: E402
 from embodied_r_ros.sim.world import EPOCH_NS, WorldSpec  # noqa: E402
@@ -34,6 +36,7 @@ GAP = (8.05, 11.05)  # seconds from the bag start without odometry (3 s: under t
 #: geometric perception (the offline profile's) and the tiny random LM: the prompt is the point
 CONFIG = """base: offline
 cache: {enabled: false}
+perception: {frame_layout: timed}
 reasoning: {model: {model: tiny-qwen2, max_new_tokens: 8}}
 """
 
@@ -145,6 +148,11 @@ def test_the_robot_and_build_prompt_the_lm_byte_for_byte_across_an_odometry_gap(
     (row,) = [json.loads(line) for line in (out / "data.jsonl").open()]
     assert [round(s * 1e9) for s in row["key_frame_stamps"]] == stamps
     assert json.dumps(row["prompt"]) == served  # what the robot asked is what trains
+    # the frame ages are part of it: each line's age is its stamp's distance to the last one
+    ages = [int(a) for a in re.findall(r"Frame \d+ \((\d+) s before the last key frame\)",
+                                       row["prompt"][1]["content"])]
+    assert ages == [written_age((stamps[-1] - s) / 1e9) for s in stamps]
+    assert ages[0] >= 2 and ages[-1] == 0
     # the gap is bridged as the robot bridges it (visually), the rest is odometry in metres
     sources = [f.get("motion_source") for f in row["frames"][1:]]
     inside = [GAP[0] + 0.2 < (s - EPOCH_NS) / 1e9 < GAP[1] - 0.2 for s in stamps]

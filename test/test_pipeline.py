@@ -80,7 +80,10 @@ def test_tiny_models_answer_end_to_end(tiny: EmbodiedR, frames: list[tuple],
     assert 4 <= n <= 32 and answer.key_frame_stamps[0] == 0.0
     assert answer.key_frame_stamps[-1] == pytest.approx(4.0)
     assert len(answer.frames) == n and answer.frames[0].action is None
-    assert len(re.findall(r"^Frame \d+: ", answer.perception, re.M)) == n
+    # visual ego-motion is measured: the robot route's lines state each frame's age
+    ages = re.findall(r"^Frame \d+ \((\d+) s before the last key frame\): ", answer.perception,
+                      re.M)
+    assert len(ages) == n and ages[-1] == "0" and ages[0] == "4"
     assert answer.perception.endswith("Choices:\nA. rotate left\nB. rotate right")
     # visual ego-motion is reported beside the VLM's (random) action
     assert all(f.measured_motion for f in answer.frames[1:])

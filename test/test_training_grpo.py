@@ -4,6 +4,7 @@ the SFT baseline; evaluation tables."""
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -403,3 +404,18 @@ def test_a_run_from_an_adapter_never_written_stops_with_one_line(
     assert err.count("\n") == 0 and "Traceback" not in err
     assert "policy.adapter" in err and str(missing) in err and "does not exist" in err
     assert not (tmp_path / "run").exists()
+
+
+def test_a_dataset_of_an_older_text_layout_is_refused_with_one_line(
+        dataset: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    old = tmp_path / "old"
+    shutil.copytree(dataset, old)
+    manifest = json.loads((old / "manifest.json").read_text())
+    del manifest["frame_layout"]  # written before the layout was recorded
+    (old / "manifest.json").write_text(json.dumps(manifest))
+    for command in (["eval", "--model", "oracle"], ["grpo", "--out", str(tmp_path / "run")]):
+        code = main([*command, "--config", "cpu-tiny", "--data", str(old)])
+        err = capsys.readouterr().err.strip()
+        assert code == 2 and "\n" not in err and "Traceback" not in err
+        assert "older layout" in err and "rebuild the dataset" in err
+    assert dataset_layout(dataset).frame_layout in ("timed", "paper")

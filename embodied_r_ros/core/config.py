@@ -157,6 +157,13 @@ class PerceptionConfig(StrictModel):
     vlm: ModelConfig | None = None
     camera: CameraConfig = CameraConfig()
     report_motion: bool = Field(True, description="write measured motion beside the VLM's action")
+    # timed: on the robot route (measured motion reported) each frame line states its age and
+    # the whole planar motion since the previous key frame; paper: one action a frame, no ages
+    # (the layout the shipped reasoner was trained on). The benchmark route is the paper's
+    # either way.
+    frame_layout: Literal["timed", "paper"] = Field(
+        "timed", description="robot-route frame lines: ages and whole motions (timed), or one "
+        "action a frame (paper)")
     # one rule for the robot and for datasets built from bags (core/odometry.py): a key frame
     # takes the odometry pose nearest in time within this, else visual ego-motion is used
     odom_tolerance_sec: float = Field(0.2, ge=0.0, le=10.0, description="max seconds between "

@@ -342,7 +342,8 @@ class Perceiver:
             raise ValueError("images and stamps differ in length")
         if motions is not None and len(motions) != max(len(images) - 1, 0):
             raise ValueError("motions must have one entry per consecutive key-frame pair")
-        measured = [None] + [describe_motion(m) if m else None for m in (motions or [])]
+        layout = self.cfg.frame_layout
+        measured = [None] + [describe_motion(m, layout) if m else None for m in (motions or [])]
         if len(measured) < len(images):
             measured += [None] * (len(images) - len(measured))
         if isinstance(motion_source, str):
@@ -386,7 +387,7 @@ class Perceiver:
                 )
                 if on_progress:
                     on_progress("perception", i + 1, len(images), frames[-1].observation)
-        text = assemble(frames, question_block, self.cfg.report_motion, self.prompts)
+        text = assemble(frames, question_block, self.cfg.report_motion, self.prompts, layout)
         return PerceptionResult(
             frames=frames, text=text, from_cache=self.vlm is not None and calls == 0,
             vlm_calls=calls,

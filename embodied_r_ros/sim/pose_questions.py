@@ -30,6 +30,7 @@ from embodied_r_ros.core.poses import Pose, relative_motion
 from embodied_r_ros.sim.question_rows import Draft
 from embodied_r_ros.sim.question_rules import (
     ACTION_QUESTION,
+    DISTANCE_BANDS,
     DISTANCE_MARGIN_M,
     MIN_CLIP_S,
     QUADRANTS,
@@ -222,8 +223,7 @@ class OdometryQuestions:
 
     def relative_distance(self, rng: np.random.Generator) -> list[list[Draft]]:
         nearer, how_far = [], []
-        buckets = ((0.0, 1.0, "less than 1 m"), (1.0, 2.0, "between 1 and 2 m"),
-                   (2.0, 4.0, "between 2 and 4 m"), (4.0, math.inf, "more than 4 m"))
+        buckets = DISTANCE_BANDS
         for now in self._nows(4.0, 2.0):
             cur = self.track.at(now)
             if cur is None:

@@ -8,6 +8,7 @@ wording of the options that name actions and route steps.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import numpy as np
@@ -22,6 +23,9 @@ DISTANCE_MARGIN_M = 0.3
 MIN_CLIP_S = 1.0
 QUADRANTS = ("front-left", "front-right", "back-left", "back-right")
 TURNS = ("Turn Left", "Turn Right", "Turn Back")
+#: the options of "how far are you from where you started": (from, to, the option's words)
+DISTANCE_BANDS = ((0.0, 1.0, "less than 1 m"), (1.0, 2.0, "between 1 and 2 m"),
+                  (2.0, 4.0, "between 2 and 4 m"), (4.0, math.inf, "more than 4 m"))
 
 
 def bearing_deg(pose: Pose, point: Sequence[float]) -> float:

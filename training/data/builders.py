@@ -63,6 +63,7 @@ def _manifest(config: Config, pipeline: EmbodiedR, kind: str, **extra: Any) -> d
         "prompt_version": pipeline.prompts.version,
         "prompts": config.prompts,
         "report_motion": config.perception.report_motion,
+        "frame_layout": config.perception.frame_layout,
         "keyframes": config.keyframes.model_dump(),
         **extra,
     }

@@ -22,7 +22,7 @@ from embodied_r_training.data.dataset_files import BuildError, load_manifest, lo
 from embodied_r_training.data.splits import SplitBy, make_splits
 
 #: manifest keys that must agree between parts (the prompt and perception-text layout)
-SAME = ("prompt_version", "prompts", "report_motion")
+SAME = ("prompt_version", "prompts", "report_motion", "frame_layout")
 
 
 def pool_rows(parts: Sequence[tuple[str, Path]]) -> tuple[list[dict[str, Any]], dict[str, Any]]:

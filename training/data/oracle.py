@@ -20,6 +20,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from embodied_r_training.data.dead_reckoning import Pose2D, pose_at_age, poses
+
 from embodied_r_ros.core.actions import ACTIONS
 from embodied_r_ros.core.perception_text import (
     FrameText,
@@ -29,6 +31,7 @@ from embodied_r_ros.core.perception_text import (
 )
 from embodied_r_ros.core.poses import heading_deg, quadrant, wrap_deg
 from embodied_r_ros.core.rewards import prompt_text
+from embodied_r_ros.sim.question_rules import DISTANCE_BANDS
 
 #: where the text gives no range and one viewpoint only, objects are put this far away
 ASSUMED_RANGE_M: float | None = 3.5
@@ -38,42 +41,6 @@ MAX_RANGE_M = 15.0  # a triangulated position farther than this is not believed
 def perception_of(row: Mapping[str, Any]) -> PerceptionText:
     """The parsed perception text of a built dataset row (its user message only)."""
     return parse_perception(prompt_text(row["prompt"]))
-
-
-# ---------------------------------------------------------------- dead reckoning
-
-
-@dataclass(frozen=True)
-class Pose2D:
-    x: float
-    y: float
-    yaw: float  # degrees, left > 0
-
-
-_MOVES = {"move forward": 0.0, "move backward": 180.0, "move left": 90.0, "move right": -90.0}
-
-
-def step(pose: Pose2D, action: str | None, amount: float | None) -> Pose2D:
-    """The pose after one reported motion; vertical moves and tilts leave the floor pose."""
-    if action is None or amount is None:
-        return pose
-    if action in _MOVES:
-        heading = math.radians(pose.yaw + _MOVES[action])
-        return Pose2D(pose.x + amount * math.cos(heading), pose.y + amount * math.sin(heading),
-                      pose.yaw)
-    if action == "rotate left":
-        return Pose2D(pose.x, pose.y, pose.yaw + amount)
-    if action == "rotate right":
-        return Pose2D(pose.x, pose.y, pose.yaw - amount)
-    return pose
-
-
-def poses(frames: Sequence[FrameText]) -> list[Pose2D]:
-    """Camera pose of every key frame in frame 0's floor frame (x ahead, y left)."""
-    out = [Pose2D(0.0, 0.0, 0.0)]
-    for f in frames[1:]:
-        out.append(step(out[-1], f.action, f.amount))
-    return out
 
 
 def colour_of(name: str) -> str:
@@ -224,8 +191,71 @@ def solve_action_generation(p: PerceptionText) -> OracleAnswer:
     return OracleAnswer(_letter_where(p.options, lambda t: _option_actions(t) == [best]), best)
 
 
+# ------------------------------------------------- places of the robot's own path (odometry)
+
+#: a place of the path as a question says it, and as an option says it
+_PLACE_RE = re.compile(r"the point where (?:you|I) started|"
+                       r"(?:the place where you were|where I was) (\d+) seconds (?:before|ago)")
+
+
+def place_of(p: PerceptionText, path: Sequence[Pose2D], text: str) -> Pose2D | None:
+    """The pose of the first place ``text`` names: frame 0's, or the one its age locates."""
+    m = _PLACE_RE.search(text)
+    if m is None:
+        return None
+    if m.group(1) is None:
+        return path[0]
+    return pose_at_age(p.frames, path, float(m.group(1)))
+
+
+def _bearing_from_last(path: Sequence[Pose2D], place: Pose2D) -> float:
+    last = path[-1]
+    return wrap_deg(heading_deg((last.x, last.y), (place.x, place.y)) - last.yaw)
+
+
+def solve_path_question(p: PerceptionText) -> OracleAnswer | None:
+    """Questions about places of the robot's own path (``embodied-r-train questions``): the
+    written motions dead-reckoned, the places located by their stated ages; None when the
+    question is not one of them."""
+    q = p.question
+    path = poses(p.frames)
+    last = path[-1]
+    if q.startswith(("Where is", "You want to go back to")):
+        place = place_of(p, path, q)
+        if place is None:
+            return None if _PLACE_RE.search(q) is None else OracleAnswer(None, "no such age")
+        bearing = _bearing_from_last(path, place)
+        if q.startswith("Where is"):
+            where = quadrant(bearing)
+            return OracleAnswer(_letter_where(p.options, lambda t: t == where),
+                                f"the place at about {bearing:.0f} degrees: {where}")
+        a = abs(bearing)
+        first = ("Go forward" if a <= 27.5 else "Turn Back" if a >= 135.0
+                 else "Turn Left" if bearing > 0 else "Turn Right")
+        return OracleAnswer(_letter_where(p.options, lambda t: t == first),
+                            f"the place at about {bearing:.0f} degrees: {first}")
+    if q.startswith("Which is closer to you now"):
+        best: tuple[float, str] | None = None
+        for letter, text in p.options:
+            place = place_of(p, path, text)
+            if place is not None:
+                d = math.dist((last.x, last.y), (place.x, place.y))
+                best = min(best, (d, letter)) if best else (d, letter)
+        return OracleAnswer(best[1] if best else None,
+                            f"about {best[0]:.1f} m" if best else "no place located")
+    if q.startswith("How far are you now") and _PLACE_RE.search(q):
+        d = math.dist((last.x, last.y), (path[0].x, path[0].y))
+        band = next(text for lo, hi, text in DISTANCE_BANDS if lo <= d < hi)
+        return OracleAnswer(_letter_where(p.options, lambda t: t == band),
+                            f"about {d:.1f} m: {band}")
+    return None
+
+
 def solve_relative_direction(p: PerceptionText) -> OracleAnswer:
     q = p.question
+    on_path = solve_path_question(p)
+    if on_path is not None:
+        return on_path
     m = re.match(r"Where is the (\w+ \w+) relative to you now", q)
     world = build_map(p)
     if m:
@@ -250,6 +280,9 @@ def solve_relative_direction(p: PerceptionText) -> OracleAnswer:
 
 
 def solve_relative_distance(p: PerceptionText) -> OracleAnswer:
+    on_path = solve_path_question(p)
+    if on_path is not None:
+        return on_path
     m = re.search(r"objects \((.*)\) is the closest to the (\w+ \w+)\?", p.question)
     if not m:
         return OracleAnswer(None, "unknown question")
@@ -318,6 +351,9 @@ def _turn(angle: float) -> str:
 
 
 def solve_route_planning(p: PerceptionText) -> OracleAnswer:
+    on_path = solve_path_question(p)
+    if on_path is not None:
+        return on_path
     m = re.match(r"You are a robot beginning at the (\w+ \w+) and facing the (\w+ \w+)\..*"
                  r"Go forward until the (\w+ \w+) 4\..*Go forward until the (\w+ \w+)\.",
                  p.question, re.DOTALL)

@@ -21,13 +21,13 @@ import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
-from embodied_r_training.data.dataset_files import load_manifest
+from embodied_r_training.data.dataset_files import BuildError, load_manifest
 
 from embodied_r_ros.core.backends.base import Conversation
 from embodied_r_ros.core.perception import FrameDescription
-from embodied_r_ros.core.perception_text import assemble
+from embodied_r_ros.core.perception_text import FrameLayout, assemble
 from embodied_r_ros.core.prompts import PromptSet, prompts_from
 from embodied_r_ros.core.reasoning import build_messages
 
@@ -39,17 +39,25 @@ OverLength = Literal["left", "delete", "drop_oldest_frames"]
 
 @dataclass(frozen=True)
 class PromptLayout:
-    """How a dataset's prompts were written: their wording and whether measured motion shows."""
+    """How a dataset's prompts were written: their wording, whether measured motion shows and
+    the layout of the frame lines."""
 
     prompts: PromptSet
     report_motion: bool = True
+    frame_layout: FrameLayout = "timed"
 
 
 def dataset_layout(data_dir: str | Path) -> PromptLayout:
     """The layout a built dataset's manifest records (the shipped wording when it has none)."""
     manifest = load_manifest(data_dir)
+    frame_layout = manifest.get("frame_layout")
+    if frame_layout not in get_args(FrameLayout):
+        raise BuildError(
+            f"{data_dir} was built with perception text of an older layout (its manifest names "
+            "no frame_layout): rebuild the dataset (embodied-r-train build or import-*) so that "
+            "training and evaluation read the text the robot writes")
     layout = PromptLayout(prompts_from(manifest.get("prompts")),
-                          bool(manifest.get("report_motion", True)))
+                          bool(manifest.get("report_motion", True)), frame_layout)
     built = manifest.get("prompt_version")
     if built and built != layout.prompts.version:
         log.warning("%s was built with prompts %s, its prompt file is now %s: shortened prompts "
@@ -104,7 +112,8 @@ def token_counter(tokenizer: Any) -> CountFn:
 
 def _prompt_without(row: dict[str, Any], drop: int, layout: PromptLayout) -> Conversation:
     frames = [FrameDescription(**f) for f in row["frames"][drop:]]
-    text = assemble(frames, row["question_block"], layout.report_motion, layout.prompts)
+    text = assemble(frames, row["question_block"], layout.report_motion, layout.prompts,
+                    layout.frame_layout)
     return build_messages(text, layout.prompts)
 
 

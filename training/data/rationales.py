@@ -60,14 +60,18 @@ def _side(bearing: float) -> str:
 
 
 def _motion(f: FrameText, which: str) -> str | None:
-    """``rotate right 30`` / ``move forward 1.2`` (the prompt's units are implied)."""
-    if f.action not in ACTIONS or which == "none":
+    """``rotate right 30`` / ``move forward 1.2, rotate left 54`` (the prompt's units are
+    implied): every component the line writes, or its one action."""
+    if which == "none":
         return None
-    if which == "rotations" and not f.action.startswith("rotate"):
-        return None
-    amount = f.amount or 0.0
-    value = f"{amount:.1f}" if f.action.startswith("move") else f"{amount:.0f}"
-    return f"{f.action} {value}"
+    parts = f.parts if len(f.parts) > 1 else ((f.action, f.amount),) if f.action else ()
+    notes = []
+    for action, amount in parts:
+        if action not in ACTIONS or (which == "rotations" and not action.startswith("rotate")):
+            continue
+        value = f"{amount or 0.0:.1f}" if action.startswith("move") else f"{amount or 0.0:.0f}"
+        notes.append(f"{action} {value}")
+    return ", ".join(notes) or None
 
 
 def _walk(p: PerceptionText, colours: Sequence[str] = (), *, motions: str = "all",

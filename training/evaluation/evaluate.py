@@ -94,6 +94,7 @@ def evaluate(
     from embodied_r_training.rl.reference import consistency_reward
 
     start = time.perf_counter()
+    layout: PromptLayout = dataset_layout(data_dir)  # a dataset of an older text is refused
     rows = first_per_category(load_rows(data_dir, split, fold), cfg.eval.per_category)
     if not rows:
         raise EvalError(f"split {split!r} of {data_dir} has no rows")
@@ -109,7 +110,6 @@ def evaluate(
         metrics["format_rate"] = None  # a rule has no format to keep
         return EvalResult(model=model, split=split, fold=fold,
                           seconds=time.perf_counter() - start, **metrics), preds
-    layout: PromptLayout = dataset_layout(data_dir)
     own = backend is None
     gen = backend or generation_backend(model, cfg)
     try:

@@ -258,9 +258,9 @@ def run_grpo(
     if done is not None:
         return done
     device = device_name(cfg.grpo.device)
+    layout = dataset_layout(data_dir)  # a dataset of an older text fails before models load
     torch.manual_seed(cfg.grpo.seed)
     model, tokenizer = load_policy(cfg, device)
-    layout = dataset_layout(data_dir)
     rows, fit = training_rows(cfg, data_dir, tokenizer, layout=layout)
     if cfg.experimental.prompt_pool_samples:
         from accelerate import PartialState

@@ -116,6 +116,7 @@ def run_sft(
     from trl import SFTConfig, SFTTrainer
 
     check_adapter(cfg)  # a missing adapter fails before data or models load
+    dataset_layout(data_dir)  # so does a dataset of an older text
     start = time.perf_counter()
     s = cfg.sft
     out = Path(output_dir or cfg.output.dir)
