@@ -174,3 +174,47 @@ def test_oracle_answers_a_built_world_from_the_text_alone(built_rows: tuple[dict
         right += answer.letter == row["solution"]
     # action, appearance-order and own-direction questions are decided by the text (chance ~0.27)
     assert right / len(built_rows) >= 0.7
+
+
+# ---------------------------------------------------------------- places of the robot's path
+
+PATH_MOTIONS = [  # (age, what the timed layout writes): forward 2 m, turn left, forward 1 m
+    (10.0, None), (6.0, "move forward about 2.0 m"), (3.0, "rotate left about 90 degrees"),
+    (0.0, "move forward about 1.0 m")]
+STARTED = "the point where you started (at the first frame of the video)"
+
+
+def _path_row(question: str, options: list[str], category: str) -> dict:
+    """A row of the robot route: odometry motions and frame ages, nothing in view."""
+    descs = [FrameDescription(stamp=10.0 - age, action=text, observation=NOTHING,
+                              measured_motion=text, motion_source="odometry" if text else None)
+             for age, text in PATH_MOTIONS]
+    text = assemble(descs, format_question(question, options))
+    assert "Frame 1 (6 s before the last key frame): After move forward about 2.0 m," in text
+    return {"prompt": build_messages(text), "category": category}
+
+
+@pytest.mark.parametrize(("question", "options", "category", "want"), [
+    (f"Where is {STARTED} relative to you now (at the last frame of the video): to your "
+     "front-left, front-right, back-left, or back-right?",
+     ["A. front-left", "B. front-right", "C. back-left", "D. back-right"],
+     "relative_direction", "C"),  # (0, 0) from (2, 1) facing +y: 117 degrees left
+    ("Where is the place where you were 8 seconds before the last frame relative to you now (at "
+     "the last frame of the video): to your front-left, front-right, back-left, or back-right?",
+     ["A. front-left", "B. front-right", "C. back-left", "D. back-right"],
+     "relative_direction", "C"),  # between the frames aged 10 and 6 s: (1, 0)
+    (f"How far are you now (at the last frame of the video) from {STARTED}, in a straight line?",
+     ["A. less than 1 m", "B. between 1 and 2 m", "C. between 2 and 4 m", "D. more than 4 m"],
+     "relative_distance", "C"),  # 2.2 m
+    (f"Which is closer to you now (at the last frame of the video): {STARTED}, or the place "
+     "where you were 3 seconds before the last frame?",
+     ["A. the point where I started", "B. where I was 3 seconds ago"],
+     "relative_distance", "B"),  # 1.0 m against 2.2 m
+    (f"You want to go back to {STARTED}. What should you do first, from where you are now (the "
+     "last frame of the video)?", ["A. Turn Back", "B. Turn Left", "C. Turn Right",
+                                   "D. Go forward"], "route_planning", "B"),
+])
+def test_places_of_the_path_are_found_by_the_ages_the_text_states(
+        question: str, options: list[str], category: str, want: str) -> None:
+    answer = solve(_path_row(question, options, category))  # the row holds the text only
+    assert answer.letter == want, answer.evidence
