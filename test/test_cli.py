@@ -67,7 +67,9 @@ def test_ask_with_the_tiny_profile(video: Path, tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout)
     assert {"answer", "reasoning", "perception", "key_frames", "timings"} <= set(out)
-    assert len(re.findall(r"^Frame \d+: ", out["perception"], re.M)) == len(out["key_frames"]) >= 4
+    # visual ego-motion is measured: the robot route's lines state their ages
+    lines = re.findall(r"^Frame \d+ \(\d+ s before the last key frame\): ", out["perception"], re.M)
+    assert len(lines) == len(out["key_frames"]) >= 4
     assert out["perception"].rstrip().endswith("A. left\nB. right")
     assert out["timings"]["total_sec"] >= out["timings"]["perception_sec"] > 0
     # the second ask hits the perception cache: the same perception text, no VLM time
@@ -89,7 +91,7 @@ def test_ask_with_an_unwritable_cache_answers_with_one_warning(video: Path, tmp_
     proc = run_cli("ask", str(video), "-q", "Which way did I move?", "-o", "A. left", "-o",
                    "B. right", "--config", str(cfg), "--json")
     assert proc.returncode == 0, proc.stderr
-    assert re.search(r"^Frame 1: ", json.loads(proc.stdout)["perception"], re.M)
+    assert re.search(r"^Frame 1 \(", json.loads(proc.stdout)["perception"], re.M)
     lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
     assert len(lines) == 1 and "cannot be written" in lines[0], proc.stderr
 

@@ -223,7 +223,7 @@ def cmd_questions(args: argparse.Namespace) -> int:
         try:
             rows, report = odometry_questions(
                 bag, args.image_topic, args.odom_topic, spec, seed=args.seed,
-                tolerance_sec=config.perception.odom_tolerance_sec)
+                tolerance_sec=config.perception.odom_tolerance_sec, config=config)
         except ValueError as exc:
             raise CliError(str(exc)) from None
     if not rows:

@@ -16,8 +16,10 @@ from pathlib import Path
 from typing import Any
 
 from embodied_r_training.data.dataset_files import BuildError, jsonl, write_atomic
+from embodied_r_training.data.text_check import TextCheck
 
 from embodied_r_ros.core.bags import POSE_TYPES, BagReader
+from embodied_r_ros.core.config import Config
 from embodied_r_ros.sim.pose_questions import ODOMETRY_CATEGORIES, OdometryQuestions, Track
 from embodied_r_ros.sim.question_rows import Draft, draft_rows, parse_counts
 
@@ -37,19 +39,24 @@ FIELDS: dict[str, str] = {
 }
 
 
+#: why the odometry generator leaves a draft out
+ODOMETRY_NEAR = "near a boundary in the odometry"
+
+
 @dataclass
 class QuestionReport:
     written: Counter[str] = field(default_factory=Counter)
     asked: dict[str, int] = field(default_factory=dict)
-    skipped: Counter[str] = field(default_factory=Counter)  # near a decision boundary
+    #: drafts left out, by ``(category, reason)``
+    skipped: Counter[tuple[str, str]] = field(default_factory=Counter)
 
     def summary(self) -> str:
         parts = [f"{c}: {self.written[c]}" + (f" of {n}" if self.written[c] < n else "")
                  for c, n in self.asked.items() if n]
         text = f"{sum(self.written.values())} questions ({', '.join(parts)})"
         if self.skipped:
-            text += "; left out near a decision boundary: " + ", ".join(
-                f"{c}: {n}" for c, n in sorted(self.skipped.items()))
+            text += "; left out: " + ", ".join(
+                f"{c} {n} ({why})" for (c, why), n in sorted(self.skipped.items()))
         return text
 
 
@@ -73,12 +80,33 @@ def read_track(bag: BagReader, image_topic: str, odom_topic: str, tolerance_sec:
 def odometry_questions(
     bag: BagReader, image_topic: str, odom_topic: str,
     counts: str | int | Mapping[str, int], *, seed: int = 0, tolerance_sec: float = 0.2,
+    config: Config | None = None,
 ) -> tuple[list[dict[str, Any]], QuestionReport]:
-    """Question rows about the recording (deterministic per ``seed``) and what was made."""
+    """Question rows about the recording (deterministic per ``seed``) and what was made.
+
+    With ``config`` (the perception ``build`` will run) a question is kept only where the
+    perception text of its clip decides its answer (:mod:`.text_check`)."""
     wanted = parse_counts(counts, ODOMETRY_CATEGORIES)
     track, exact = read_track(bag, image_topic, odom_topic, tolerance_sec)
     gen = OdometryQuestions(track)
     scene = bag.path.stem
+    check = TextCheck(bag, image_topic, odom_topic, config, exact) if config else None
+    skipped: Counter[tuple[str, str]] = Counter()
+
+    def decided(category: str, rng: Any) -> list[list[Draft]]:
+        pools = getattr(gen, category)(rng)
+        if check is None:
+            return pools
+        kept = []
+        for pool in pools:
+            kept.append([])
+            for d in pool:
+                why = check.reason_to_skip(d)
+                if why is None:
+                    kept[-1].append(d)
+                else:
+                    skipped[(category, why)] += 1
+        return kept
 
     def row(d: Draft, fields: dict[str, Any], number: int) -> dict[str, Any]:
         start, end = exact[d.start], exact[d.end]
@@ -94,10 +122,9 @@ def odometry_questions(
                       for k, v in d.basis.items()},
         }
 
-    rows = draft_rows(lambda category, rng: getattr(gen, category)(rng), ODOMETRY_CATEGORIES,
-                      wanted, seed, row)
-    report = QuestionReport(Counter(r["category"] for r in rows), wanted, gen.skipped)
-    return rows, report
+    rows = draft_rows(decided, ODOMETRY_CATEGORIES, wanted, seed, row)
+    skipped.update({(c, ODOMETRY_NEAR): n for c, n in gen.skipped.items()})
+    return rows, QuestionReport(Counter(r["category"] for r in rows), wanted, skipped)
 
 
 def _from_start(t: float | list[float], start_ns: int) -> float | list[float]:

@@ -208,7 +208,8 @@ def place_of(p: PerceptionText, path: Sequence[Pose2D], text: str) -> Pose2D | N
     return pose_at_age(p.frames, path, float(m.group(1)))
 
 
-def _bearing_from_last(path: Sequence[Pose2D], place: Pose2D) -> float:
+def bearing_from_last(path: Sequence[Pose2D], place: Pose2D) -> float:
+    """The bearing of ``place`` from the last pose of ``path`` (left > 0)."""
     last = path[-1]
     return wrap_deg(heading_deg((last.x, last.y), (place.x, place.y)) - last.yaw)
 
@@ -224,7 +225,7 @@ def solve_path_question(p: PerceptionText) -> OracleAnswer | None:
         place = place_of(p, path, q)
         if place is None:
             return None if _PLACE_RE.search(q) is None else OracleAnswer(None, "no such age")
-        bearing = _bearing_from_last(path, place)
+        bearing = bearing_from_last(path, place)
         if q.startswith("Where is"):
             where = quadrant(bearing)
             return OracleAnswer(_letter_where(p.options, lambda t: t == where),
