@@ -104,8 +104,9 @@ def test_vlm_perception_is_pairwise(tmp_path: Path) -> None:
     assert pair[0]["image"] is imgs[1] and pair[1]["image"] is imgs[2]
     f1 = result.frames[1]
     assert f1.vlm_action == "rotate left"
-    assert f1.measured_motion == "rotate left, about 31 degrees"
-    assert "Frame 1: After rotate left (measured: rotate left, about 31 degrees)" in result.text
+    assert f1.measured_motion == "rotate left about 31 degrees"
+    assert ("Frame 1 (1 s before the last key frame): After rotate left (measured: rotate left "
+            "about 31 degrees)") in result.text
 
 
 def _vlm_cfg(**kw: object) -> PerceptionConfig:
@@ -202,9 +203,10 @@ def test_geometric_perception_uses_motion_and_colours() -> None:
     img[40:80, 5:40] = (230, 20, 20)  # red on the left
     perceiver = Perceiver(PerceptionConfig(backend="geometric"))
     result = perceiver.describe([img, img], [0.0, 1.0], QUESTION, [Motion(yaw_deg=-40)])
-    assert result.frames[1].action == "rotate right, about 40 degrees"
+    assert result.frames[1].action == "rotate right about 40 degrees"
     assert "red object to the left" in result.text
-    assert "Frame 1: After rotate right, about 40 degrees, Observe:" in result.text
+    assert ("Frame 1 (0 s before the last key frame): After rotate right about 40 degrees, "
+            "Observe:") in result.text
 
 
 def test_colour_regions_name_hue_direction_and_size() -> None:
@@ -234,10 +236,12 @@ def test_odometry_action_leads_and_the_vlm_action_stays_beside_it() -> None:
         imgs, [0.0, 1.0, 2.0], QUESTION, motions, motion_source=["odometry", "visual"]
     )
     f1, f2 = result.frames[1:]
-    assert (f1.action, f1.motion_source) == ("move forward, about 2.0 m", "odometry")
-    assert "Frame 1: After move forward, about 2.0 m (VLM: rotate left), Observe:" in result.text
+    assert (f1.action, f1.motion_source) == ("move forward about 2.0 m", "odometry")
+    assert ("Frame 1 (1 s before the last key frame): After move forward about 2.0 m (VLM: "
+            "rotate left), Observe:") in result.text
     # no numbered VLM action for frame 2: the visual measurement stands in for it
-    assert (f2.vlm_action, f2.action) == (None, "rotate right, about 30 degrees")
-    assert "Frame 2: After rotate right, about 30 degrees, Observe: tree" in result.text
+    assert (f2.vlm_action, f2.action) == (None, "rotate right about 30 degrees")
+    assert ("Frame 2 (0 s before the last key frame): After rotate right about 30 degrees, "
+            "Observe: tree") in result.text
     with pytest.raises(ValueError, match="one source per motion"):
         perceiver.describe(imgs, [0.0, 1.0, 2.0], QUESTION, motions, motion_source=["visual"])

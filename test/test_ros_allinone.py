@@ -46,7 +46,8 @@ STAMPS = [T0 + 0.5 * i for i in range(len(FRAMES))]  # 12 s; 1 fps sampling keep
 
 
 def frame_lines(perception: str) -> int:
-    return len(re.findall(r"^Frame \d+: ", perception, re.MULTILINE))
+    return len(re.findall(r"^Frame \d+(?: \(\d+ s before the last key frame\))?: ", perception,
+                          re.MULTILINE))
 
 
 class World(AllInOne):
