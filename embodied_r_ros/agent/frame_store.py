@@ -44,6 +44,8 @@ def check_window_sec(window_sec: float) -> float:
     if not math.isfinite(window_sec) or window_sec < 0:
         raise QueryError(BAD_WINDOW, f"window_sec must be >= 0, got {window_sec}")
     return window_sec
+
+
 Verdict = Literal["ok", "held", "restart"]
 
 

@@ -82,14 +82,11 @@ def motion_parts(motion: Motion, precision: TextPrecision = TEXT_PRECISION) -> l
     Monocular motion has no metric length: it is named by its one primary action, as before.
     """
     if not motion.metric:
-        action = primary_action(motion, ActionThresholds(rotation_deg=precision.min_rotation_deg))
-        if action is None:
+        part = _primary_part(motion, ActionThresholds(rotation_deg=precision.min_rotation_deg))
+        if part is None:
             return []
-        if action.startswith("rotate"):
-            return [(action, rounded(abs(motion.yaw_deg), precision.degrees))]
-        if action.startswith("tilt"):
-            return [(action, rounded(abs(motion.pitch_deg), precision.degrees))]
-        return [(action, None)]
+        action, amount = part  # a turn's degrees; a move has no length
+        return [(action, None if amount is None else rounded(amount, precision.degrees))]
     parts: list[MotionPart] = []
     for axis, positive, negative in _AXES:
         value = float(getattr(motion, axis))
@@ -102,6 +99,20 @@ def motion_parts(motion: Motion, precision: TextPrecision = TEXT_PRECISION) -> l
         if amount >= precision.min_rotation_deg:
             parts.append((positive if value > 0 else negative, amount))
     return parts
+
+
+def _primary_part(motion: Motion, thresholds: ActionThresholds | None = None
+                  ) -> MotionPart | None:
+    """The one action that names ``motion`` (:func:`primary_action`) with its unrounded
+    amount: degrees of a turn or tilt, metres of a metric move, None for a monocular move."""
+    action = primary_action(motion, thresholds)
+    if action is None:
+        return None
+    if action.startswith("rotate"):
+        return action, abs(motion.yaw_deg)
+    if action.startswith("tilt"):
+        return action, abs(motion.pitch_deg)
+    return action, motion.translation if motion.metric else None
 
 
 def describe_part(action: str, amount: float | None) -> str:
@@ -132,16 +143,15 @@ def describe_motion(motion: Motion, layout: FrameLayout = "timed",
     component (timed), or the primary action alone, ``rotate left, about 30 degrees`` (paper)."""
     if layout == "timed":
         return describe_parts(motion_parts(motion, precision))
-    action = primary_action(motion)
-    if action is None:
+    part = _primary_part(motion)
+    if part is None:
         return "stay still"
-    if action.startswith("rotate"):
-        return f"{action}, about {abs(motion.yaw_deg):.0f} degrees"
-    if action.startswith("tilt"):
-        return f"{action}, about {abs(motion.pitch_deg):.0f} degrees"
-    if motion.metric:
-        return f"{action}, about {motion.translation:.1f} m"
-    return action
+    action, amount = part
+    if amount is None:
+        return action
+    if action.startswith(("rotate", "tilt")):
+        return f"{action}, about {amount:.0f} degrees"
+    return f"{action}, about {amount:.1f} m"
 
 
 def describe_region(region: Region) -> str:

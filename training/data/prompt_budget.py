@@ -48,7 +48,8 @@ class PromptLayout:
 
 
 def dataset_layout(data_dir: str | Path) -> PromptLayout:
-    """The layout a built dataset's manifest records (the shipped wording when it has none)."""
+    """The layout a built dataset's manifest records; a dataset whose manifest names no frame
+    layout was built with an older text and is refused (:class:`BuildError`)."""
     manifest = load_manifest(data_dir)
     frame_layout = manifest.get("frame_layout")
     if frame_layout not in get_args(FrameLayout):

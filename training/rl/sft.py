@@ -116,7 +116,7 @@ def run_sft(
     from trl import SFTConfig, SFTTrainer
 
     check_adapter(cfg)  # a missing adapter fails before data or models load
-    dataset_layout(data_dir)  # so does a dataset of an older text
+    layout = dataset_layout(data_dir)  # so does a dataset of an older text
     start = time.perf_counter()
     s = cfg.sft
     out = Path(output_dir or cfg.output.dir)
@@ -126,7 +126,7 @@ def run_sft(
     device = device_name(s.device)
     model, tokenizer = load_policy(cfg, device)
     rows, fit = training_rows(cfg, data_dir, tokenizer)
-    targets = sft_rows(rows, s, reference_prompts(cfg, dataset_layout(data_dir)))
+    targets = sft_rows(rows, s, reference_prompts(cfg, layout))
     if not targets:
         raise ValueError("no SFT rows: every rationale is unsupported (sft.supported_only)")
     log.info("SFT on %d of %d rows (%s targets)", len(targets), len(rows), s.targets)
