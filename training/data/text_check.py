@@ -15,7 +15,6 @@ import math
 from typing import Any
 
 from embodied_r_training.data.bag_source import BagFrames
-from embodied_r_training.data.builders import perception_pipeline
 from embodied_r_training.data.dead_reckoning import poses
 from embodied_r_training.data.oracle import (
     bearing_from_last,
@@ -34,6 +33,7 @@ from embodied_r_ros.core.perception_text import (
     describe_motion,
     parse_perception,
 )
+from embodied_r_ros.core.pipeline import EmbodiedR
 from embodied_r_ros.core.reasoning import format_question
 from embodied_r_ros.sim.question_rows import Draft
 from embodied_r_ros.sim.question_rules import (
@@ -57,7 +57,9 @@ class TextCheck:
 
     def __init__(self, bag: Any, image_topic: str, odom_topic: str, config: Config,
                  exact_ns: dict[float, int]) -> None:
-        self.frames_for = BagFrames(bag, perception_pipeline(config), image_topic, odom_topic)
+        # key frames and odometry only: no perception model is loaded (a VLM profile's too)
+        self.frames_for = BagFrames(bag, EmbodiedR(config, load_models=False), image_topic,
+                                    odom_topic)
         self.layout = config.perception.frame_layout
         self.exact_ns = exact_ns
         self._clips: dict[tuple[int, int], list[FrameDescription] | None] = {}
