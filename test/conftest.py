@@ -101,6 +101,19 @@ def tiny_vlm(tiny_models_dir: Path) -> ChatBackend:
 
 
 @pytest.fixture
+def vlm_server(tiny_vlm: ChatBackend) -> Iterator[tuple[Any, Any]]:
+    """``tiny_vlm`` behind the project's OpenAI-compatible server on loopback, with a
+    :class:`http_helpers.Recorder` of the requests it received."""
+    from http_helpers import Recorder
+
+    from embodied_r_ros.serving import serve
+
+    recorder = Recorder()
+    with serve(tiny_vlm, request_hook=recorder) as server:
+        yield server, recorder
+
+
+@pytest.fixture
 def rgb_frames() -> list[np.ndarray]:
     """Two distinct 480 x 640 RGB uint8 frames (smooth, so JPEG keeps them recognisable)."""
     yy, xx = np.mgrid[0:480, 0:640]

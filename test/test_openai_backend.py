@@ -9,7 +9,7 @@ import logging
 import socket
 import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -40,13 +40,6 @@ from embodied_r_ros.core.backends.openai_backend import OpenAIBackend
 from embodied_r_ros.core.cancel import CANCELLED, CancelToken
 from embodied_r_ros.core.config import ConfigError
 from embodied_r_ros.serving import OpenAIServer, serve
-
-
-@pytest.fixture
-def vlm_server(tiny_vlm: ChatBackend) -> Iterator[tuple[OpenAIServer, Recorder]]:
-    recorder = Recorder()
-    with serve(tiny_vlm, request_hook=recorder) as server:
-        yield server, recorder
 
 
 def test_openai_backend_round_trip_text_and_images(

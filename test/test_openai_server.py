@@ -12,7 +12,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -38,13 +38,6 @@ from embodied_r_ros.core.backends.openai_backend import OpenAIBackend
 from embodied_r_ros.core.cancel import CANCELLED, CancelToken
 from embodied_r_ros.core.config import ModelConfig
 from embodied_r_ros.serving import OpenAIServer, serve
-
-
-@pytest.fixture
-def vlm_server(tiny_vlm: ChatBackend) -> Iterator[tuple[OpenAIServer, Recorder]]:
-    recorder = Recorder()
-    with serve(tiny_vlm, request_hook=recorder) as server:
-        yield server, recorder
 
 
 def test_server_endpoints_and_bad_requests(vlm_server: tuple[OpenAIServer, Recorder]) -> None:

@@ -60,7 +60,6 @@ def poses(frames: Sequence[FrameText]) -> list[Pose2D]:
     return out
 
 
-
 def pose_at_age(frames: Sequence[FrameText], path: Sequence[Pose2D], age_s: float
                 ) -> Pose2D | None:
     """Where the camera was ``age_s`` seconds before the last key frame: between the two key
