@@ -33,3 +33,23 @@ def test_parallel_workers_build_the_same_datasets(tmp_path: Path) -> None:
     plan_one = json.loads((tmp_path / "one" / "id" / "manifest.json").read_text())["plan"]
     plan_two = json.loads((tmp_path / "two" / "id" / "manifest.json").read_text())["plan"]
     assert plan_one["test"]["seeds"] == plan_two["test"]["seeds"]
+
+
+def test_every_kept_row_is_decided_by_its_text_and_the_rest_are_counted(tmp_path: Path) -> None:
+    from embodied_r_training.data.oracle import solve
+
+    # full-length trajectories (small frames): long clips leave some answers undecided
+    spec = {"width": 160, "height": 120}
+    summary = build_synthetic(tmp_path, (SplitPlan("train", (1501, 1502), spec=spec,
+                                                   questions=36),))
+    rows = [json.loads(line) for line in
+            (tmp_path / "id" / "train.jsonl").read_text().splitlines()]
+    assert rows and all(solve(r).letter == r["solution"] for r in rows)
+    skipped = summary["skipped"]
+    assert skipped and all(k.startswith("train: ") for k in skipped)
+    manifest = json.loads((tmp_path / "id" / "manifest.json").read_text())
+    assert manifest["skipped_by_text"] == skipped
+    # kept and skipped add up to every question the two worlds asked
+    asked = sum(len((tmp_path / "worlds" / "train" / f"seed-{seed}" / "data.jsonl")
+                    .read_text().splitlines()) for seed in (1501, 1502))
+    assert len(rows) + sum(skipped.values()) == asked

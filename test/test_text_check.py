@@ -84,3 +84,72 @@ def test_a_place_given_by_its_age_is_found_in_the_text_or_the_draft_left_out() -
 def test_a_clip_with_a_key_frame_without_odometry_is_left_out() -> None:
     assert Written([Motion(forward=2.0), None]).reason_to_skip(_where("back-left")) == (
         text_check.GAP)
+
+
+# ------------------------------------------- built rows: the synthetic world's questions
+
+WHERE_BLUE = ("Where is the blue cone relative to you now (at the last frame of the video): to "
+              "your front-left, front-right, back-left, or back-right?")
+
+
+def _row(observations: list[str], question: str, options: list[str], solution: str,
+         category: str) -> dict:
+    """A built row whose key frames are 1 s apart, the robot standing still, with ``options``
+    lettered A, B, ... after ``question``."""
+    n = len(observations)
+    lines = [f"Frame {i} ({n - 1 - i} s before the last key frame): "
+             + ("" if i == 0 else "After move forward about 0.0 m, ")
+             + f"Observe: {obs}" for i, obs in enumerate(observations)]
+    choices = "\n".join(f"{chr(65 + i)}. {o}" for i, o in enumerate(options))
+    user = ("Assume you are an agent and the video content below is your egocentric observation "
+            "from the past to the present. Answer the question based on it.\nVideo content:\n<\n"
+            "The video is described in text, one key frame at a time. Frame 0 is your initial "
+            "position. You keep moving and receive new frames; the last frame is your current "
+            "position.\n" + "\n".join(lines) + f"\n>\nQuestion: {question}\nChoices:\n{choices}")
+    return {"category": category, "solution": solution,
+            "prompt": [{"role": "system", "content": "-"}, {"role": "user", "content": user}]}
+
+
+def _blue_at(degrees: float) -> str:
+    side = "right" if degrees < 0 else "left"
+    return f"I see a small blue object to the {side} ({abs(degrees):.0f} degrees {side})."
+
+
+@pytest.mark.parametrize(("bearing", "solution", "reason"), [
+    (-30.0, "B", None),  # front-right, clear of the edges
+    (-30.0, "A", text_check.DISAGREES),
+    (-10.0, "B", text_check.NEAR),  # 10 degrees from straight ahead: inside the margin
+    (-15.0, "B", None),  # exactly the margin away
+])
+def test_a_built_direction_row_is_kept_only_where_its_text_decides_it(
+        bearing: float, solution: str, reason: str | None) -> None:
+    row = _row([NOTHING_IN_VIEW, _blue_at(bearing)], WHERE_BLUE,
+               ["front-left", "front-right", "back-left", "back-right"], solution,
+               "relative_direction")
+    assert text_check.row_reason_to_skip(row) == reason
+
+
+def test_a_built_row_about_an_object_the_text_never_shows_is_left_out() -> None:
+    row = _row([NOTHING_IN_VIEW, NOTHING_IN_VIEW], WHERE_BLUE,
+               ["front-left", "front-right", "back-left", "back-right"], "B",
+               "relative_direction")
+    assert text_check.row_reason_to_skip(row) == text_check.UNDECIDED
+
+
+@pytest.mark.parametrize(("red", "green", "solution", "reason"), [
+    (-20.0, 40.0, "A", None),  # red 10 degrees from the blue target, green 70: red is closer
+    # 10 and 8 degrees off the target, all at the assumed 3.5 m: green closer by about 0.1 m
+    (-20.0, -38.0, "B", text_check.NEAR),
+])
+def test_a_built_closest_object_row_is_left_out_when_the_distances_nearly_tie(
+        red: float, green: float, solution: str, reason: str | None) -> None:
+    def seen(colour: str, degrees: float) -> str:
+        side = "right" if degrees < 0 else "left"
+        return f"a small {colour} object to the {side} ({abs(degrees):.0f} degrees {side})"
+
+    view = f"I see {seen('blue', -30.0)}; {seen('red', red)}; {seen('green', green)}."
+    question = ("Measuring from the closest point of each object, which of these objects (red "
+                "box, green ball) is the closest to the blue cone?")
+    row = _row([NOTHING_IN_VIEW, view], question, ["red box", "green ball"], solution,
+               "relative_distance")
+    assert text_check.row_reason_to_skip(row) == reason

@@ -13,6 +13,11 @@ The per-world datasets are merged into two datasets the trainer and ``eval`` rea
   8 instead of 6 objects and a 45 s instead of a 30 s trajectory, hence longer prompts, more
   key frames and more objects to tell apart).
 
+A question whose perception text does not decide its answer (the rule reader of
+:mod:`~embodied_r_training.data.oracle` does not reach it, or reaches it near a decision
+boundary: :func:`~embodied_r_training.data.text_check.row_reason_to_skip`) is left out, and
+the summary and the manifests count what was left out by split, category and reason.
+
 Seed ranges never overlap, and seed 7 (the demo's sample world) is never used. Everything is
 deterministic by seed: the same plan gives the same rows (their ``source`` names the temporary
 bag path under ``ROOT``). A rerun reuses finished worlds; a change of the observation text
@@ -50,6 +55,7 @@ from embodied_r_training.data.dataset_files import (
     read_jsonl,
 )
 from embodied_r_training.data.splits import SplitOptions, Splits
+from embodied_r_training.data.text_check import row_reason_to_skip
 
 from embodied_r_ros.core.cache import write_atomic
 from embodied_r_ros.core.colors import OBSERVATION_VERSION
@@ -198,11 +204,13 @@ def build_synthetic(
     rows_by_split: dict[str, list[dict[str, Any]]] = {}
     timings: dict[str, list[float]] = {}
     used: dict[str, list[int]] = {}
+    skipped: Counter[str] = Counter()
     pool = (ProcessPoolExecutor(workers, mp_context=get_context("spawn"),
                                 initializer=_worker_logging) if workers > 1 else None)
     try:
         for split in plan:
-            rows = _build_split(split, root, keep_bags, pool, max(workers, 1), timings, used)
+            rows = _build_split(split, root, keep_bags, pool, max(workers, 1), timings, used,
+                                skipped)
             if rows is not None:
                 rows_by_split[split.name] = rows
     finally:
@@ -218,7 +226,8 @@ def build_synthetic(
                       "questions": s.questions, "per_category": s.per_category}
              for s in plan}
     manifest = {**base_manifest, "kind": "synthetic", "plan": plans,
-                "observation_version": OBSERVATION_VERSION}
+                "observation_version": OBSERVATION_VERSION,
+                "skipped_by_text": dict(sorted(skipped.items()))}
     id_rows = {s: rows_by_split.get(s, []) for s in ("train", "val", "test")}
     if any(id_rows.values()):
         _merge(id_rows, root / "id", manifest)
@@ -228,6 +237,7 @@ def build_synthetic(
         "root": str(root),
         "rows": {s: len(r) for s, r in rows_by_split.items()},
         "worlds": {s: len(v) for s, v in used.items()},
+        "skipped": dict(sorted(skipped.items())),
         "seconds_per_world": {s: round(sum(t) / len(t), 1) for s, t in timings.items()},
         "minutes": round((time.perf_counter() - start) / 60.0, 2),
     }
@@ -241,10 +251,12 @@ def _worker_logging() -> None:
 
 
 def _build_split(split: SplitPlan, root: Path, keep_bags: bool, pool: Executor | None,
-                 chunk: int, timings: dict[str, list[float]], used: dict[str, list[int]]
-                 ) -> list[dict[str, Any]] | None:
+                 chunk: int, timings: dict[str, list[float]], used: dict[str, list[int]],
+                 skipped: Counter[str]) -> list[dict[str, Any]] | None:
     """The rows of one split's worlds, ``chunk`` seeds at a time (in ``pool`` when given),
-    stopping at the first seed that fills the split's quota."""
+    stopping at the first seed that fills the split's quota. A row whose perception text does
+    not decide its answer (:func:`~embodied_r_training.data.text_check.row_reason_to_skip`)
+    is left out and counted in ``skipped`` by split, category and reason."""
     if not split.seeds:
         return None
     rows: list[dict[str, Any]] = []
@@ -259,7 +271,12 @@ def _build_split(split: SplitPlan, root: Path, keep_bags: bool, pool: Executor |
             done = json.loads((world / DONE).read_text())
             timings.setdefault(split.name, []).append(done["render_s"] + done["build_s"])
             used.setdefault(split.name, []).append(seed)
-            rows.extend(read_jsonl(world / TABLE))
+            for row in read_jsonl(world / TABLE):
+                reason = row_reason_to_skip(row)
+                if reason is None:
+                    rows.append(row)
+                else:
+                    skipped[f"{split.name}: {row['category']}: {reason}"] += 1
         if split.per_category is not None and _filled(rows, split.per_category):
             break
     if split.per_category is not None:
