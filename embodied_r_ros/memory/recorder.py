@@ -1,0 +1,106 @@
+"""Key frames into the memory, as they arrive: the writer's side of the memory.
+
+The frame buffer selects a key frame, streaming perception describes it question-agnostically;
+:meth:`MemoryRecorder.record` then stores one row with the pose the frame got, the objects the
+description names and a small thumbnail. Embeddings (where an embedder is installed) are
+computed in small batches, so a key frame a second costs a fraction of a core: the row and its
+full-text entry are stored at once, its vector a few frames later; rows a crash left without a
+vector are embedded when the recorder starts again.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+
+import numpy as np
+
+from embodied_r_ros.core.backends.images import encode_jpeg, resize_max_side
+from embodied_r_ros.core.poses import Pose
+from embodied_r_ros.core.streaming import KeyFrameNote
+from embodied_r_ros.memory.embedder import TextEmbedder
+from embodied_r_ros.memory.query_terms import objects_in
+from embodied_r_ros.memory.store import MemoryRow, MemoryStore, PoseSource, check_name
+
+log = logging.getLogger(__name__)
+
+
+def thumbnail(image: np.ndarray, side: int = 96, quality: int = 70) -> bytes:
+    """A JPEG of ``image`` (RGB) no longer than ``side`` pixels on its longer side."""
+    return encode_jpeg(resize_max_side(image, side), quality)
+
+
+class MemoryRecorder:
+    """Writes one robot's key frames to a writable store; not thread-safe (one ingest thread).
+
+    ``thumbnail_side`` 0 keeps no thumbnails; ``embed_batch`` rows are embedded together.
+    """
+
+    def __init__(self, store: MemoryStore, robot: str = "robot", *,
+                 embedder: TextEmbedder | None = None, thumbnail_side: int = 96,
+                 thumbnail_quality: int = 70, embed_batch: int = 8,
+                 backfill: int = 4096) -> None:
+        store.require_writable()
+        self.store = store
+        self.robot = check_name("robot", robot)
+        self.embedder = embedder
+        self.thumbnail_side = thumbnail_side
+        self.thumbnail_quality = thumbnail_quality
+        self.embed_batch = max(1, embed_batch)
+        self._pending: list[tuple[int, str]] = []
+        self.recorded = 0
+        if embedder is not None and backfill > 0:
+            self._backfill(backfill)
+
+    def record(self, stamp: float, description: str, *, camera: str = "camera",
+               pose: Pose | None = None, pose_source: PoseSource | None = None,
+               action: str | None = None, objects: Sequence[str] | None = None,
+               image: np.ndarray | None = None) -> int:
+        """Store one key frame; returns its row id. ``objects`` default to those the
+        description names (:func:`~embodied_r_ros.memory.query_terms.objects_in`);
+        ``image`` (RGB) becomes the thumbnail."""
+        thumb = (thumbnail(image, self.thumbnail_side, self.thumbnail_quality)
+                 if image is not None and self.thumbnail_side > 0 else None)
+        row = MemoryRow(stamp=float(stamp), description=description, robot=self.robot,
+                        camera=camera, pose=pose, pose_source=pose_source if pose else None,
+                        action=action,
+                        objects=tuple(objects) if objects is not None else objects_in(
+                            description), thumbnail=thumb)
+        row_id = self.store.add(row)
+        self.recorded += 1
+        if self.embedder is not None:
+            self._pending.append((row_id, description))
+            if len(self._pending) >= self.embed_batch:
+                self.flush()
+        return row_id
+
+    def record_note(self, note: KeyFrameNote, *, pose: Pose | None = None,
+                    pose_source: PoseSource | None = None,
+                    image: np.ndarray | None = None) -> int:
+        """Store what streaming perception made of a key frame
+        (:class:`~embodied_r_ros.core.streaming.KeyFrameNote`)."""
+        return self.record(note.stamp, note.description, camera=note.camera, pose=pose,
+                           pose_source=pose_source, action=note.action, image=image)
+
+    def flush(self) -> None:
+        """Embed and store the vectors of the rows recorded since the last flush."""
+        if not self._pending or self.embedder is None:
+            return
+        ids, texts = zip(*self._pending, strict=True)
+        self._pending.clear()
+        self.store.add_vectors(ids, self.embedder.embed(texts), self.embedder.model_id)
+
+    def _backfill(self, limit: int) -> None:
+        assert self.embedder is not None
+        rows = self.store.missing_vectors(self.robot, self.embedder.model_id, limit)
+        for k in range(0, len(rows), 64):
+            chunk = rows[k:k + 64]
+            self.store.add_vectors([r.id for r in chunk if r.id is not None],
+                                   self.embedder.embed([r.description for r in chunk]),
+                                   self.embedder.model_id)
+        if rows:
+            log.info("embedded %d stored rows of %s that had no vector", len(rows), self.robot)
+
+    def close(self) -> None:
+        """Flush pending embeddings (the store stays open: its owner closes it)."""
+        self.flush()

@@ -1,0 +1,430 @@
+"""The embedded default: one SQLite file in WAL mode, an FTS5 index over the descriptions.
+
+Why these settings:
+
+* **WAL** lets readers run while the one writer writes, and each ``add`` is one transaction:
+  after a crash (even ``kill -9`` mid-write) the file opens with every committed row; only the
+  row in flight is lost. ``synchronous=NORMAL`` keeps that for a process crash; a power cut may
+  also lose the last commits before a checkpoint, never the file's consistency.
+* **One writer** holds an advisory lock on ``<file>-writer.lock`` (released by the kernel when
+  the process dies, so a crashed writer never blocks its restart).
+* **The bound** counts the pages in use (file pages minus free pages) against ``max_mb``; the
+  file is created with incremental auto-vacuum, so the pages pruning frees are given back to
+  the file system, not kept as a high-water mark. The WAL beside it is truncated to 4 MiB.
+* **Refusing, never repairing**: a file that is not a memory database, or is damaged, raises
+  ``DB_CORRUPT`` and is left exactly as it was.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import logging
+import sqlite3
+import threading
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import IO, Any
+
+import numpy as np
+
+from embodied_r_ros.core.poses import Pose
+from embodied_r_ros.memory.errors import (
+    DB_CORRUPT,
+    DB_MISSING,
+    DB_UNAVAILABLE,
+    SCHEMA_MISMATCH,
+    WRITER_BUSY,
+    SpatialMemoryError,
+)
+from embodied_r_ros.memory.store import (
+    SCHEMA_VERSION,
+    MemoryRow,
+    MemoryStore,
+    Span,
+    TextHit,
+    check_name,
+    check_row,
+    joined_objects,
+    search_terms,
+    split_objects,
+    vector_blob,
+    vectors_from_blobs,
+)
+
+log = logging.getLogger(__name__)
+
+_HEADER = b"SQLite format 3\x00"
+_COLUMNS = ("id, robot, camera, stamp, x, y, z, yaw_deg, pitch_deg, pose_source, action, "
+            "description, objects")
+_F_COLUMNS = ", ".join(f"f.{c}" for c in _COLUMNS.split(", "))
+_SCHEMA = (
+    "CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
+    "CREATE TABLE frames (id INTEGER PRIMARY KEY, robot TEXT NOT NULL, camera TEXT NOT NULL, "
+    "stamp REAL NOT NULL, x REAL, y REAL, z REAL, yaw_deg REAL, pitch_deg REAL, "
+    "pose_source TEXT, action TEXT, description TEXT NOT NULL, objects TEXT NOT NULL, "
+    "UNIQUE (robot, camera, stamp))",
+    "CREATE INDEX frames_robot_stamp ON frames (robot, stamp)",
+    "CREATE INDEX frames_stamp ON frames (stamp)",
+    "CREATE TABLE thumbnails (frame_id INTEGER PRIMARY KEY, jpeg BLOB NOT NULL)",
+    "CREATE TABLE vectors (frame_id INTEGER PRIMARY KEY, model TEXT NOT NULL, "
+    "vec BLOB NOT NULL)",
+    "CREATE VIRTUAL TABLE frames_fts USING fts5(description, objects, content='frames', "
+    "content_rowid='id', tokenize='porter unicode61')",
+    "CREATE TRIGGER frames_added AFTER INSERT ON frames BEGIN "
+    "INSERT INTO frames_fts (rowid, description, objects) "
+    "VALUES (new.id, new.description, new.objects); END",
+    "CREATE TRIGGER frames_deleted AFTER DELETE ON frames BEGIN "
+    "INSERT INTO frames_fts (frames_fts, rowid, description, objects) "
+    "VALUES ('delete', old.id, old.description, old.objects); "
+    "DELETE FROM thumbnails WHERE frame_id = old.id; "
+    "DELETE FROM vectors WHERE frame_id = old.id; END",
+)
+#: at most this many rows deleted per step of pruning (each step is one transaction)
+_PRUNE_STEP = 256
+#: pruning goes down to this share of the bound, so it does not run on every add
+_PRUNE_TO = 0.9
+_MAX_PARAMS = 500
+
+
+def _db_error(exc: sqlite3.Error, path: Path) -> SpatialMemoryError:
+    text = str(exc)
+    if isinstance(exc, sqlite3.DatabaseError) and any(
+            s in text for s in ("not a database", "malformed", "corrupt")):
+        return SpatialMemoryError(DB_CORRUPT, f"memory database {path} is damaged ({text}); "
+                                  "it was left as it is")
+    if "locked" in text or "busy" in text:
+        return SpatialMemoryError(WRITER_BUSY, f"memory database {path} is locked ({text})")
+    return SpatialMemoryError(DB_UNAVAILABLE, f"memory database {path}: {text}")
+
+
+def _step(over: int, page: int) -> int:
+    """How many thumbnails or rows one pruning step deletes: at least a page's worth of the
+    bytes still over the bound, each freeing at most about a page."""
+    return max(1, min(_PRUNE_STEP, -(-over // page)))
+
+
+def _row(values: Sequence[Any], thumbnail: bytes | None = None) -> MemoryRow:
+    (row_id, robot, camera, stamp, x, y, z, yaw, pitch, source, action, description,
+     objects) = values
+    pose = Pose(x, y, z, yaw, pitch) if x is not None else None
+    return MemoryRow(stamp=stamp, description=description, robot=robot, camera=camera,
+                     pose=pose, pose_source=source, action=action,
+                     objects=split_objects(objects), thumbnail=thumbnail, id=row_id)
+
+
+class SqliteMemoryStore(MemoryStore):
+    """A memory in one SQLite file (see the module notes). ``writable`` opens it for the one
+    writer, creating it where missing; a reader needs an existing file (``DB_MISSING``)."""
+
+    def __init__(self, path: str | Path, *, writable: bool = False, max_mb: float = 1024.0,
+                 busy_timeout_s: float = 5.0) -> None:
+        self.path = Path(path).expanduser()
+        self.writable = writable
+        self.max_bytes = int(max_mb * 2**20)
+        self._lock = threading.RLock()
+        self._lock_file: IO[bytes] | None = None
+        self._closed = False
+        if writable:
+            self._take_writer_lock()
+        elif not self.path.is_file():
+            raise SpatialMemoryError(DB_MISSING, f"no memory database at {self.path}")
+        try:
+            self._check_header()
+            self._conn = self._connect(busy_timeout_s)
+        except BaseException:
+            self._release_writer_lock()
+            raise
+
+    # -- opening ---------------------------------------------------------------------------
+
+    def _take_writer_lock(self) -> None:
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            handle = open(self.path.with_name(self.path.name + "-writer.lock"), "ab")
+        except OSError as exc:
+            raise SpatialMemoryError(DB_UNAVAILABLE, f"cannot create {self.path}: "
+                                     f"{exc.strerror}") from None
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            handle.close()
+            raise SpatialMemoryError(WRITER_BUSY, f"another process writes {self.path}; a "
+                                     "memory has one writer (open it for reading)") from None
+        self._lock_file = handle
+
+    def _release_writer_lock(self) -> None:
+        if self._lock_file is not None:
+            self._lock_file.close()  # closing drops the flock
+            self._lock_file = None
+
+    def _check_header(self) -> None:
+        """Refuse a file that is not SQLite before SQLite gets to touch it."""
+        try:
+            with open(self.path, "rb") as f:
+                head = f.read(len(_HEADER))
+        except FileNotFoundError:
+            return
+        except OSError as exc:
+            raise SpatialMemoryError(DB_UNAVAILABLE, f"cannot read {self.path}: "
+                                     f"{exc.strerror}") from None
+        if head and head != _HEADER:
+            raise SpatialMemoryError(DB_CORRUPT, f"{self.path} is not an SQLite database; it "
+                                     "was left as it is")
+
+    def _connect(self, busy_timeout_s: float) -> sqlite3.Connection:
+        target = str(self.path) if self.writable else f"file:{self.path}?mode=ro"
+        try:
+            conn = sqlite3.connect(target, uri=not self.writable, timeout=busy_timeout_s,
+                                   isolation_level=None, check_same_thread=False)
+        except sqlite3.Error as exc:
+            raise _db_error(exc, self.path) from None
+        try:
+            self._prepare(conn)
+        except sqlite3.Error as exc:
+            conn.close()
+            raise _db_error(exc, self.path) from None
+        except BaseException:
+            conn.close()
+            raise
+        return conn
+
+    def _prepare(self, conn: sqlite3.Connection) -> None:
+        tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+        if "meta" in tables:
+            version = conn.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
+            if version is None or int(version[0]) != SCHEMA_VERSION:
+                raise SpatialMemoryError(SCHEMA_MISMATCH, f"{self.path} has memory schema "
+                                         f"{version[0] if version else 'unknown'}, this version "
+                                         f"reads {SCHEMA_VERSION}; it was left as it is")
+        elif tables:
+            raise SpatialMemoryError(DB_CORRUPT, f"{self.path} is an SQLite database but not a "
+                                     "memory database; it was left as it is")
+        elif not self.writable:
+            raise SpatialMemoryError(DB_MISSING, f"{self.path} holds no memory yet")
+        if self.writable:
+            if not tables:
+                conn.execute("PRAGMA auto_vacuum=INCREMENTAL")  # before the first table
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.execute("PRAGMA synchronous=NORMAL")
+            conn.execute(f"PRAGMA journal_size_limit={4 * 2**20}")
+            if not tables:
+                conn.execute("BEGIN IMMEDIATE")
+                for statement in _SCHEMA:
+                    conn.execute(statement)
+                conn.execute("INSERT INTO meta VALUES ('schema_version', ?)",
+                             (str(SCHEMA_VERSION),))
+                conn.execute("COMMIT")
+                log.info("created memory database %s", self.path)
+        else:
+            conn.execute("PRAGMA query_only=ON")
+
+    @contextlib.contextmanager
+    def _db(self) -> Iterator[sqlite3.Connection]:
+        with self._lock:
+            if self._closed:
+                raise SpatialMemoryError(DB_UNAVAILABLE, f"memory store {self.path} is closed")
+            try:
+                yield self._conn
+            except sqlite3.Error as exc:
+                if self._conn.in_transaction:
+                    self._conn.execute("ROLLBACK")
+                raise _db_error(exc, self.path) from None
+
+    # -- writing ---------------------------------------------------------------------------
+
+    def add(self, row: MemoryRow, vector: np.ndarray | None = None, model: str = "") -> int:
+        self.require_writable()
+        check_row(row)
+        pose = row.pose
+        values = (row.robot, row.camera, float(row.stamp),
+                  *((pose.x, pose.y, pose.z, pose.yaw_deg, pose.pitch_deg) if pose
+                    else (None,) * 5),
+                  row.pose_source if pose else None, row.action, row.description,
+                  joined_objects(row.objects))
+        with self._db() as db:
+            db.execute("BEGIN IMMEDIATE")
+            db.execute("DELETE FROM frames WHERE robot=? AND camera=? AND stamp=?", values[:3])
+            row_id = int(db.execute(
+                f"INSERT INTO frames ({_COLUMNS.removeprefix('id, ')}) "
+                "VALUES (?,?,?,?,?,?,?,?,?,?,?,?)", values).lastrowid or 0)
+            if row.thumbnail:
+                db.execute("INSERT INTO thumbnails VALUES (?, ?)", (row_id, row.thumbnail))
+            if vector is not None:
+                db.execute("INSERT INTO vectors VALUES (?, ?, ?)",
+                           (row_id, model, vector_blob(vector)))
+            db.execute("COMMIT")
+        if self.size_bytes() > self.max_bytes:
+            self.prune()
+        return row_id
+
+    def add_vectors(self, ids: Sequence[int], vectors: np.ndarray, model: str) -> None:
+        self.require_writable()
+        with self._db() as db:
+            db.execute("BEGIN IMMEDIATE")
+            db.executemany("INSERT OR REPLACE INTO vectors SELECT id, ?, ? FROM frames "
+                           "WHERE id = ?",
+                           [(model, vector_blob(v), int(i)) for i, v in zip(ids, vectors,
+                                                                            strict=True)])
+            db.execute("COMMIT")
+
+    def missing_vectors(self, robot: str, model: str, limit: int) -> list[MemoryRow]:
+        with self._db() as db:
+            rows = db.execute(
+                f"SELECT {_COLUMNS} FROM frames f WHERE robot=? AND NOT EXISTS (SELECT 1 FROM "
+                "vectors v WHERE v.frame_id=f.id AND v.model=?) ORDER BY stamp DESC LIMIT ?",
+                (robot, model, limit)).fetchall()
+        return [_row(r) for r in rows]
+
+    def prune(self) -> int:
+        self.require_writable()
+        if self.size_bytes() <= self.max_bytes:
+            return 0
+        target = int(self.max_bytes * _PRUNE_TO)
+        thumbs = deleted = 0
+        with self._db() as db:
+            page = db.execute("PRAGMA page_size").fetchone()[0]
+            while (over := self.size_bytes() - target) > 0:
+                n = db.execute("DELETE FROM thumbnails WHERE frame_id IN (SELECT frame_id FROM "
+                               "thumbnails ORDER BY frame_id LIMIT ?)", (_step(over, page),)
+                               ).rowcount
+                if n <= 0:
+                    break
+                thumbs += n
+            while (over := self.size_bytes() - target) > 0:
+                n = db.execute("DELETE FROM frames WHERE id IN (SELECT id FROM frames "
+                               "ORDER BY stamp LIMIT ?)", (_step(over, page),)).rowcount
+                if n <= 0:
+                    break
+                deleted += n
+            # give the freed pages back to the file system; Python's sqlite3 steps this pragma
+            # once, and one step frees one page
+            db.execute("BEGIN IMMEDIATE")
+            for _ in range(db.execute("PRAGMA freelist_count").fetchone()[0]):
+                db.execute("PRAGMA incremental_vacuum(1)")
+            db.execute("COMMIT")
+            db.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+        log.info("memory %s over %.1f MB: pruned %d thumbnails and %d oldest rows", self.path,
+                 self.max_bytes / 2**20, thumbs, deleted)
+        return deleted
+
+    # -- reading ---------------------------------------------------------------------------
+
+    def get(self, ids: Sequence[int], thumbnails: bool = False) -> list[MemoryRow]:
+        out: list[MemoryRow] = []
+        wanted = sorted({int(i) for i in ids})
+        with self._db() as db:
+            for k in range(0, len(wanted), _MAX_PARAMS):
+                chunk = wanted[k:k + _MAX_PARAMS]
+                marks = ",".join("?" * len(chunk))
+                if thumbnails:
+                    rows = db.execute(
+                        f"SELECT {_F_COLUMNS}, t.jpeg FROM frames f "
+                        f"LEFT JOIN thumbnails t ON t.frame_id=f.id WHERE f.id IN ({marks})",
+                        chunk).fetchall()
+                    out += [_row(r[:-1], r[-1]) for r in rows]
+                else:
+                    rows = db.execute(f"SELECT {_COLUMNS} FROM frames WHERE id IN ({marks})",
+                                      chunk).fetchall()
+                    out += [_row(r) for r in rows]
+        return sorted(out, key=lambda r: (r.stamp, r.id or 0))
+
+    def latest(self, robot: str, n: int) -> list[MemoryRow]:
+        with self._db() as db:
+            rows = db.execute(f"SELECT {_COLUMNS} FROM frames WHERE robot=? "
+                              "ORDER BY stamp DESC LIMIT ?", (robot, max(n, 0))).fetchall()
+        return [_row(r) for r in reversed(rows)]
+
+    def stamps(self, robot: str, start: float, end: float) -> list[tuple[int, float]]:
+        with self._db() as db:
+            return [(int(i), float(s)) for i, s in db.execute(
+                "SELECT id, stamp FROM frames WHERE robot=? AND stamp BETWEEN ? AND ? "
+                "ORDER BY stamp", (robot, start, end))]
+
+    def nearest(self, robot: str, stamp: float, n: int) -> list[tuple[int, float]]:
+        with self._db() as db:
+            before = db.execute("SELECT id, stamp FROM frames WHERE robot=? AND stamp<=? "
+                                "ORDER BY stamp DESC LIMIT ?", (robot, stamp, n)).fetchall()
+            after = db.execute("SELECT id, stamp FROM frames WHERE robot=? AND stamp>? "
+                               "ORDER BY stamp LIMIT ?", (robot, stamp, n)).fetchall()
+        both = sorted(before + after, key=lambda r: abs(r[1] - stamp))[:n]
+        return sorted((int(i), float(s)) for i, s in both)
+
+    def previous_ids(self, ids: Sequence[int]) -> dict[int, int | None]:
+        wanted = sorted({int(i) for i in ids})
+        out: dict[int, int | None] = {}
+        with self._db() as db:
+            for k in range(0, len(wanted), _MAX_PARAMS):
+                chunk = wanted[k:k + _MAX_PARAMS]
+                out.update(db.execute(
+                    "SELECT f.id, (SELECT p.id FROM frames p WHERE p.robot=f.robot AND "
+                    "p.camera=f.camera AND p.stamp<f.stamp ORDER BY p.stamp DESC LIMIT 1) "
+                    f"FROM frames f WHERE f.id IN ({','.join('?' * len(chunk))})", chunk))
+        return out
+
+    def search_text(self, robot: str, terms: Sequence[str], limit: int,
+                    start: float | None = None, end: float | None = None) -> list[TextHit]:
+        words = search_terms(terms)
+        if not words or limit <= 0:
+            return []
+        query = " OR ".join(f'"{w}"' for w in words)
+        lo = -float("inf") if start is None else start
+        hi = float("inf") if end is None else end
+        with self._db() as db:
+            rows = db.execute(
+                "SELECT f.id, f.stamp, bm25(frames_fts) FROM frames_fts JOIN frames f "
+                "ON f.id = frames_fts.rowid WHERE frames_fts MATCH ? AND f.robot=? "
+                "AND f.stamp BETWEEN ? AND ? ORDER BY bm25(frames_fts) LIMIT ?",
+                (query, robot, lo, hi, limit)).fetchall()
+        return [TextHit(int(i), float(s), -float(score)) for i, s, score in rows]
+
+    def vectors(self, robot: str, model: str, after_id: int = 0
+                ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        with self._db() as db:
+            rows = db.execute("SELECT v.frame_id, f.stamp, v.vec FROM vectors v JOIN frames f "
+                              "ON f.id = v.frame_id WHERE f.robot=? AND v.model=? AND "
+                              "v.frame_id>? ORDER BY v.frame_id",
+                              (robot, model, after_id)).fetchall()
+        ids = np.array([r[0] for r in rows], dtype=np.int64)
+        stamps = np.array([r[1] for r in rows], dtype=np.float64)
+        return ids, stamps, vectors_from_blobs([r[2] for r in rows])
+
+    def span(self, robot: str) -> Span:
+        check_name("robot", robot)
+        with self._db() as db:
+            count, first, last = db.execute("SELECT count(*), min(stamp), max(stamp) FROM "
+                                            "frames WHERE robot=?", (robot,)).fetchone()
+        return Span(int(count), first, last)
+
+    def robots(self) -> list[str]:
+        with self._db() as db:
+            return [r[0] for r in db.execute("SELECT DISTINCT robot FROM frames ORDER BY robot")]
+
+    def thumbnail(self, row_id: int) -> bytes | None:
+        with self._db() as db:
+            hit = db.execute("SELECT jpeg FROM thumbnails WHERE frame_id=?",
+                             (int(row_id),)).fetchone()
+        return bytes(hit[0]) if hit else None
+
+    def size_bytes(self) -> int:
+        """Bytes of the file's pages in use (its size less the free pages)."""
+        with self._db() as db:
+            pages = db.execute("PRAGMA page_count").fetchone()[0]
+            free = db.execute("PRAGMA freelist_count").fetchone()[0]
+            size = db.execute("PRAGMA page_size").fetchone()[0]
+        return int((pages - free) * size)
+
+    def integrity_check(self) -> list[str]:
+        """SQLite's own check of every page (reads the whole file): ``["ok"]`` when sound."""
+        with self._db() as db:
+            return [r[0] for r in db.execute("PRAGMA integrity_check")]
+
+    def close(self) -> None:
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            try:
+                self._conn.close()
+            finally:
+                self._release_writer_lock()
