@@ -38,8 +38,12 @@ appears visible object objects option options answer question choose following
 """.split())
 _ARTICLE_PHRASE = re.compile(r"\b(?:a|an|the|two|three|some|several)\s+((?:[a-z][a-z-]*\s+){0,2}"
                              r"[a-z][a-z-]*)")
+#: words a noun phrase ends before: prepositions, conjunctions and the verbs scenes are
+#: described with
 _CUT = frozenset("""to of on in at by with from near next behind above below beside under over
-and or but is are was were that which who while as into onto toward towards""".split())
+and or but is are was were be that which who while as into onto toward towards stands stand
+sits sit lies lie hangs hang rests rest leans lean appears appear seems seem stays stay has have
+can could standing sitting lying hanging leaning resting walking moving parked placed""".split())
 
 
 def question_terms(question: str, options: Sequence[str] = ()) -> list[str]:
