@@ -92,12 +92,17 @@ def build_world(spec: WorldSpec) -> World:
 def body_twist(world: World, index: int) -> tuple[np.ndarray, np.ndarray]:
     """True (linear m/s, angular rad/s) velocity of frame ``index`` in the camera body frame
     (x along the view, y left, z camera-up), by central differences of the true poses."""
+    return trajectory_twist(world.trajectory, float(world.times[index]), world.poses[index])
+
+
+def trajectory_twist(trajectory: Trajectory, t: float,
+                     pose: Pose) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`body_twist` at time ``t`` of any trajectory, ``pose`` being its pose then."""
     dt = 1e-3
-    t = float(world.times[index])
-    before = world.trajectory.pose_at(max(0.0, t - dt))
-    after = world.trajectory.pose_at(t + dt)
+    before = trajectory.pose_at(max(0.0, t - dt))
+    after = trajectory.pose_at(t + dt)
     span = (t + dt) - max(0.0, t - dt)
-    rot = world.poses[index].rotation()
+    rot = pose.rotation()
     linear = rot.T @ ((after.position - before.position) / span)
     yaw_rate = math.radians(wrap_deg(after.yaw_deg - before.yaw_deg)) / span
     pitch_rate = math.radians(after.pitch_deg - before.pitch_deg) / span
