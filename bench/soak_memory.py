@@ -38,6 +38,7 @@ from rclpy.qos import QoSProfile, ReliabilityPolicy
 from sensor_msgs.msg import Image
 
 from embodied_r_ros.client import SpatialQueryClient
+from embodied_r_ros.core.error_codes import INTERNAL
 
 SLOPE_BOUND_MB_PER_MIN = 2.0
 QUESTIONS = [
@@ -127,7 +128,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 a = client.ask(bad["question"], bad.get("options", []),
                                window_sec=bad.get("window_sec", 0.0),
                                camera=bad.get("camera", ""), timeout=60)
-                counts["hostile"] += int(not a.success and a.error_code != "INTERNAL")
+                counts["hostile"] += int(not a.success and a.error_code != INTERNAL)
             else:
                 question, options = QUESTIONS[n % len(QUESTIONS)]
                 a = client.ask(question, options, window_sec=30.0, timeout=180)

@@ -32,14 +32,13 @@ from rclpy.action import ActionClient
 from rclpy.context import Context
 from rclpy.executors import ExternalShutdownException, MultiThreadedExecutor
 
+from embodied_r_ros.core.error_codes import REJECTED
 from embodied_r_ros.core.query_result import QueryResult
 from embodied_r_ros.nodes.conversions import query_result_of
 from embodied_r_ros.nodes.remote_engine import done_event
 from embodied_r_ros.nodes.transport import QUERY_QOS
 
 DEFAULT_SERVICE = "/embodied_r/query"
-#: the error code of an action goal the server did not accept (the client's own: no reply)
-REJECTED = "REJECTED"
 
 
 @dataclass(frozen=True)

@@ -12,10 +12,11 @@ import pytest
 from engine_helpers import QUESTIONS, StopsAfter, chat
 
 from embodied_r_ros.core.backends import create_backend
-from embodied_r_ros.core.backends.base import BACKEND_TIMEOUT, BackendError, ChatBackend
+from embodied_r_ros.core.backends.base import BackendError, ChatBackend
 from embodied_r_ros.core.backends.transformers_backend import TransformersBackend
-from embodied_r_ros.core.cancel import CANCELLED, CancelToken
+from embodied_r_ros.core.cancel import CancelToken
 from embodied_r_ros.core.config import ModelConfig
+from embodied_r_ros.core.error_codes import BACKEND_TIMEOUT, CANCELLED
 
 #: per engine: the modules it needs, and its settings beyond tiny-qwen2 at float32
 ENGINES = {

@@ -26,19 +26,13 @@ from http_helpers import (
     user,
 )
 
-from embodied_r_ros.core.backends import (
-    BACKEND_DOWN,
-    BACKEND_FAILED,
-    BACKEND_TIMEOUT,
-    BackendError,
-    ChatBackend,
-    create_backend,
-)
+from embodied_r_ros.core.backends import BackendError, ChatBackend, create_backend
 from embodied_r_ros.core.backends.base import Completion
 from embodied_r_ros.core.backends.images import from_data_url, to_data_url
 from embodied_r_ros.core.backends.openai_backend import OpenAIBackend
-from embodied_r_ros.core.cancel import CANCELLED, CancelToken
+from embodied_r_ros.core.cancel import CancelToken
 from embodied_r_ros.core.config import ConfigError
+from embodied_r_ros.core.error_codes import BACKEND_DOWN, BACKEND_FAILED, BACKEND_TIMEOUT, CANCELLED
 from embodied_r_ros.serving import OpenAIServer, serve
 
 

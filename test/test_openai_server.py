@@ -28,15 +28,12 @@ from http_helpers import (
     text_convs,
 )
 
-from embodied_r_ros.core.backends import (
-    BACKEND_DOWN,
-    BackendError,
-    ChatBackend,
-)
+from embodied_r_ros.core.backends import BackendError, ChatBackend
 from embodied_r_ros.core.backends.base import Completion
 from embodied_r_ros.core.backends.openai_backend import OpenAIBackend
-from embodied_r_ros.core.cancel import CANCELLED, CancelToken
+from embodied_r_ros.core.cancel import CancelToken
 from embodied_r_ros.core.config import ModelConfig
+from embodied_r_ros.core.error_codes import BACKEND_DOWN, CANCELLED
 from embodied_r_ros.serving import OpenAIServer, serve
 
 

@@ -9,9 +9,10 @@ from scripted import ScriptedVLM, prompt_of
 from embodied_r_ros.core.actions import ACTIONS, Motion
 from embodied_r_ros.core.backends.base import BackendError
 from embodied_r_ros.core.cache import ReplyCache
-from embodied_r_ros.core.cancel import CANCELLED, CancelToken
+from embodied_r_ros.core.cancel import CancelToken
 from embodied_r_ros.core.colors import describe_colour_regions
 from embodied_r_ros.core.config import PerceptionConfig
+from embodied_r_ros.core.error_codes import CANCELLED
 from embodied_r_ros.core.perception import (
     FrameDescription,
     Perceiver,

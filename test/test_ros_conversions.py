@@ -14,11 +14,10 @@ from sensor_msgs.msg import CompressedImage, Image  # noqa: E402
 from embodied_r_interfaces.action import SpatialQuery as QueryAction  # noqa: E402
 from embodied_r_interfaces.srv import SpatialQuery  # noqa: E402
 from embodied_r_ros.core.actions import Motion  # noqa: E402
+from embodied_r_ros.core.error_codes import CORRUPT_FRAME, UNSUPPORTED_ENCODING  # noqa: E402
 from embodied_r_ros.core.perception import FrameDescription  # noqa: E402
 from embodied_r_ros.core.query_result import QueryResult  # noqa: E402
 from embodied_r_ros.nodes.conversions import (  # noqa: E402
-    CORRUPT_FRAME,
-    UNSUPPORTED_ENCODING,
     FrameError,
     compressed_to_rgb,
     fill_query_response,

@@ -6,10 +6,11 @@ import numpy as np
 import pytest
 from media import pan_frames
 
-from embodied_r_ros.agent.frame_store import BAD_STAMP, FrameStore, PoseBuffer, StampGate
+from embodied_r_ros.agent.frame_store import FrameStore, PoseBuffer, StampGate
 from embodied_r_ros.core.backends.images import decode_image
 from embodied_r_ros.core.config import KeyframeConfig
-from embodied_r_ros.core.pipeline import NO_FRAMES, QueryError
+from embodied_r_ros.core.error_codes import BAD_STAMP, NO_FRAMES
+from embodied_r_ros.core.pipeline import QueryError
 from embodied_r_ros.core.poses import Pose
 
 FRAMES = pan_frames(40, 16, size=(320, 240))

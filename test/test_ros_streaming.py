@@ -65,9 +65,10 @@ def test_descriptions_appear_as_key_frames_arrive_and_serve_questions(world: Any
     wait_until(lambda: len(world.notes) == keys, 60, "a description of every key frame")
     notes = world.notes
     assert all(n.description and n.model == "tiny-qwen2.5-vl" for n in notes)
-    assert stamp_to_sec(notes[0].stamp) == STAMPS[0] and notes[0].action == ""
+    assert stamp_to_sec(notes[0].header.stamp) == STAMPS[0] and notes[0].action == ""
+    assert {n.header.frame_id for n in notes} == {"front"}  # the camera
     assert [stamp_to_sec(n.previous_stamp) for n in notes[1:]] == [
-        stamp_to_sec(n.stamp) for n in notes[:-1]]  # each after its predecessor
+        stamp_to_sec(n.header.stamp) for n in notes[:-1]]  # each after its predecessor
     stored = world.store.stats.stored
     describer = world.by_name["perception"].describer
     wait_until(lambda: describer.described == stored, 60, "every stored frame described")
@@ -77,7 +78,7 @@ def test_descriptions_appear_as_key_frames_arrive_and_serve_questions(world: Any
     r = world.ask("Which way did I turn?", OPTIONS)
     assert r.success, r.error
     stamps = [stamp_to_sec(s) for s in r.key_frame_stamps]
-    assert stamps[:-1] == [stamp_to_sec(n.stamp) for n in notes][: len(stamps) - 1]
+    assert stamps[:-1] == [stamp_to_sec(n.header.stamp) for n in notes][: len(stamps) - 1]
     assert stamps[-1] == STAMPS[9]  # the window ends with the current view
     assert world.vlm.calls == before  # every description was ready: no VLM call at query time
     other = world.ask("Is the door on the left?", OPTIONS)  # another question: still none

@@ -19,17 +19,12 @@ from http_helpers import (
     user,
 )
 
-from embodied_r_ros.core.backends import (
-    BACKEND_DOWN,
-    BACKEND_FAILED,
-    BackendError,
-    ChatBackend,
-    create_backend,
-)
+from embodied_r_ros.core.backends import BackendError, ChatBackend, create_backend
 from embodied_r_ros.core.backends.images import from_data_url, resize_max_side, to_data_url
 from embodied_r_ros.core.backends.openai_backend import OpenAIBackend
-from embodied_r_ros.core.cancel import CANCELLED, CancelToken
+from embodied_r_ros.core.cancel import CancelToken
 from embodied_r_ros.core.config import ModelConfig
+from embodied_r_ros.core.error_codes import BACKEND_DOWN, BACKEND_FAILED, CANCELLED
 
 
 def test_greedy_is_deterministic(

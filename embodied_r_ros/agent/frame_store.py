@@ -28,15 +28,14 @@ import numpy as np
 from embodied_r_ros.core.actions import Motion
 from embodied_r_ros.core.backends.images import decode_image, encode_jpeg, resize_max_side
 from embodied_r_ros.core.config import KeyframeConfig
+from embodied_r_ros.core.error_codes import BAD_STAMP, BAD_WINDOW, NO_FRAMES
 from embodied_r_ros.core.keyframes import KeyframeDecision, KeyframeExtractor, finalize_positions
 from embodied_r_ros.core.odometry import odometry_motions, pose_near
-from embodied_r_ros.core.pipeline import NO_FRAMES, QueryError
+from embodied_r_ros.core.pipeline import QueryError
 from embodied_r_ros.core.poses import Pose
 
 log = logging.getLogger(__name__)
 
-BAD_STAMP = "BAD_STAMP"
-BAD_WINDOW = "BAD_WINDOW"
 
 
 def check_window_sec(window_sec: float) -> float:

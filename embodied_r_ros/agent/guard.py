@@ -16,10 +16,9 @@ from collections.abc import Callable
 from typing import Any
 
 from embodied_r_ros.core.backends.base import BackendError
-from embodied_r_ros.core.cancel import CANCELLED, CancelToken
+from embodied_r_ros.core.cancel import CancelToken
+from embodied_r_ros.core.error_codes import CANCELLED, INTERNAL
 from embodied_r_ros.core.pipeline import QueryError
-
-INTERNAL = "INTERNAL"
 
 _log = logging.getLogger(__name__)
 
@@ -105,7 +104,7 @@ def guard_subscription(logger: Any, what: str, callback: Callable[[Any], None],
     return guarded
 
 
-def finish_goal(goal_handle: Any, result: Any, cancelled_code: str = "CANCELLED") -> Any:
+def finish_goal(goal_handle: Any, result: Any, cancelled_code: str = CANCELLED) -> Any:
     """End an action goal by its result: canceled (when the client asked), succeeded, aborted."""
     if result.error_code == cancelled_code and goal_handle.is_cancel_requested:
         goal_handle.canceled()

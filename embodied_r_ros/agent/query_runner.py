@@ -21,9 +21,10 @@ from dataclasses import dataclass, replace
 from typing import Protocol
 
 from embodied_r_ros.agent.frame_store import Window, check_window_sec
-from embodied_r_ros.agent.guard import INTERNAL, error_of, one_line
-from embodied_r_ros.core.backends.base import BACKEND_DOWN, raise_if_stopped
+from embodied_r_ros.agent.guard import error_of, one_line
+from embodied_r_ros.core.backends.base import raise_if_stopped
 from embodied_r_ros.core.cancel import CancelToken
+from embodied_r_ros.core.error_codes import BACKEND_DOWN, BUSY, INTERNAL, UNKNOWN_CAMERA
 from embodied_r_ros.core.perception import ProgressFn
 from embodied_r_ros.core.pipeline import QueryError, validate_query
 from embodied_r_ros.core.query_result import QueryResult
@@ -31,8 +32,6 @@ from embodied_r_ros.core.reasoning import Reasoning
 
 log = logging.getLogger(__name__)
 
-BUSY = "BUSY"
-UNKNOWN_CAMERA = "UNKNOWN_CAMERA"
 _POLL_S = 0.02
 
 

@@ -12,8 +12,7 @@ from __future__ import annotations
 import threading
 import time
 
-CANCELLED = "CANCELLED"
-TIMED_OUT = "BACKEND_TIMEOUT"
+from embodied_r_ros.core.error_codes import BACKEND_TIMEOUT, CANCELLED
 
 
 class CancelToken:
@@ -53,7 +52,7 @@ class CancelToken:
             if inherited is not None:
                 return inherited
         if self.deadline is not None and time.monotonic() >= self.deadline:
-            return (TIMED_OUT, self.expired)
+            return (BACKEND_TIMEOUT, self.expired)
         return None
 
     @property

@@ -15,16 +15,19 @@ from collections.abc import Iterable, Sequence
 import numpy as np
 
 from embodied_r_ros.core.actions import Motion
-from embodied_r_ros.core.backends.base import (
-    BACKEND_DOWN,
-    BACKEND_FAILED,
-    BackendError,
-    ChatBackend,
-    Conversation,
-)
+from embodied_r_ros.core.backends.base import BackendError, ChatBackend, Conversation
 from embodied_r_ros.core.cache import ReplyCache
 from embodied_r_ros.core.cancel import CancelToken
 from embodied_r_ros.core.config import CameraConfig, Config
+from embodied_r_ros.core.error_codes import (
+    BACKEND_DOWN,
+    BACKEND_FAILED,
+    BAD_OPTIONS,
+    BAD_REQUEST,
+    EMPTY_QUESTION,
+    NO_FRAMES,
+    QUESTION_TOO_LONG,
+)
 from embodied_r_ros.core.keyframes import KeyframeSelection, select_keyframes
 from embodied_r_ros.core.perception import (
     MotionSource,
@@ -46,11 +49,6 @@ from embodied_r_ros.core.reasoning import (
 
 log = logging.getLogger(__name__)
 
-EMPTY_QUESTION = "EMPTY_QUESTION"
-QUESTION_TOO_LONG = "QUESTION_TOO_LONG"
-BAD_OPTIONS = "BAD_OPTIONS"
-NO_FRAMES = "NO_FRAMES"
-BAD_REQUEST = "BAD_REQUEST"
 
 #: bounds every entry point applies before any work (a 200,000-character option once pinned
 #: both cores for minutes): characters per option, and of the perception text a Reason gets

@@ -22,12 +22,11 @@ from sensor_msgs.msg import CompressedImage, Image
 
 from embodied_r_ros.core.actions import Motion
 from embodied_r_ros.core.backends.images import decode_image
+from embodied_r_ros.core.error_codes import CORRUPT_FRAME, UNSUPPORTED_ENCODING
 from embodied_r_ros.core.poses import Pose
 from embodied_r_ros.core.query_result import QueryResult
 
 M = TypeVar("M")
-UNSUPPORTED_ENCODING = "UNSUPPORTED_ENCODING"
-CORRUPT_FRAME = "CORRUPT_FRAME"
 
 # Encodings that make sense as a colour camera picture (depth and float images do not).
 _COLOUR_DEPTHS = (np.uint8, np.uint16)

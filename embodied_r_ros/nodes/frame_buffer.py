@@ -32,6 +32,7 @@ from sensor_msgs.msg import CompressedImage, Image
 from embodied_r_ros.agent.frame_store import FrameStore, Window, check_window_sec, stamp_filter
 from embodied_r_ros.agent.guard import guard_service, guard_subscription, one_line
 from embodied_r_ros.core.config import Config
+from embodied_r_ros.core.error_codes import INTERNAL
 from embodied_r_ros.nodes.conversions import (
     FrameError,
     compressed_to_rgb,
@@ -61,7 +62,6 @@ from embodied_r_ros.nodes.params import (
 from embodied_r_ros.nodes.transport import IMAGE_QOS, stored_frames_topic, window_service_name
 
 M = TypeVar("M", Image, CompressedImage)
-INTERNAL_ERROR = "INTERNAL"  # a frame that broke something unexpected (counted, dropped)
 
 SPECS: tuple[Spec, ...] = (
     DIAGNOSTICS_SPEC,
@@ -173,7 +173,7 @@ class FrameBufferNode(Node):
 
         return guard_subscription(
             self.get_logger(), "camera frame", callback,
-            on_error=lambda exc: self.store.note_dropped(INTERNAL_ERROR, one_line(exc)),
+            on_error=lambda exc: self.store.note_dropped(INTERNAL, one_line(exc)),
         )
 
     @property
@@ -260,7 +260,7 @@ class FrameBufferNode(Node):
         try:
             added = self.store.add(rgb, stamp)
         except Exception as exc:  # never let one frame take the camera down
-            self.store.note_dropped(INTERNAL_ERROR, f"{type(exc).__name__}: {exc}")
+            self.store.note_dropped(INTERNAL, f"{type(exc).__name__}: {exc}")
             self.get_logger().error(f"frame at {stamp:.3f} s failed: {exc}",
                                     throttle_duration_sec=5.0)
             return

@@ -38,9 +38,9 @@ from embodied_r_ros.agent.guard import (
     one_line,
 )
 from embodied_r_ros.agent.model_loading import build_pipeline, describe_models
-from embodied_r_ros.core.backends.base import BACKEND_DOWN
 from embodied_r_ros.core.cancel import CancelToken
 from embodied_r_ros.core.config import Config
+from embodied_r_ros.core.error_codes import BACKEND_DOWN
 from embodied_r_ros.core.pipeline import EmbodiedR, QueryError
 from embodied_r_ros.nodes.diagnostics import ERROR, OK, WARN, DiagnosticsPublisher, make_status
 from embodied_r_ros.nodes.params import (

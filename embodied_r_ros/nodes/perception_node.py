@@ -27,10 +27,10 @@ from rclpy.qos import QoSProfile, ReliabilityPolicy
 
 from embodied_r_ros.agent.guard import guard_subscription
 from embodied_r_ros.core.cancel import CancelToken
-from embodied_r_ros.core.pipeline import BAD_REQUEST, EmbodiedR, QueryError, validate_query
+from embodied_r_ros.core.error_codes import BAD_REQUEST, CORRUPT_FRAME
+from embodied_r_ros.core.pipeline import EmbodiedR, QueryError, validate_query
 from embodied_r_ros.core.streaming import BackgroundDescriber, KeyFrameNote
 from embodied_r_ros.nodes.conversions import (
-    CORRUPT_FRAME,
     compressed_jpeg_to_rgb,
     msg_to_motion,
     sec_to_stamp,
@@ -58,6 +58,8 @@ class PerceptionNode(ModelNode):
 
     def __init__(self, node_name: str = "perception", **kwargs: Any) -> None:
         super().__init__(node_name, **kwargs)
+        from std_msgs.msg import Header
+
         from embodied_r_interfaces.action import Perceive
         from embodied_r_interfaces.msg import KeyFrameDescription
 
@@ -66,6 +68,7 @@ class PerceptionNode(ModelNode):
         self._server = self.create_goal_server(Perceive, "~/perceive", self._execute)
         self.describer: BackgroundDescriber | None = None
         self._note_type = KeyFrameDescription
+        self._header_type = Header
         self._notes = self.create_publisher(KeyFrameDescription, "~/descriptions", 10)
         self._inputs: list[Any] = []  # stored-frame subscriptions while configured to stream
 
@@ -135,7 +138,7 @@ class PerceptionNode(ModelNode):
 
     def _publish_note(self, note: KeyFrameNote) -> None:
         msg = self._note_type(
-            stamp=sec_to_stamp(note.stamp), camera=note.camera,
+            header=self._header_type(stamp=sec_to_stamp(note.stamp), frame_id=note.camera),
             model=self.pipeline.perceiver.model_id if self.pipeline else "",
             action=note.action or "", description=note.description,
         )

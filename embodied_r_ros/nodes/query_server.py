@@ -23,12 +23,15 @@ from rclpy.node import Node
 
 from embodied_r_ros.agent.guard import GoalTokens, finish_goal, guard_execute, guard_service
 from embodied_r_ros.agent.query_runner import Engine, QueryRequest, QueryRunner
+from embodied_r_ros.core.error_codes import BACKEND_DOWN, BACKEND_FAILED, BACKEND_TIMEOUT
 from embodied_r_ros.nodes.conversions import fill_query_response
 from embodied_r_ros.nodes.diagnostics import OK, WARN, DiagnosticsPublisher, make_status
 from embodied_r_ros.nodes.params import CONFIG_SPECS, DIAGNOSTICS_SPEC, Spec, declare
 from embodied_r_ros.nodes.transport import QUERY_QOS
 
 FEEDBACK_CHARS = 2000
+#: a query that last failed with one of these turns the server's diagnostics to WARN
+BACKEND_CODES = frozenset({BACKEND_DOWN, BACKEND_TIMEOUT, BACKEND_FAILED})
 
 SPECS: tuple[Spec, ...] = (
     DIAGNOSTICS_SPEC,
@@ -177,7 +180,7 @@ class QueryServerNode(Node):
             "last_query_overhead_sec": s.last_overhead_sec,
             "last_error_code": s.last_error_code,
         }
-        level = WARN if s.failed and s.last_error_code.startswith("BACKEND") else OK
+        level = WARN if s.failed and s.last_error_code in BACKEND_CODES else OK
         message = f"{s.served} queries, last {s.last_total_sec:.2f} s"
         return [make_status("embodied_r: query server", level, message, values,
                             self.get_fully_qualified_name())]

@@ -23,8 +23,9 @@ from rclpy.callback_groups import ReentrantCallbackGroup
 from rclpy.node import Node
 
 from embodied_r_ros.agent.frame_store import Window
-from embodied_r_ros.core.backends.base import BACKEND_DOWN, BACKEND_FAILED, raise_if_stopped
+from embodied_r_ros.core.backends.base import raise_if_stopped
 from embodied_r_ros.core.cancel import CancelToken
+from embodied_r_ros.core.error_codes import BACKEND_DOWN, BACKEND_FAILED
 from embodied_r_ros.core.perception import ProgressFn
 from embodied_r_ros.core.pipeline import QueryError
 from embodied_r_ros.core.reasoning import Reasoning, is_well_formed

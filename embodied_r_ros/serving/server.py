@@ -26,14 +26,9 @@ from dataclasses import replace
 from types import FrameType, TracebackType
 from typing import Any
 
-from embodied_r_ros.core.backends.base import (
-    BACKEND_DOWN,
-    BACKEND_FAILED,
-    BackendError,
-    ChatBackend,
-    Conversation,
-)
+from embodied_r_ros.core.backends.base import BackendError, ChatBackend, Conversation
 from embodied_r_ros.core.cancel import CancelToken
+from embodied_r_ros.core.error_codes import BACKEND_DOWN, BACKEND_FAILED
 from embodied_r_ros.serving.batching import Batcher
 from embodied_r_ros.serving.http_api import (
     MAX_CONNECTIONS,

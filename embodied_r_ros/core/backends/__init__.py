@@ -4,22 +4,11 @@ Importing this package is cheap: torch, transformers and vLLM load only when
 :func:`create_backend` builds a backend that needs them.
 """
 
-from embodied_r_ros.core.backends.base import (
-    BACKEND_DOWN,
-    BACKEND_FAILED,
-    BACKEND_TIMEOUT,
-    BackendError,
-    ChatBackend,
-    Conversation,
-    Message,
-)
+from embodied_r_ros.core.backends.base import BackendError, ChatBackend, Conversation, Message
 from embodied_r_ros.core.backends.factory import create_backend
 from embodied_r_ros.core.backends.offline import OFFLINE_MODELS, resolve_model
 
 __all__ = [
-    "BACKEND_DOWN",
-    "BACKEND_FAILED",
-    "BACKEND_TIMEOUT",
     "OFFLINE_MODELS",
     "BackendError",
     "ChatBackend",

@@ -20,24 +20,17 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from embodied_r_ros.core.cancel import CANCELLED, CancelToken
+from embodied_r_ros.core.cancel import CancelToken
+from embodied_r_ros.core.error_codes import BACKEND_FAILED, BACKEND_TIMEOUT, CANCELLED
 
 Message = dict[str, Any]
 Conversation = list[Message]
-
-BACKEND_DOWN = "BACKEND_DOWN"
-BACKEND_TIMEOUT = "BACKEND_TIMEOUT"
-BACKEND_FAILED = "BACKEND_FAILED"
 
 #: characters one token can stand for, at most, in practice: bounds a prompt before it is
 #: tokenised and a remote reply by its ``max_tokens``
 MAX_CHARS_PER_TOKEN = 16
 
 __all__ = [
-    "BACKEND_DOWN",
-    "BACKEND_FAILED",
-    "BACKEND_TIMEOUT",
-    "CANCELLED",
     "MAX_CHARS_PER_TOKEN",
     "BackendError",
     "ChatBackend",

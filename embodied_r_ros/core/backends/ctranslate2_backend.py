@@ -26,12 +26,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from embodied_r_ros.core.backends.base import (
-    BACKEND_FAILED,
-    BackendError,
-    Completion,
-    cut_at_stop,
-)
+from embodied_r_ros.core.backends.base import BackendError, Completion, cut_at_stop
 from embodied_r_ros.core.backends.local_engine import (
     MARKER_FILE,
     LocalEngineBackend,
@@ -43,6 +38,7 @@ from embodied_r_ros.core.backends.local_engine import (
 )
 from embodied_r_ros.core.cancel import CancelToken
 from embodied_r_ros.core.config import ModelConfig
+from embodied_r_ros.core.error_codes import BACKEND_FAILED
 
 logger = logging.getLogger(__name__)
 

@@ -18,7 +18,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from embodied_r_ros.core.backends.base import BACKEND_FAILED, BackendError
+from embodied_r_ros.core.backends.base import BackendError
+from embodied_r_ros.core.error_codes import BACKEND_FAILED
 
 #: the GGUF tensor type of each 2-D weight per quantisation setting; norms and biases stay F32
 WEIGHT_TYPES = {"float32": "F32", "float16": "F16", "int8": "Q8_0"}

@@ -24,8 +24,6 @@ from pathlib import Path
 from typing import Any
 
 from embodied_r_ros.core.backends.base import (
-    BACKEND_DOWN,
-    BACKEND_FAILED,
     BackendError,
     ChatBackend,
     Completion,
@@ -44,6 +42,7 @@ from embodied_r_ros.core.backends.offline import (
 )
 from embodied_r_ros.core.cancel import CancelToken
 from embodied_r_ros.core.config import ModelConfig
+from embodied_r_ros.core.error_codes import BACKEND_DOWN, BACKEND_FAILED
 
 logger = logging.getLogger(__name__)
 

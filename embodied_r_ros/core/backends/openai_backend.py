@@ -33,9 +33,6 @@ from typing import Any
 import openai
 
 from embodied_r_ros.core.backends.base import (
-    BACKEND_DOWN,
-    BACKEND_FAILED,
-    BACKEND_TIMEOUT,
     MAX_CHARS_PER_TOKEN,
     BackendError,
     ChatBackend,
@@ -48,6 +45,7 @@ from embodied_r_ros.core.backends.base import (
 from embodied_r_ros.core.backends.images import to_openai_messages
 from embodied_r_ros.core.cancel import CancelToken
 from embodied_r_ros.core.config import ModelConfig, api_key_from_env
+from embodied_r_ros.core.error_codes import BACKEND_DOWN, BACKEND_FAILED, BACKEND_TIMEOUT
 
 logger = logging.getLogger(__name__)
 

@@ -39,7 +39,6 @@ from transformers import (
 from transformers.utils import is_torchvision_available
 
 from embodied_r_ros.core.backends.base import (
-    BACKEND_FAILED,
     BackendError,
     ChatBackend,
     Completion,
@@ -56,6 +55,7 @@ from embodied_r_ros.core.backends.offline import resolve_model
 from embodied_r_ros.core.backends.text_decoder import VL_TYPES, load_causal_lm
 from embodied_r_ros.core.cancel import CancelToken
 from embodied_r_ros.core.config import ModelConfig
+from embodied_r_ros.core.error_codes import BACKEND_FAILED
 
 logger = logging.getLogger(__name__)
 

@@ -12,8 +12,6 @@ from collections.abc import Sequence
 from typing import Any
 
 from embodied_r_ros.core.backends.base import (
-    BACKEND_DOWN,
-    BACKEND_FAILED,
     BackendError,
     ChatBackend,
     Completion,
@@ -25,6 +23,7 @@ from embodied_r_ros.core.backends.images import to_openai_messages
 from embodied_r_ros.core.backends.offline import resolve_model
 from embodied_r_ros.core.cancel import CancelToken
 from embodied_r_ros.core.config import ModelConfig
+from embodied_r_ros.core.error_codes import BACKEND_DOWN, BACKEND_FAILED
 
 logger = logging.getLogger(__name__)
 
