@@ -44,7 +44,7 @@ class TextEmbedder(Protocol):
     model_id: str
     dim: int
 
-    def embed(self, texts: Sequence[str]) -> np.ndarray: ...
+    def embed(self, texts: Sequence[str], remember: bool = True) -> np.ndarray: ...
 
 
 def model_dir() -> Path | None:
@@ -99,7 +99,13 @@ class MiniLMEmbedder:
         self._cache_size = cache_size
         self._lock = threading.Lock()
 
-    def embed(self, texts: Sequence[str]) -> np.ndarray:
+    def embed(self, texts: Sequence[str], remember: bool = True) -> np.ndarray:
+        """Unit vectors of ``texts``, one row each; ``remember``: keep them in the LRU (a
+        question, asked once, is not kept)."""
+        if not remember:
+            with self._lock:
+                return (self._forward(list(texts)) if texts
+                        else np.zeros((0, self.dim), dtype=np.float32))
         with self._lock:
             todo = list(dict.fromkeys(t for t in texts if t not in self._cache))
             if todo:

@@ -355,6 +355,12 @@ class PostgresMemoryStore(MemoryStore):
         assert got is not None
         return Span(int(got[0]), got[1], got[2])
 
+    def bounds(self, robot: str) -> tuple[float, float] | None:
+        with self._db() as conn:
+            got = conn.execute("SELECT min(stamp), max(stamp) FROM memory_frames WHERE robot=%s",
+                               (robot,)).fetchone()
+        return None if got is None or got[0] is None else (float(got[0]), float(got[1]))
+
     def robots(self) -> list[str]:
         with self._db() as conn:
             return [r[0] for r in conn.execute(

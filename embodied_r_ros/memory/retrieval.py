@@ -143,12 +143,13 @@ class Retriever:
         for spec in specs:
             plain = [t.replace(spec.phrase, " ") for t in plain]
         terms = question_terms(plain[0], plain[1:])
-        span = self.store.span(robot)
-        if span.count == 0 or span.first is None or span.last is None:
+        bounds = self.store.bounds(robot)
+        if bounds is None:
             return Selection([], {}, terms=terms, notes=[f"the memory of {robot} is empty"],
                              seconds=time.perf_counter() - started)
-        now = span.last if now is None else now
-        ranges = [spec.resolve(span.first, now) for spec in specs]
+        first, last = bounds
+        now = last if now is None else now
+        ranges = [spec.resolve(first, now) for spec in specs]
         picker = _Picker(self.budget)
         picker.add((r.id for r in reversed(self.store.latest(robot, self.latest))
                     if r.id is not None), "latest")
@@ -163,7 +164,7 @@ class Retriever:
             hits = self.store.search_text(robot, terms, self.text_hits)
             picker.add(by_visit(hits), "text", limit=picker.room - vector_room)
         if self.embedder is not None and terms and picker.room > 0:
-            query = self.embedder.embed([" ".join([question, *options])])[0]
+            query = self.embedder.embed([" ".join([question, *options])], remember=False)[0]
             index = self._index(robot)
             picker.add((i for i, _, _ in index.search(query, picker.room * 2)), "similar",
                        limit=picker.room)

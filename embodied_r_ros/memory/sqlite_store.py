@@ -85,6 +85,10 @@ _PRUNE_STEP = 256
 #: pruning goes down to this share of the bound, so it does not run on every add
 _PRUNE_TO = 0.9
 _MAX_PARAMS = 500
+#: matches of a search ranked at most (the newest, where a word is in many rows)
+_RANKED = 4000
+#: page cache of a connection: the indexes of ten hours of memory stay in it
+_CACHE_KIB = 32 * 1024
 
 
 def _db_error(exc: sqlite3.Error, path: Path) -> SpatialMemoryError:
@@ -218,6 +222,7 @@ class SqliteMemoryStore(MemoryStore):
                 log.info("created memory database %s", self.path)
         else:
             conn.execute("PRAGMA query_only=ON")
+        conn.execute(f"PRAGMA cache_size={-_CACHE_KIB}")
 
     @contextlib.contextmanager
     def _db(self) -> Iterator[sqlite3.Connection]:
@@ -371,20 +376,34 @@ class SqliteMemoryStore(MemoryStore):
         lo = -float("inf") if start is None else start
         hi = float("inf") if end is None else end
         with self._db() as db:
+            # bm25 is computed for every match: bound the matches by rowid first, to the rows
+            # of the time range, or to the newest _RANKED matches of a common word
+            if start is not None or end is not None:
+                first, last = db.execute("SELECT min(id), max(id) FROM frames WHERE robot=? "
+                                         "AND stamp BETWEEN ? AND ?", (robot, lo, hi)).fetchone()
+                if first is None:
+                    return []
+            else:
+                cut = db.execute("SELECT rowid FROM frames_fts WHERE frames_fts MATCH ? ORDER BY "
+                                 "rowid DESC LIMIT 1 OFFSET ?", (query, _RANKED - 1)).fetchone()
+                first, last = (cut[0] if cut else 0), 2**62
             rows = db.execute(
                 "SELECT f.id, f.stamp, bm25(frames_fts) FROM frames_fts JOIN frames f "
-                "ON f.id = frames_fts.rowid WHERE frames_fts MATCH ? AND f.robot=? "
-                "AND f.stamp BETWEEN ? AND ? ORDER BY bm25(frames_fts) LIMIT ?",
-                (query, robot, lo, hi, limit)).fetchall()
+                "ON f.id = frames_fts.rowid WHERE frames_fts MATCH ? AND frames_fts.rowid "
+                "BETWEEN ? AND ? AND f.robot=? AND f.stamp BETWEEN ? AND ? "
+                "ORDER BY bm25(frames_fts) LIMIT ?",
+                (query, first, last, robot, lo, hi, limit)).fetchall()
         return [TextHit(int(i), float(s), -float(score)) for i, s, score in rows]
 
     def vectors(self, robot: str, model: str, after_id: int = 0
                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         with self._db() as db:
-            rows = db.execute("SELECT v.frame_id, f.stamp, v.vec FROM vectors v JOIN frames f "
-                              "ON f.id = v.frame_id WHERE f.robot=? AND v.model=? AND "
-                              "v.frame_id>? ORDER BY v.frame_id",
-                              (robot, model, after_id)).fetchall()
+            # CROSS JOIN keeps vectors the outer loop: a range of its primary key, not a scan
+            # of every row of the robot
+            rows = db.execute("SELECT v.frame_id, f.stamp, v.vec FROM vectors v CROSS JOIN "
+                              "frames f ON f.id = v.frame_id WHERE v.frame_id>? AND v.model=? "
+                              "AND f.robot=? ORDER BY v.frame_id",
+                              (after_id, model, robot)).fetchall()
         ids = np.array([r[0] for r in rows], dtype=np.int64)
         stamps = np.array([r[1] for r in rows], dtype=np.float64)
         return ids, stamps, vectors_from_blobs([r[2] for r in rows])
@@ -395,6 +414,14 @@ class SqliteMemoryStore(MemoryStore):
             count, first, last = db.execute("SELECT count(*), min(stamp), max(stamp) FROM "
                                             "frames WHERE robot=?", (robot,)).fetchone()
         return Span(int(count), first, last)
+
+    def bounds(self, robot: str) -> tuple[float, float] | None:
+        with self._db() as db:  # two index probes; min and max in one query scan the rows
+            first = db.execute("SELECT stamp FROM frames WHERE robot=? ORDER BY stamp LIMIT 1",
+                               (robot,)).fetchone()
+            last = db.execute("SELECT stamp FROM frames WHERE robot=? ORDER BY stamp DESC "
+                              "LIMIT 1", (robot,)).fetchone()
+        return None if first is None or last is None else (float(first[0]), float(last[0]))
 
     def robots(self) -> list[str]:
         with self._db() as db:

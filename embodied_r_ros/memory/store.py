@@ -197,6 +197,11 @@ class MemoryStore(ABC):
         """How many rows ``robot`` has and their first and last stamps."""
 
     @abstractmethod
+    def bounds(self, robot: str) -> tuple[float, float] | None:
+        """The first and last stamps of ``robot``'s rows (None: it has none); unlike
+        :meth:`span` it does not count the rows."""
+
+    @abstractmethod
     def robots(self) -> list[str]:
         """The robots with rows in this store."""
 

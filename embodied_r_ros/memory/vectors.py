@@ -14,6 +14,8 @@ from embodied_r_ros.memory.store import MemoryStore
 
 #: start over when the index holds this many times the rows the store still has
 _STALE_FACTOR = 1.5
+#: refreshes between two such checks (counting a robot's rows reads its whole index)
+_CHECK_EVERY = 256
 
 
 class VectorIndex:
@@ -23,6 +25,7 @@ class VectorIndex:
         self.store = store
         self.robot = robot
         self.model = model
+        self._refreshes = 0
         self._reset()
 
     def _reset(self) -> None:
@@ -34,7 +37,8 @@ class VectorIndex:
         return int(self._ids.size)
 
     def refresh(self) -> None:
-        if self._ids.size and self._ids.size > _STALE_FACTOR * max(
+        self._refreshes += 1
+        if self._refreshes % _CHECK_EVERY == 0 and self._ids.size > _STALE_FACTOR * max(
                 self.store.span(self.robot).count, 1):
             self._reset()
         after = int(self._ids[-1]) if self._ids.size else 0
