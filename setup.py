@@ -55,6 +55,9 @@ setup(
         "tqdm>=4.60",
         "pillow>=10",
         "openai>=2",  # the client of OpenAI-compatible VLM endpoints (vllm serve, ...)
+        # camera frames and bags: the frame buffer converts every image with rosbags-image
+        "rosbags>=0.10",
+        "rosbags-image>=0.9",
     ],
     extras_require={
         "ml": [
@@ -68,7 +71,6 @@ setup(
         ],
         # the offline profile's reasoning engine; compiles on install (see the Makefile's flags)
         "llamacpp": ["llama-cpp-python>=0.3.16"],
-        "bags": ["rosbags>=0.10", "rosbags-image>=0.9"],
         "train": [
             "trl>=1.16,<1.17",  # grpo.py is tested against 1.16 (reward kwargs, log_metric)
             "datasets>=5",
