@@ -11,20 +11,30 @@ Arguments (``ros2 launch ... --show-args``):
   run_perception   separate mode: false when the perception node runs on another machine
   run_reasoning    separate mode: false when the reasoning node runs on another machine
   use_sim_time     follow /clock
+
+In separate mode the perception and reasoning nodes are lifecycle nodes that the launch drives,
+in the order nav2's lifecycle manager uses: ``configure`` (the model loads) once the process is
+up, ``activate`` once it is configured; their ``autostart`` is off. A model that cannot load
+leaves its node unconfigured, with one error line, and the query server answers BACKEND_DOWN.
+In allinone mode the one process drives its own managed nodes (``autostart``).
 """
 
-from launch import LaunchDescription
-from launch.actions import DeclareLaunchArgument, GroupAction
+from launch import Action, LaunchDescription
+from launch.actions import DeclareLaunchArgument, EmitEvent, GroupAction, RegisterEventHandler
 from launch.conditions import IfCondition
+from launch.events import matches_action
 from launch.substitutions import (
     AndSubstitution,
     EqualsSubstitution,
     LaunchConfiguration,
     PathJoinSubstitution,
 )
-from launch_ros.actions import Node, PushRosNamespace
+from launch_ros.actions import LifecycleNode, Node, PushRosNamespace
+from launch_ros.event_handlers import OnStateTransition
+from launch_ros.events.lifecycle import ChangeState
 from launch_ros.parameter_descriptions import ParameterValue
 from launch_ros.substitutions import FindPackageShare
+from lifecycle_msgs.msg import Transition
 
 PACKAGE = "embodied_r_ros"
 
@@ -60,6 +70,34 @@ def generate_launch_description() -> LaunchDescription:
             condition=condition,
         )
 
+    def managed(executable: str, name: str, condition: IfCondition) -> list[Action]:
+        """A lifecycle node, its ``configure`` requested at once (the request waits for the
+        node's service) and its ``activate`` when that configure has succeeded."""
+        lifecycle = LifecycleNode(
+            package=PACKAGE,
+            executable=executable,
+            name=name,
+            namespace="",  # under the pushed namespace
+            parameters=[*parameters, {"autostart": False}],  # the transitions come from here
+            remappings=remappings,
+            output="screen",
+            emulate_tty=True,
+            condition=condition,
+        )
+
+        def change(transition: int) -> EmitEvent:
+            return EmitEvent(event=ChangeState(lifecycle_node_matcher=matches_action(lifecycle),
+                                               transition_id=transition), condition=condition)
+
+        return [
+            lifecycle,
+            RegisterEventHandler(OnStateTransition(
+                target_lifecycle_node=lifecycle, start_state="configuring", goal_state="inactive",
+                entities=[change(Transition.TRANSITION_ACTIVATE)],
+            ), condition=condition),
+            change(Transition.TRANSITION_CONFIGURE),
+        ]
+
     return LaunchDescription([
         DeclareLaunchArgument("camera_topic", default_value="/camera/image_raw"),
         DeclareLaunchArgument("odom_topic", default_value="/odom"),
@@ -84,9 +122,9 @@ def generate_launch_description() -> LaunchDescription:
             # one process per node, so the VLM can run on another machine
             node("frame_buffer", "frame_buffer", IfCondition(separate)),
             node("query_server", "query_server", IfCondition(separate)),
-            node("perception_node", "perception", IfCondition(
+            *managed("perception_node", "perception", IfCondition(
                 AndSubstitution(separate, LaunchConfiguration("run_perception")))),
-            node("reasoning_node", "reasoning", IfCondition(
+            *managed("reasoning_node", "reasoning", IfCondition(
                 AndSubstitution(separate, LaunchConfiguration("run_reasoning")))),
         ]),
     ])

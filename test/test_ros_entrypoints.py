@@ -185,7 +185,7 @@ def _console_scripts() -> dict[str, str]:
 def test_launch_file_names_only_existing_executables_arguments_and_parameters() -> None:
     tree = ast.parse(LAUNCH.read_text())
     scripts = _console_scripts()
-    executables = {c.args[0].value for c in _calls(tree, "node")}
+    executables = {c.args[0].value for c in (*_calls(tree, "node"), *_calls(tree, "managed"))}
     assert executables == {"embodied_r", "frame_buffer", "query_server", "perception_node",
                            "reasoning_node"}
     for exe in executables:
@@ -201,6 +201,89 @@ def test_launch_file_names_only_existing_executables_arguments_and_parameters() 
     launch_params = {k.value for d in ast.walk(tree) if isinstance(d, ast.Dict)
                      for k in d.keys if isinstance(k, ast.Constant)}
     assert launch_params and launch_params <= node_params, launch_params - node_params
+
+
+def _keywords(call_: ast.Call) -> dict[str, str]:
+    return {k.arg: ast.unparse(k.value) for k in call_.keywords if k.arg}
+
+
+def test_launch_file_drives_the_model_nodes_through_their_lifecycle() -> None:
+    """Statically: separate mode starts the perception and reasoning nodes as launch_ros
+    LifecycleNodes with autostart off, requests configure at once and activate when configure
+    has succeeded (configuring -> inactive); the all-in-one and the other nodes stay plain."""
+    from rclpy.lifecycle import LifecycleNode
+
+    from embodied_r_ros.nodes.perception_node import PerceptionNode
+    from embodied_r_ros.nodes.reasoning_node import ReasoningNode
+
+    tree = ast.parse(LAUNCH.read_text())
+    managed = {c.args[0].value: c.args[1].value for c in _calls(tree, "managed")}
+    assert managed == {"perception_node": "perception", "reasoning_node": "reasoning"}
+    assert issubclass(PerceptionNode, LifecycleNode) and issubclass(ReasoningNode, LifecycleNode)
+    assert {c.args[0].value for c in _calls(tree, "node")} == {"embodied_r", "frame_buffer",
+                                                              "query_server"}
+    body = next(f for f in ast.walk(tree) if isinstance(f, ast.FunctionDef)
+                and f.name == "managed")
+    (lifecycle,) = _calls(body, "LifecycleNode")
+    kw = _keywords(lifecycle)
+    assert kw["name"] == "name" and kw["executable"] == "executable"
+    assert kw["parameters"] == f"[*parameters, {{'{AUTOSTART_SPEC.name}': False}}]"
+    (event,) = _calls(body, "ChangeState")
+    assert _keywords(event)["lifecycle_node_matcher"] == "matches_action(lifecycle)"
+    (handler,) = _calls(body, "OnStateTransition")
+    kw = _keywords(handler)
+    assert (kw["target_lifecycle_node"], kw["start_state"], kw["goal_state"]) == (
+        "lifecycle", "'configuring'", "'inactive'")
+    assert kw["entities"] == "[change(Transition.TRANSITION_ACTIVATE)]"
+    returned = next(n for n in ast.walk(body) if isinstance(n, ast.Return))
+    assert "change(Transition.TRANSITION_CONFIGURE)" in ast.unparse(returned)
+
+
+def test_the_launch_files_transitions_bring_a_model_process_to_active(
+    ctx: Any, tiny_models_dir: Path
+) -> None:
+    """What launch_ros does for the launch file, done by hand over ROS: a reasoning_node
+    process with autostart off waits unconfigured; configure over its change_state service
+    publishes configuring -> inactive on transition_event, and activate then makes it active."""
+    from lifecycle_msgs.msg import State, Transition, TransitionEvent
+    from lifecycle_msgs.srv import ChangeState, GetState
+
+    ns = "/lifecycle_launch"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "embodied_r_ros.nodes.reasoning_node", "--ros-args",
+         "-r", f"__ns:={ns}", "-p", "profile:=tiny", "-p", "autostart:=false"],
+        env=env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )
+    manager = rclpy.create_node("lifecycle_manager", context=ctx)
+    events: list[TransitionEvent] = []
+    manager.create_subscription(TransitionEvent, f"{ns}/reasoning/transition_event",
+                                events.append, 10)
+    change = manager.create_client(ChangeState, f"{ns}/reasoning/change_state")
+    get_state = manager.create_client(GetState, f"{ns}/reasoning/get_state")
+    spinner = Spinner(ctx, [manager])
+
+    def state() -> int:
+        return call(get_state, GetState.Request()).current_state.id
+
+    def transition(tid: int) -> bool:
+        return call(change, ChangeState.Request(transition=Transition(id=tid)), 300).success
+
+    try:
+        assert change.wait_for_service(timeout_sec=120), "the reasoning process never came up"
+        assert state() == State.PRIMARY_STATE_UNCONFIGURED  # autostart off: it waits
+        wait_until(lambda: manager.count_publishers(f"{ns}/reasoning/transition_event") > 0,
+                   30, "the transition_event publisher")
+        assert transition(Transition.TRANSITION_CONFIGURE)
+        wait_until(lambda: any(e.start_state.label == "configuring"
+                               and e.goal_state.label == "inactive" for e in list(events)),
+                   30, "configuring -> inactive, the event the launch file activates on")
+        assert transition(Transition.TRANSITION_ACTIVATE)
+        assert state() == State.PRIMARY_STATE_ACTIVE
+    finally:
+        spinner.stop()
+        proc.send_signal(signal.SIGINT)
+        out, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 0, out[-2000:]
 
 
 def test_ros_params_yaml_only_sets_declared_parameters() -> None:
@@ -265,29 +348,40 @@ def test_a_bad_params_file_value_is_refused(ctx: Any, tmp_path: Path, line: str,
         _declared_from(ctx, path, "frame_buffer")
 
 
+@pytest.mark.parametrize("mode", ["allinone", "separate"])
 def test_launch_file_runs_where_launch_is_installed(
-    ctx: Any, tiny_models_dir: Path, monkeypatch: pytest.MonkeyPatch
+    ctx: Any, tiny_models_dir: Path, monkeypatch: pytest.MonkeyPatch, mode: str
 ) -> None:
-    """The native route (launch_ros installed, package built with colcon): run it for real."""
+    """The native route (launch_ros installed, package built with colcon): run it for real; in
+    separate mode the launch's lifecycle events bring both model nodes to active."""
     pytest.importorskip("launch_ros", reason="launch_ros is not installed (pip route)")
     import threading
 
     import launch
     from launch.launch_description_sources import PythonLaunchDescriptionSource
+    from lifecycle_msgs.msg import State
+    from lifecycle_msgs.srv import GetState
 
     for key, value in env().items():
         monkeypatch.setenv(key, value)  # the launched process joins this test's domain
-    service = launch.LaunchService(argv=["profile:=tiny", "namespace:=launch_test"])
+    service = launch.LaunchService(argv=["profile:=tiny", "namespace:=launch_test",
+                                         f"mode:={mode}"])
     service.include_launch_description(
         launch.actions.IncludeLaunchDescription(PythonLaunchDescriptionSource(str(LAUNCH)))
     )
     runner = threading.Thread(target=service.run, daemon=True)
     runner.start()
     node = rclpy.create_node("launch_probe", context=ctx)
+    spinner = Spinner(ctx, [node])
     try:
         client = node.create_client(SpatialQuery, "/launch_test/query")
         assert client.wait_for_service(timeout_sec=120), "the launched nodes never came up"
+        if mode == "separate":
+            for name in ("perception", "reasoning"):
+                get_state = node.create_client(GetState, f"/launch_test/{name}/get_state")
+                wait_until(lambda c=get_state: call(c, GetState.Request()).current_state.id
+                           == State.PRIMARY_STATE_ACTIVE, 300, f"{name} driven to active")
     finally:
-        node.destroy_node()
+        spinner.stop()  # destroys the probe node
         service.shutdown()
         runner.join(timeout=30)
