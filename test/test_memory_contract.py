@@ -20,7 +20,13 @@ import pytest
 
 from embodied_r_ros.core.poses import Pose
 from embodied_r_ros.memory import MemoryRow, MemoryStore, Retriever, SpatialMemoryError
-from embodied_r_ros.memory.errors import BAD_ROW, READ_ONLY, WRITER_BUSY
+from embodied_r_ros.memory.errors import (
+    BAD_ROW,
+    DB_MISSING,
+    DB_UNAVAILABLE,
+    READ_ONLY,
+    WRITER_BUSY,
+)
 from embodied_r_ros.memory.pg_local import TemporaryPostgres, unavailable_reason
 from embodied_r_ros.memory.sqlite_store import SqliteMemoryStore
 
@@ -106,6 +112,24 @@ def test_one_writer_and_readers_cannot_write(open_store: Opener) -> None:
     with pytest.raises(SpatialMemoryError) as ro:
         reader.add(row(0))
     assert ro.value.code == READ_ONLY
+
+
+def test_a_reader_of_a_memory_not_written_yet_gets_a_one_line_error(
+        open_store: Opener) -> None:
+    with pytest.raises(SpatialMemoryError) as err:
+        open_store()
+    assert err.value.code == DB_MISSING and "\n" not in str(err.value)
+    open_store(writable=True)  # the writer creates it
+    assert open_store().span("robot").count == 0
+
+
+def test_an_unreachable_server_is_a_one_line_error(postgres: TemporaryPostgres) -> None:
+    from embodied_r_ros.memory.postgres_store import PostgresMemoryStore
+
+    with pytest.raises(SpatialMemoryError) as err:
+        PostgresMemoryStore(postgres.dsn("no_such_database"), writable=True)
+    assert err.value.code == DB_UNAVAILABLE and "\n" not in str(err.value)
+    assert "no_such_database" in str(err.value)
 
 
 def test_bad_rows_are_refused_and_nothing_is_lost(open_store: Opener) -> None:

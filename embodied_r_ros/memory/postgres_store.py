@@ -26,6 +26,7 @@ from embodied_r_ros.core.poses import Pose
 from embodied_r_ros.memory.errors import (
     BAD_ROW,
     DB_CORRUPT,
+    DB_MISSING,
     DB_UNAVAILABLE,
     SCHEMA_MISMATCH,
     WRITER_BUSY,
@@ -153,7 +154,7 @@ class PostgresMemoryStore(MemoryStore):
                              (str(SCHEMA_VERSION),))
                 log.info("created the memory tables on %s", self._where)
             else:
-                raise SpatialMemoryError(DB_CORRUPT, f"{self._where} holds no memory tables")
+                raise SpatialMemoryError(DB_MISSING, f"{self._where} holds no memory yet")
         if self.writable:
             with self._db() as conn:
                 got = conn.execute("SELECT pg_try_advisory_lock(%s, hashtext(%s))",
