@@ -45,7 +45,7 @@ from embodied_r_ros.sim.generate import (
 from embodied_r_ros.sim.long_questions import CATEGORIES, generate_long_questions, parse_counts
 from embodied_r_ros.sim.long_render import LongRenderer
 from embodied_r_ros.sim.long_textures import make_atlases
-from embodied_r_ros.sim.long_world import LONG_SPEC, LongWorld, LongWorldSpec, build_long_world
+from embodied_r_ros.sim.long_world import LongWorld, LongWorldSpec, build_long_world
 from embodied_r_ros.sim.sightings import Sightings
 from embodied_r_ros.sim.visibility import Visibility
 from embodied_r_ros.sim.world import EPOCH_NS, trajectory_twist
@@ -116,7 +116,7 @@ def long_manifest(world: LongWorld, sightings: Sightings, counts: Mapping[str, i
     }
 
 
-def generate_long_world(spec: LongWorldSpec = LONG_SPEC, out_dir: Path | str = "long-world",
+def generate_long_world(spec: LongWorldSpec, out_dir: Path | str,
                         counts: Mapping[str, int] | str | int = LONG_QUESTIONS, *,
                         bag: bool = True, raw: bool = True, compressed: bool = False,
                         video: bool = True, force: bool = False,

@@ -24,7 +24,8 @@ from embodied_r_ros.sim.scene import COLOURS, SHAPES, SceneObject
 from embodied_r_ros.sim.trajectory import Trajectory
 from embodied_r_ros.sim.world import EPOCH_NS, MAX_FRAMES, MAX_SIDE
 
-MAX_LONG_OBJECTS = 48
+MAX_LONG_OBJECTS = 40
+PER_ROOM = 4  # most objects a room holds (and the corridor one per pair of rooms)
 _OBJECT_GAP_M = 1.3  # between object outlines: room for the camera to pass
 _DOOR_KEEP_OUT_M = 2.2  # no object this close to a doorway's centre
 
@@ -63,10 +64,10 @@ class LongWorldSpec:
             raise ValueError(f"hfov must be between 20 and 150 degrees, got {self.hfov_deg}")
         if not 1 <= self.columns <= 6:
             raise ValueError(f"columns must be between 1 and 6, got {self.columns}")
-        most = min(MAX_LONG_OBJECTS, 6 * (2 * self.columns + 1))
+        most = min(MAX_LONG_OBJECTS, (2 * PER_ROOM + 1) * self.columns)
         if not 2 <= self.n_objects <= most:
-            raise ValueError(f"objects must be between 2 and {most} for {self.columns} "
-                             f"column(s), got {self.n_objects}")
+            raise ValueError(f"objects must be between 2 and {most} for "
+                             f"{2 * self.columns} rooms, got {self.n_objects}")
         names = len(COLOURS) * len(SHAPES)
         if not 0 <= self.shared_names <= self.n_objects // 2 \
                 or self.n_objects - self.shared_names > names:
@@ -165,10 +166,11 @@ def _assign_areas(names: list[tuple[str, str]], slots: list[int],
 
 
 def _place(plan: FloorPlan, area: int, colour: str, shape: str, placed: list[SceneObject],
-           rng: np.random.Generator) -> SceneObject:
+           rng: np.random.Generator) -> SceneObject | None:
+    """A spot for one object in ``area`` clear of the others, or None when none is found."""
     box = plan.areas[area]
     corridor = box.kind == CORRIDOR
-    for _ in range(4000):
+    for _ in range(400):
         size = _object_size(rng, shape, 0.7 if corridor else 1.0)
         half = max(size[0], size[1]) / 2.0
         x = float(rng.uniform(box.x0 + 0.9, box.x1 - 0.9))
@@ -185,18 +187,25 @@ def _place(plan: FloorPlan, area: int, colour: str, shape: str, placed: list[Sce
             continue
         if all(obj.distance_to(o) >= _OBJECT_GAP_M for o in placed):
             return obj
-    raise RuntimeError(f"could not place a {colour} {shape} in {box.name}")
+    return None
 
 
 def place_objects(plan: FloorPlan, rng: np.random.Generator, n_objects: int,
                   shared: int) -> tuple[tuple[SceneObject, ...], tuple[int, ...]]:
-    """Objects and their areas: names from :func:`_names`, sharing ones apart."""
+    """Objects and their areas: names from :func:`_names`, sharing ones apart; a layout that
+    leaves no room for the next object is drawn again."""
     names = _names(rng, n_objects, shared)
     areas = _assign_areas(names, _area_slots(plan, n_objects, rng), rng)
-    placed: list[SceneObject] = []
-    for (colour, shape), area in zip(names, areas, strict=True):
-        placed.append(_place(plan, area, colour, shape, placed, rng))
-    return tuple(placed), tuple(areas)
+    for _ in range(50):
+        placed: list[SceneObject] = []
+        for (colour, shape), area in zip(names, areas, strict=True):
+            obj = _place(plan, area, colour, shape, placed, rng)
+            if obj is None:
+                break
+            placed.append(obj)
+        else:
+            return tuple(placed), tuple(areas)
+    raise RuntimeError(f"could not place {n_objects} objects in {len(plan.areas)} areas")
 
 
 def build_long_world(spec: LongWorldSpec = LONG_SPEC) -> LongWorld:
