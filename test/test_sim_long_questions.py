@@ -9,6 +9,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from rosbags.highlevel import AnyReader
+from rosbags.image import message_to_cvimage
+from rosbags.typesys import Stores, get_typestore
 
 from embodied_r_ros.core.poses import Pose
 from embodied_r_ros.sim.camera import PinholeCamera
@@ -243,6 +246,30 @@ def test_the_frames_named_as_evidence_show_the_object(small) -> None:
             frame = t["frames"][len(t["frames"]) // 2]
             pixels = renderer.render(world.poses[frame]).object_pixels[t["object"]]
             assert pixels >= 0.003 * area
+
+
+def test_the_bag_holds_every_frame_with_its_true_pose(small) -> None:
+    from embodied_r_ros.sim.long_world import build_long_world
+
+    paths, _, _ = small
+    world = build_long_world(SMALL_LONG_SPEC)
+    images, poses = [], []
+    with AnyReader([paths.bag], default_typestore=get_typestore(Stores.ROS2_JAZZY)) as reader:
+        topics = {c.topic for c in reader.connections}
+        assert topics == {"/camera/image_raw", "/camera/camera_info", "/odom"}
+        for conn, stamp, raw in reader.messages():
+            msg = reader.deserialize(raw, conn.msgtype)
+            if conn.topic == "/camera/image_raw":
+                images.append((stamp, message_to_cvimage(msg, "rgb8")))
+            elif conn.topic == "/odom":
+                p, q = msg.pose.pose.position, msg.pose.pose.orientation
+                poses.append(Pose.from_quaternion((p.x, p.y, p.z), (q.x, q.y, q.z, q.w)))
+    assert [s for s, _ in images] == [world.stamp_ns(i) for i in range(world.n_frames)]
+    assert images[0][1].shape == (240, 320, 3)
+    assert len(poses) == world.n_frames
+    for got, truth in zip(poses[::20], world.poses[::20], strict=True):
+        assert np.allclose(got.position, truth.position, atol=1e-9)
+        assert got.yaw_deg == pytest.approx(truth.yaw_deg, abs=1e-6)
 
 
 def test_same_seed_same_bytes_through_the_command_line(small, tmp_path: Path, capsys) -> None:
