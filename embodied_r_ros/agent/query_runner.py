@@ -85,9 +85,7 @@ class _Slot:
     """One of the concurrent-query slots, released exactly once (by whoever is first: the
     answer given to the client, or the abandoned work ending)."""
 
-    def __init__(self, release: threading.BoundedSemaphore, on_release: Callable[[], None]
-                 ) -> None:
-        self._sem = release
+    def __init__(self, on_release: Callable[[], None]) -> None:
         self._on_release = on_release
         self._done = False
         self._lock = threading.Lock()
@@ -98,11 +96,12 @@ class _Slot:
                 return
             self._done = True
         self._on_release()
-        self._sem.release()
 
 
 class QueryRunner:
-    """Runs questions against an :class:`Engine`; thread-safe."""
+    """Runs questions against an :class:`Engine`; thread-safe. The limits (``max_concurrent``,
+    the text bounds, ``timeout_sec``, ``default_camera``) may be changed while it serves: each
+    question reads them as it arrives."""
 
     def __init__(
         self,
@@ -125,8 +124,8 @@ class QueryRunner:
         self.max_question_chars = max_question_chars
         self.max_option_chars = max_option_chars
         self.timeout_sec = timeout_sec
+        self.max_concurrent = max_concurrent
         self.stats = QueryStats()
-        self._slots = threading.BoundedSemaphore(max_concurrent)
         self._lock = threading.Lock()
         self._closed = False
         self._tokens: set[CancelToken] = set()
@@ -173,12 +172,14 @@ class QueryRunner:
         if self._closed:
             return self._finish(_failure(BACKEND_DOWN, "the query server is stopping"),
                                 start)
-        if not self._slots.acquire(blocking=False):
+        with self._lock:  # a slot: in_flight counts the slots taken
+            free = self.stats.in_flight < self.max_concurrent
+            if free:
+                self.stats.in_flight += 1
+        if not free:
             outcome = _failure(BUSY, "too many queries in progress; try again later")
             return self._finish(outcome, start)
-        with self._lock:
-            self.stats.in_flight += 1
-        slot = _Slot(self._slots, self._left)
+        slot = _Slot(self._left)
         budget = self.timeout_sec if self.timeout_sec > 0 else None
         token = CancelToken(budget, parent=cancel,
                             expired=f"no answer within query_timeout_sec={self.timeout_sec:g}")

@@ -15,6 +15,9 @@ from collections.abc import Callable
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
 from rclpy.callback_groups import CallbackGroup
 from rclpy.node import Node
+from rclpy.parameter import Parameter
+
+from embodied_r_ros.nodes.params import DIAGNOSTICS_SPEC
 
 # DiagnosticStatus levels are one-byte ``bytes`` in rclpy (b"\x00" = OK).
 OK: bytes = DiagnosticStatus.OK
@@ -71,7 +74,8 @@ def _fmt(value: object) -> str:
 
 
 class DiagnosticsPublisher:
-    """Publishes ``collect()`` on ``/diagnostics`` every ``period_sec``."""
+    """Publishes ``collect()`` on ``/diagnostics`` every ``period_sec``, and from then on at the
+    period the node's ``diagnostics_period_sec`` parameter is set to."""
 
     def __init__(
         self,
@@ -84,6 +88,13 @@ class DiagnosticsPublisher:
         self._collect = collect
         self._pub = node.create_publisher(DiagnosticArray, DIAGNOSTICS_TOPIC, 10)
         self._timer = node.create_timer(period_sec, self.publish, callback_group=callback_group)
+        node.add_post_set_parameters_callback(self._follow)
+
+    def _follow(self, params: list[Parameter]) -> None:
+        for param in params:
+            if param.name == DIAGNOSTICS_SPEC.name:
+                self._timer.timer_period_ns = round(float(param.value) * 1e9)
+                self._timer.reset()  # the next message one new period from now, not the old
 
     def publish(self) -> None:
         msg = DiagnosticArray()

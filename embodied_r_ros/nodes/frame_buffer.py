@@ -17,7 +17,7 @@ Run alone: ``ros2 run embodied_r_ros frame_buffer --ros-args -r image:=/camera/i
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import astuple
 from typing import Any, TypeVar
 
@@ -58,6 +58,7 @@ from embodied_r_ros.nodes.params import (
     Spec,
     declare,
     load_node_config,
+    with_defaults,
 )
 from embodied_r_ros.nodes.transport import IMAGE_QOS, stored_frames_topic, window_service_name
 
@@ -73,7 +74,8 @@ SPECS: tuple[Spec, ...] = (
          "-1: the config's perception.odom_tolerance_sec, which datasets built from bags use "
          "too", -1.0, 10.0),
     Spec("window_anchor", "latest_frame", "end of a query window: the newest frame's stamp, or "
-         "this node's clock (use_sim_time aware)", choices=("latest_frame", "clock")),
+         "this node's clock (use_sim_time aware)", choices=("latest_frame", "clock"),
+         read_only=False),
     Spec("publish_key_frames", True, "republish key frames on ~/key_frames"),
     Spec("image_qos", "sensor_data", "QoS of the image subscriptions: sensor_data (best effort, "
          "matches any camera) or reliable (only reliable cameras; survives UDP loss of large "
@@ -93,10 +95,13 @@ class FrameBufferNode(Node):
     threads_needed = 3  # ingestion, odometry, a GetWindow call
 
     def __init__(
-        self, node_name: str = "frame_buffer", *, config: Config | None = None, **kwargs: Any
+        self, node_name: str = "frame_buffer", *, config: Config | None = None,
+        defaults: Mapping[str, Any] | None = None, **kwargs: Any
     ) -> None:
+        """``defaults``: presets of :data:`SPECS` below the node's own parameter overrides (a
+        multi-camera all-in-one hands each camera the ``frame_buffer`` section)."""
         super().__init__(node_name, **kwargs)
-        p = declare(self, SPECS)
+        p = declare(self, with_defaults(SPECS, defaults or {}))
         self.params = p
         self.config = config or load_node_config(declare(self, CONFIG_SPECS))
         self.camera_name: str = p["camera_name"]

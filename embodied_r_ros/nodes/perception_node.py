@@ -47,7 +47,8 @@ MAX_TEXT_CHARS = 20_000  # question bound of an internal goal (the query server'
 
 SPECS: tuple[Spec, ...] = (
     Spec("cameras", ["front"], "streaming mode, separate processes: the cameras whose stored "
-         "frames (frames/<camera>/stored) are described as they arrive"),
+         "frames (frames/<camera>/stored) are described as they arrive (read on configure)",
+         read_only=False),
     Spec("subscribe_frames", True, "streaming mode: subscribe to those topics (the "
          "all-in-one hands frames over in-process instead)"),
 )

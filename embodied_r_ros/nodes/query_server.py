@@ -38,15 +38,16 @@ SPECS: tuple[Spec, ...] = (
     Spec("cameras", ["front"], "names of the cameras this server answers for (one frame "
          "buffer each, matching its camera_name)"),
     Spec("default_camera", "", "camera used when a request leaves 'camera' empty "
-         "(empty = the first of 'cameras')"),
-    Spec("max_concurrent_queries", 2, "queries answered at once; more are refused with BUSY",
-         1, 64),
+         "(empty = the first of 'cameras')", read_only=False),
+    Spec("max_concurrent_queries", 2, "queries answered at once; more are refused with BUSY; "
+         "set on a running node, at most its value at start (the process's threads are sized "
+         "for it)", 1, 64, read_only=False),
     Spec("max_question_chars", 2000, "longest accepted question (QUESTION_TOO_LONG above)",
-         1, 100000),
+         1, 100000, read_only=False),
     Spec("max_option_chars", 500, "longest accepted option (BAD_OPTIONS above); at most 8 "
-         "options", 1, 100000),
+         "options", 1, 100000, read_only=False),
     Spec("query_timeout_sec", 300.0, "a query not answered by then fails with BACKEND_TIMEOUT",
-         0.1, 86400.0),
+         0.1, 86400.0, read_only=False),
 )
 
 # Only a stand-alone server talks to its peers over ROS.
@@ -54,10 +55,16 @@ REMOTE_SPECS: tuple[Spec, ...] = (
     Spec("perception_action", "perception/perceive", "Perceive action of the perception node"),
     Spec("reasoning_action", "reasoning/reason", "Reason action of the reasoning node"),
     Spec("backend_wait_sec", 2.0, "how long to wait for a peer node before BACKEND_DOWN",
-         0.0, 600.0),
+         0.0, 600.0, read_only=False),
     Spec("window_timeout_sec", 5.0, "how long a frame buffer has to answer before BACKEND_DOWN",
-         0.1, 600.0),
+         0.1, 600.0, read_only=False),
 )
+#: settable parameters and the attribute of the query runner, or of the remote engine, that
+#: each sets (every question reads them as it arrives)
+RUNNER_LIMITS = {"default_camera": "default_camera", "max_concurrent_queries": "max_concurrent",
+                 "max_question_chars": "max_question_chars",
+                 "max_option_chars": "max_option_chars", "query_timeout_sec": "timeout_sec"}
+REMOTE_LIMITS = {"backend_wait_sec": "wait_sec", "window_timeout_sec": "window_timeout_sec"}
 
 
 def request_of(msg: Any) -> QueryRequest:
@@ -76,11 +83,13 @@ class QueryServerNode(Node):
     def __init__(self, node_name: str = "query_server", *, local: bool = False,
                  **kwargs: Any) -> None:
         super().__init__(node_name, **kwargs)
-        p = declare(self, SPECS + (CONFIG_SPECS if local else REMOTE_SPECS))
+        p = declare(self, SPECS + (CONFIG_SPECS if local else REMOTE_SPECS),
+                    check=self._check, on_change=self._apply)
         self.params = p
         self.cameras: list[str] = [c for c in p["cameras"] if c]
         if not self.cameras:
             raise ValueError("parameter 'cameras' must name at least one camera")
+        self._max_concurrent_at_start = p["max_concurrent_queries"]
         self.threads_needed = p["max_concurrent_queries"] * (1 if local else 2) + 2
         self.runner: QueryRunner | None = None
         self._remote: Any = None
@@ -143,6 +152,24 @@ class QueryServerNode(Node):
         self.get_logger().info(
             f"answering at {self.resolve_service_name('query')} for cameras {self.cameras}"
         )
+
+    def _check(self, name: str, value: Any) -> str | None:
+        """Why a new value of a settable parameter is refused (None: it is not)."""
+        if name == "default_camera" and value and value not in self.cameras:
+            return f"default_camera {value!r} is not one of cameras {self.cameras}"
+        if name == "max_concurrent_queries" and value > self._max_concurrent_at_start:
+            return (f"max_concurrent_queries can be at most {self._max_concurrent_at_start} "
+                    "(its value at start) on a running node: restart it to go higher")
+        return None
+
+    def _apply(self, name: str, value: Any) -> None:
+        if name == "default_camera":
+            value = value or self.cameras[0]
+        if name in RUNNER_LIMITS and self.runner is not None:
+            setattr(self.runner, RUNNER_LIMITS[name], value)
+        elif name in REMOTE_LIMITS and self._remote is not None:
+            setattr(self._remote, REMOTE_LIMITS[name], value)
+        self.get_logger().info(f"{name} set to {value!r}")
 
     def _on_query(self, request: Any, response: Any) -> Any:
         assert self.runner is not None
