@@ -300,6 +300,26 @@ def test_ros_params_yaml_only_sets_declared_parameters() -> None:
         assert set(data[section]["ros__parameters"]) <= names, section
 
 
+def test_the_presets_name_every_node_the_launch_file_and_the_allinone_create() -> None:
+    """A section per node name: the launch file's (separate mode) and the all-in-one's (with
+    one camera; with several, each frame_buffer_<camera> starts from the frame_buffer section:
+    test_ros_parameters.py)."""
+    import inspect
+
+    from embodied_r_ros.nodes.allinone import frame_buffer_name
+    from embodied_r_ros.nodes.perception_node import PerceptionNode
+    from embodied_r_ros.nodes.reasoning_node import ReasoningNode
+
+    tree = ast.parse(LAUNCH.read_text())
+    launched = {c.args[1].value for c in (*_calls(tree, "node"), *_calls(tree, "managed"))
+                if isinstance(c.args[1], ast.Constant) and c.args[1].value}
+    allinone = {inspect.signature(cls).parameters["node_name"].default
+                for cls in (query_server.QueryServerNode, PerceptionNode, ReasoningNode)}
+    allinone.add(frame_buffer_name("front", ["front"]))
+    sections = set(yaml.safe_load((REPO / "config" / "ros_params.yaml").read_text()))
+    assert launched == allinone == {s.removeprefix("/**/") for s in sections - {"/**"}}
+
+
 #: each node the params file has a section for, with the parameters it declares from the file
 PARAM_NODES: dict[str, tuple[Spec, ...]] = {
     "frame_buffer": frame_buffer.SPECS,

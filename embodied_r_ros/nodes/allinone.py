@@ -6,12 +6,15 @@ nodes are managed nodes of this process that load their model on ``configure`` (
 ``autostart``, the default) and keep serving their actions to other processes; the query server
 calls the frame buffers and the models in-process. Standard ``--ros-args`` apply to every node,
 e.g. ``-p profile:=tiny -r image:=/camera/image_raw``; with several cameras, remap per node:
-``-r frame_buffer_rear:image:=/rear/image_raw``.
+``-r frame_buffer_rear:image:=/rear/image_raw``. With several cameras every frame buffer starts
+from the ``frame_buffer`` section of the parameter files, and its own ``frame_buffer_<camera>``
+section overrides that for one camera.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 from rclpy.context import Context
 from rclpy.node import Node
@@ -27,6 +30,28 @@ from embodied_r_ros.nodes.reasoning_node import ReasoningNode
 from embodied_r_ros.nodes.runtime import start_nodes
 
 NAMESPACE = "/embodied_r"
+
+
+def frame_buffer_name(camera: str, cameras: Sequence[str]) -> str:
+    """``frame_buffer`` for a single camera; ``frame_buffer_<camera>`` for each of several."""
+    return "frame_buffer" if len(cameras) == 1 else f"frame_buffer_{camera}"
+
+
+def frame_buffer_presets(context: Context, namespace: str) -> dict[str, Any]:
+    """The parameters a node named ``frame_buffer`` would get here from the process's
+    ``--params-file`` sections and ``-p`` arguments, matched by rcl itself: the presets each
+    ``frame_buffer_<camera>`` starts from, under its own section. Read from a short-lived probe
+    node (no parameter services, no /rosout)."""
+    probe = Node("frame_buffer", context=context, namespace=namespace,
+                 start_parameter_services=False, enable_rosout=False,
+                 automatically_declare_parameters_from_overrides=True)
+    try:
+        values = {name: param.value
+                  for name, param in probe.get_parameters_by_prefix("").items()}
+    finally:
+        probe.destroy_node()
+    values.pop("use_sim_time", None)  # every node reads its own
+    return values
 
 
 def build_nodes(
@@ -55,16 +80,16 @@ def build_nodes(
         reasoning = ReasoningNode(config=config, **common)
         made.append(reasoning)
         start_nodes([perception, reasoning], destroy=False)
-        made += [
-            FrameBufferNode(
-                "frame_buffer" if len(query.cameras) == 1 else f"frame_buffer_{cam}",
+        presets = frame_buffer_presets(context, namespace) if len(query.cameras) > 1 else {}
+        for cam in query.cameras:
+            made.append(FrameBufferNode(
+                frame_buffer_name(cam, query.cameras),
                 config=config,
+                defaults=presets,
                 context=context,
                 namespace=namespace,
                 parameter_overrides=[*parameter_overrides, Parameter("camera_name", value=cam)],
-            )
-            for cam in query.cameras
-        ]
+            ))
     except BaseException:
         for node in made:
             getattr(node, "close", lambda: None)()
