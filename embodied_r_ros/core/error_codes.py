@@ -40,12 +40,20 @@ BACKEND_TIMEOUT = "BACKEND_TIMEOUT"
 BACKEND_FAILED = "BACKEND_FAILED"
 #: an unexpected exception (logged with its traceback); the node keeps serving
 INTERNAL = "INTERNAL"
+#: ``scope`` is neither ``window`` nor ``memory``
+UNKNOWN_SCOPE = "UNKNOWN_SCOPE"
+#: scope memory: a time phrase of the question or its options that cannot be placed
+BAD_TIME_PHRASE = "BAD_TIME_PHRASE"
+#: scope memory (or the memory services): the memory is off, missing, damaged, of another
+#: schema or unreachable
+MEMORY_UNAVAILABLE = "MEMORY_UNAVAILABLE"
 
 #: every code a server answers with, in the order the interfaces list them
 SERVER_CODES: tuple[str, ...] = (
     EMPTY_QUESTION, QUESTION_TOO_LONG, BAD_OPTIONS, UNKNOWN_CAMERA, BAD_WINDOW, BAD_REQUEST,
     NO_FRAMES, BAD_STAMP, UNSUPPORTED_ENCODING, CORRUPT_FRAME, BUSY, CANCELLED, BACKEND_DOWN,
-    BACKEND_TIMEOUT, BACKEND_FAILED, INTERNAL,
+    BACKEND_TIMEOUT, BACKEND_FAILED, INTERNAL, UNKNOWN_SCOPE, BAD_TIME_PHRASE,
+    MEMORY_UNAVAILABLE,
 )
 
 #: the client's own code for an action goal the server did not accept (no result exists)
