@@ -97,9 +97,9 @@ class SpatialQueryClient:
                     and self._action.wait_for_server(timeout_sec=timeout))
 
     def _request_fields(self, question: str, options: Sequence[str], window_sec: float,
-                        camera: str) -> dict[str, Any]:
+                        camera: str, scope: str) -> dict[str, Any]:
         return {"question": question, "options": list(options),
-                "window_sec": float(window_sec), "camera": camera}
+                "window_sec": float(window_sec), "camera": camera, "scope": scope}
 
     def ask(
         self,
@@ -108,11 +108,13 @@ class SpatialQueryClient:
         *,
         window_sec: float = 0.0,
         camera: str = "",
+        scope: str = "",
         timeout: float | None = 600.0,
     ) -> QueryResult:
-        """Ask over the service; raises TimeoutError when no reply came within ``timeout``."""
+        """Ask over the service; raises TimeoutError when no reply came within ``timeout``.
+        ``scope="memory"`` answers from the spatial memory (``memory_frames`` of the result)."""
         request = self._types[0].Request(**self._request_fields(question, options, window_sec,
-                                                                camera))
+                                                                camera, scope))
         future = self._service.call_async(request)
         if not done_event(future).wait(timeout):
             self._service.remove_pending_request(future)
@@ -126,13 +128,15 @@ class SpatialQueryClient:
         *,
         window_sec: float = 0.0,
         camera: str = "",
+        scope: str = "",
         on_progress: Callable[[Progress], None] | None = None,
         cancel: threading.Event | None = None,
         timeout: float | None = 600.0,
     ) -> QueryResult:
         """Ask over the action: ``on_progress`` gets each feedback, setting ``cancel`` cancels
         the goal (the answer then has ``error_code`` CANCELLED)."""
-        goal = self._types[1].Goal(**self._request_fields(question, options, window_sec, camera))
+        goal = self._types[1].Goal(**self._request_fields(question, options, window_sec, camera,
+                                                          scope))
 
         def feedback(msg: Any) -> None:
             if on_progress is not None:

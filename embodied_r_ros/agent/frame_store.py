@@ -337,6 +337,12 @@ class FrameStore:
             if self._frames:
                 self._poses.prune(self._frames[0].stamp - self.odom_tolerance_sec)
 
+    def pose_at(self, stamp: float) -> Pose | None:
+        """The odometry pose of a frame at ``stamp`` by the rule windows use (the nearest within
+        ``odom_tolerance_sec``), None where none is that close: what the memory stores."""
+        with self._lock:
+            return self._poses.nearest(stamp, self.odom_tolerance_sec)
+
     @property
     def poses_dropped(self) -> int:
         return self._poses.dropped

@@ -24,15 +24,26 @@ from embodied_r_ros.agent.frame_store import Window, check_window_sec
 from embodied_r_ros.agent.guard import error_of, one_line
 from embodied_r_ros.core.backends.base import raise_if_stopped
 from embodied_r_ros.core.cancel import CancelToken
-from embodied_r_ros.core.error_codes import BACKEND_DOWN, BUSY, INTERNAL, UNKNOWN_CAMERA
+from embodied_r_ros.core.error_codes import (
+    BACKEND_DOWN,
+    BUSY,
+    INTERNAL,
+    MEMORY_UNAVAILABLE,
+    UNKNOWN_CAMERA,
+    UNKNOWN_SCOPE,
+)
 from embodied_r_ros.core.perception import ProgressFn
 from embodied_r_ros.core.pipeline import QueryError, validate_query
-from embodied_r_ros.core.query_result import QueryResult
+from embodied_r_ros.core.query_result import MemoryFrameUsed, QueryResult
 from embodied_r_ros.core.reasoning import Reasoning
 
 log = logging.getLogger(__name__)
 
 _POLL_S = 0.02
+#: ``SpatialQuery.scope``: the camera buffer's window (the default), or the spatial memory
+SCOPE_WINDOW = "window"
+SCOPE_MEMORY = "memory"
+SCOPES = (SCOPE_WINDOW, SCOPE_MEMORY)
 
 
 class Engine(Protocol):
@@ -57,12 +68,24 @@ class Engine(Protocol):
     ) -> Reasoning: ...
 
 
+class MemorySource(Protocol):
+    """Where a scope-memory question's text comes from
+    (:class:`~embodied_r_ros.memory.service.MemoryReader`)."""
+
+    def perception(self, question: str, options: Sequence[str]
+                   ) -> tuple[str, list[MemoryFrameUsed]]:
+        """The reasoner's user message and the stored frames it was written from."""
+        ...
+
+
 @dataclass(frozen=True)
 class QueryRequest:
     question: str
     options: Sequence[str] = ()
     window_sec: float = 0.0
     camera: str = ""
+    #: SCOPE_WINDOW (empty means it too) or SCOPE_MEMORY
+    scope: str = ""
 
 
 def _failure(code: str, message: str) -> QueryResult:
@@ -113,7 +136,10 @@ class QueryRunner:
         max_question_chars: int = 2000,
         max_option_chars: int = 500,
         timeout_sec: float = 300.0,
+        memory: MemorySource | None = None,
     ) -> None:
+        """``memory``: the spatial memory scope-memory questions read (None: they are answered
+        ``MEMORY_UNAVAILABLE``)."""
         if not cameras:
             raise ValueError("at least one camera is needed")
         self.engine = engine
@@ -125,6 +151,7 @@ class QueryRunner:
         self.max_option_chars = max_option_chars
         self.timeout_sec = timeout_sec
         self.max_concurrent = max_concurrent
+        self.memory = memory
         self.stats = QueryStats()
         self._lock = threading.Lock()
         self._closed = False
@@ -143,7 +170,7 @@ class QueryRunner:
         for thread in threads:
             thread.join(timeout=max(0.0, deadline - time.monotonic()))
 
-    def _validate(self, request: QueryRequest) -> tuple[str, list[str], str]:
+    def _validate(self, request: QueryRequest) -> tuple[str, list[str], str, str]:
         question, options = validate_query(
             request.question, list(request.options), self.max_question_chars,
             self.max_option_chars,
@@ -155,7 +182,14 @@ class QueryRunner:
                 f"unknown camera {one_line(camera, 80)!r}; known: {', '.join(self.cameras)}",
             )
         check_window_sec(request.window_sec)
-        return question, options, camera
+        scope = (request.scope or "").strip() or SCOPE_WINDOW
+        if scope not in SCOPES:
+            raise QueryError(UNKNOWN_SCOPE, f"unknown scope {one_line(scope, 80)!r}; known: "
+                             f"{', '.join(SCOPES)}")
+        if scope == SCOPE_MEMORY and self.memory is None:
+            raise QueryError(MEMORY_UNAVAILABLE, "this server keeps no spatial memory "
+                             "(memory.enabled is false, or it is not the all-in-one)")
+        return question, options, camera, scope
 
     def run(
         self,
@@ -166,7 +200,7 @@ class QueryRunner:
         """Answer ``request``; never raises. ``cancel`` (the caller's) stops it early."""
         start = time.perf_counter()
         try:
-            question, options, camera = self._validate(request)
+            question, options, camera, scope = self._validate(request)
         except QueryError as exc:
             return self._finish(_failure(exc.code, str(exc)), start)
         if self._closed:
@@ -191,7 +225,7 @@ class QueryRunner:
         def work() -> None:
             try:
                 box.append(self._answer(camera, request.window_sec, question, options,
-                                        on_progress, token))
+                                        on_progress, token, scope))
             finally:
                 answered.set()
                 slot.release()
@@ -225,6 +259,7 @@ class QueryRunner:
         options: list[str],
         on_progress: ProgressFn | None,
         cancel: CancelToken,
+        scope: str = SCOPE_WINDOW,
     ) -> QueryResult:
         def progress(stage: str, done: int, total: int, text: str) -> None:
             if on_progress is not None and not cancel.stopped:
@@ -235,10 +270,18 @@ class QueryRunner:
 
         try:
             progress("window", 0, 0, "")
-            window = self.engine.window(camera, window_sec, cancel)
-            raise_if_stopped(cancel)
+            used: list[MemoryFrameUsed] = []
             t0 = time.perf_counter()
-            perception = self.engine.perceive(window, question, options, progress, cancel)
+            if scope == SCOPE_MEMORY:
+                assert self.memory is not None  # validated
+                perception, used = self.memory.perception(question, options)
+                stamps = [u.stamp for u in used]
+            else:
+                window = self.engine.window(camera, window_sec, cancel)
+                raise_if_stopped(cancel)
+                t0 = time.perf_counter()
+                perception = self.engine.perceive(window, question, options, progress, cancel)
+                stamps = list(window.stamps)
             t1 = time.perf_counter()
             raise_if_stopped(cancel)
             progress("reasoning", 0, 1, "")
@@ -254,7 +297,8 @@ class QueryRunner:
         return QueryResult.answered(
             reasoning,
             perception,
-            key_frame_stamps=list(window.stamps),
+            key_frame_stamps=stamps,
+            memory_frames=used,
             perception_sec=t1 - t0,
             reasoning_sec=t2 - t1,
         )

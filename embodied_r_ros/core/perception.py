@@ -309,8 +309,10 @@ class Perceiver:
         """Describe a frame question-agnostically, alone (for a window that starts at it) and
         after ``previous`` (for one that goes on through it), into the cache: what streaming
         perception does in the background. Returns the parsed reply of the pair (of the frame
-        alone for the first of a stream)."""
-        assert self.vlm is not None
+        alone for the first of a stream). Without a VLM: the colour-region summary of the
+        frame and no action (the motion is measured), nothing cached."""
+        if self.vlm is None:
+            return FrameReply(None, describe_colour_regions(current))
         calls = [vlm_conversation(0, [current], None, self.prompts)] if alone else []
         if previous is not None:
             calls.append(vlm_conversation(1, [previous, current], None, self.prompts))

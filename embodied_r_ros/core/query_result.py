@@ -17,6 +17,19 @@ from embodied_r_ros.core.reasoning import Reasoning
 
 
 @dataclass(frozen=True)
+class MemoryFrameUsed:
+    """A stored key frame a scope-memory answer read (``SpatialQuery``'s ``memory_frames``)."""
+
+    stamp: float
+    #: seconds before the newest stored frame, the "now" time phrases count from
+    age_sec: float
+    camera: str = ""
+    #: why the retrieval selected it ("latest", "time:10 minutes ago", "text", ...)
+    reasons: tuple[str, ...] = ()
+    description: str = ""
+
+
+@dataclass(frozen=True)
 class QueryResult:
     """An answer, or (``success`` false) an error code and one line saying why there is none."""
 
@@ -44,6 +57,8 @@ class QueryResult:
     total_sec: float = 0.0
     #: the perception text came from the reply cache (no VLM call was made)
     perception_from_cache: bool = False
+    #: scope memory: the stored key frames the answer was read from, oldest first
+    memory_frames: list[MemoryFrameUsed] = field(default_factory=list)
 
     @classmethod
     def failure(cls, code: str, error: str, total_sec: float = 0.0) -> QueryResult:

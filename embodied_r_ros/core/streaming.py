@@ -21,7 +21,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -41,6 +41,8 @@ class KeyFrameNote:
     action: str | None
     description: str
     seconds: float
+    #: the key frame described (RGB, as the frame buffer stored it): the memory's thumbnail
+    image: np.ndarray | None = field(default=None, repr=False, compare=False)
 
 
 @dataclass
@@ -124,7 +126,7 @@ class BackgroundDescriber:
                 self._recent.append(time.monotonic())
             note = KeyFrameNote(job.camera, job.stamp,
                                 job.previous[0] if job.previous else None,
-                                reply.action, reply.observation, seconds)
+                                reply.action, reply.observation, seconds, job.image)
             if job.keyframe and self.on_described is not None:
                 try:
                     self.on_described(note)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import math
 import threading
 from collections.abc import Iterator, Sequence
 from typing import Any
@@ -277,6 +278,18 @@ class PostgresMemoryStore(MemoryStore):
         return deleted
 
     # -- reading ---------------------------------------------------------------------------
+
+    def clear(self, robot: str, before: float | None = None) -> int:
+        self.require_writable()
+        if robot != self.robot:
+            raise SpatialMemoryError(BAD_ROW, f"this store writes for {self.robot}, not "
+                                     f"{robot}: each robot's rows are cleared by its writer")
+        with self._db() as conn, conn.transaction():  # thumbnails and vectors cascade
+            n = conn.execute("DELETE FROM memory_frames WHERE robot=%s AND stamp<%s",
+                             (robot, math.inf if before is None else float(before))).rowcount
+        self._bytes = self._count_bytes()
+        log.info("memory of %s: cleared %d rows", robot, n)
+        return int(n)
 
     def get(self, ids: Sequence[int], thumbnails: bool = False) -> list[MemoryRow]:
         wanted = sorted({int(i) for i in ids})

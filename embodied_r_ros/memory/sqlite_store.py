@@ -313,6 +313,17 @@ class SqliteMemoryStore(MemoryStore):
                  self.max_bytes / 2**20, thumbs, deleted)
         return deleted
 
+    def clear(self, robot: str, before: float | None = None) -> int:
+        self.require_writable()
+        check_name("robot", robot)
+        with self._db() as db:
+            db.execute("BEGIN IMMEDIATE")  # the delete trigger drops thumbnails and vectors
+            n = db.execute("DELETE FROM frames WHERE robot=? AND stamp<?",
+                           (robot, float("inf") if before is None else float(before))).rowcount
+            db.execute("COMMIT")
+        log.info("memory %s: cleared %d rows of %s", self.path, n, robot)
+        return int(n)
+
     # -- reading ---------------------------------------------------------------------------
 
     def get(self, ids: Sequence[int], thumbnails: bool = False) -> list[MemoryRow]:

@@ -157,6 +157,13 @@ class MemoryStore(ABC):
         """Thumbnails first, then the oldest rows, until the store is under its bound; returns
         how many rows were deleted."""
 
+    @abstractmethod
+    def clear(self, robot: str, before: float | None = None) -> int:
+        """Delete ``robot``'s rows (only those stamped before ``before`` when given), with
+        their thumbnails and vectors, in one transaction; returns how many rows went. An
+        operator's command (the memory's clear service): nothing else deletes rows but the
+        bound."""
+
     # -- reading ---------------------------------------------------------------------------
 
     @abstractmethod

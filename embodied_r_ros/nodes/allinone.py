@@ -9,6 +9,11 @@ e.g. ``-p profile:=tiny -r image:=/camera/image_raw``; with several cameras, rem
 ``-r frame_buffer_rear:image:=/rear/image_raw``. With several cameras every frame buffer starts
 from the ``frame_buffer`` section of the parameter files, and its own ``frame_buffer_<camera>``
 section overrides that for one camera.
+
+With ``memory.enabled`` this process is the spatial memory's one writer: each key frame's
+question-agnostic description (the perception node's background describer) is stored with the
+frame buffer's pose for its stamp and a thumbnail, and the query server answers ``scope:
+memory`` questions and the ``memory/stats`` and ``memory/clear`` services.
 """
 
 from __future__ import annotations
@@ -22,6 +27,10 @@ from rclpy.parameter import Parameter
 
 from embodied_r_ros.agent.in_process_engine import LocalEngine
 from embodied_r_ros.agent.model_loading import describe_models
+from embodied_r_ros.core.config import Config
+from embodied_r_ros.core.streaming import KeyFrameNote
+from embodied_r_ros.memory.errors import SpatialMemoryError
+from embodied_r_ros.memory.service import MemoryReader, MemoryWriter
 from embodied_r_ros.nodes.frame_buffer import FrameBufferNode
 from embodied_r_ros.nodes.params import load_node_config
 from embodied_r_ros.nodes.perception_node import PerceptionNode
@@ -52,6 +61,29 @@ def frame_buffer_presets(context: Context, namespace: str) -> dict[str, Any]:
         probe.destroy_node()
     values.pop("use_sim_time", None)  # every node reads its own
     return values
+
+
+def record_memory(config: Config, perception: PerceptionNode,
+                  buffers: Sequence[FrameBufferNode], logger: Any
+                  ) -> tuple[MemoryWriter | None, str]:
+    """The memory writer fed with the perception node's key-frame descriptions and the
+    buffers' poses, or None and why (memory off, or the store refused: logged, the nodes run
+    on without recording)."""
+    if not config.memory.enabled:
+        return None, "memory.enabled is false"
+    try:
+        writer = MemoryWriter(config)
+    except SpatialMemoryError as err:
+        logger.error(f"spatial memory not recorded: {err}")
+        return None, str(err)
+    poses = {b.camera_name: b.store.pose_at for b in buffers}
+
+    def store(note: KeyFrameNote) -> None:
+        writer.submit(note, note.image, poses.get(note.camera))
+
+    perception.note_listeners.append(store)
+    logger.info(f"recording the spatial memory of '{config.memory.robot}' in {writer.location}")
+    return writer, ""
 
 
 def build_nodes(
@@ -96,13 +128,16 @@ def build_nodes(
             node.destroy_node()
         raise
     buffers = [n for n in made if isinstance(n, FrameBufferNode)]
-    if config.perception.mode == "streaming":
+    if config.perception.mode == "streaming" or config.memory.enabled:
         for buffer in buffers:
             buffer.store.on_frame = (
                 lambda stamp, image, key, cam=buffer.camera_name: perception.submit_frame(
                     cam, stamp, image, key))
+    writer, why_not = record_memory(config, perception, buffers, query.get_logger())
     query.attach(LocalEngine({b.camera_name: b.window for b in buffers},
-                             perception.serving, reasoning.reason))
+                             perception.serving, reasoning.reason),
+                 memory=MemoryReader(config) if config.memory.enabled else None)
+    query.serve_memory(writer, why_not)
     return [perception, reasoning, query, *buffers]
 
 

@@ -24,7 +24,7 @@ from embodied_r_ros.core.actions import Motion
 from embodied_r_ros.core.backends.images import decode_image
 from embodied_r_ros.core.error_codes import CORRUPT_FRAME, UNSUPPORTED_ENCODING
 from embodied_r_ros.core.poses import Pose
-from embodied_r_ros.core.query_result import QueryResult
+from embodied_r_ros.core.query_result import MemoryFrameUsed, QueryResult
 
 M = TypeVar("M")
 
@@ -231,6 +231,13 @@ def fill_query_response(response: M, result: QueryResult) -> M:
     for name in _QUERY_TEXT_FIELDS + _QUERY_SEC_FIELDS:
         setattr(out, name, getattr(result, name))
     out.key_frame_stamps = [sec_to_stamp(s) for s in result.key_frame_stamps]
+    if result.memory_frames:
+        from embodied_r_interfaces.msg import MemoryFrame
+
+        out.memory_frames = [
+            MemoryFrame(stamp=sec_to_stamp(f.stamp), age_sec=f.age_sec, camera=f.camera,
+                        reasons=list(f.reasons), description=f.description)
+            for f in result.memory_frames]
     return response
 
 
@@ -241,4 +248,7 @@ def query_result_of(msg: Any) -> QueryResult:
         **{name: str(getattr(msg, name)) for name in _QUERY_TEXT_FIELDS},
         **{name: float(getattr(msg, name)) for name in _QUERY_SEC_FIELDS},
         key_frame_stamps=[stamp_to_sec(s) for s in msg.key_frame_stamps],
+        memory_frames=[MemoryFrameUsed(stamp_to_sec(f.stamp), float(f.age_sec), str(f.camera),
+                                       tuple(f.reasons), str(f.description))
+                       for f in getattr(msg, "memory_frames", ())],
     )

@@ -11,14 +11,16 @@ In ``streaming`` mode (``perception.mode``, with a VLM) it also describes frames
 background as they arrive: from the frame buffers of ``cameras`` (their
 ``frames/<camera>/stored`` topic) in separate mode, handed over in-process in the all-in-one.
 The descriptions are cached, so a query mostly finds its window's ready; key frames' are
-published on ``~/descriptions`` to be recorded and watched.
+published on ``~/descriptions`` to be recorded and watched. With ``memory.enabled`` key frames
+are described in the background whatever the mode (geometrically without a VLM), and each
+description also goes to the spatial memory's writer (``note_listeners``, in the all-in-one).
 
 Run alone: ``ros2 run embodied_r_ros perception_node --ros-args -p profile:=server``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -72,6 +74,8 @@ class PerceptionNode(ModelNode):
         self._header_type = Header
         self._notes = self.create_publisher(KeyFrameDescription, "~/descriptions", 10)
         self._inputs: list[Any] = []  # stored-frame subscriptions while configured to stream
+        #: called with each key frame's description (on the describer's thread: only enqueue)
+        self.note_listeners: list[Callable[[KeyFrameNote], None]] = []
 
     # -- streaming perception ------------------------------------------------------------
 
@@ -80,6 +84,11 @@ class PerceptionNode(ModelNode):
         cfg = self.config
         return (cfg is not None and cfg.perception.mode == "streaming"
                 and cfg.perception.backend == "vlm")
+
+    @property
+    def _describing(self) -> bool:
+        """Key frames are described as they arrive: for streaming, or for the memory."""
+        return self._streaming or (self.config is not None and self.config.memory.enabled)
 
     def on_configure(self, state: LifecycleState) -> TransitionCallbackReturn:
         result = super().on_configure(state)
@@ -107,7 +116,7 @@ class PerceptionNode(ModelNode):
 
     def on_activate(self, state: LifecycleState) -> TransitionCallbackReturn:
         pipeline = self.pipeline
-        if self._streaming and pipeline is not None and pipeline.perceiver is not None:
+        if self._describing and pipeline is not None and pipeline.perceiver is not None:
             self.describer = BackgroundDescriber(
                 pipeline.perceiver, queue_size=pipeline.config.perception.streaming_queue,
                 on_described=self._publish_note,
@@ -129,8 +138,9 @@ class PerceptionNode(ModelNode):
 
     def submit_frame(self, camera: str, stamp: float, image: np.ndarray, keyframe: bool
                      ) -> None:
-        """A new stored frame to describe in the background (no-op unless streaming)."""
-        if self.describer is not None:
+        """A new stored frame to describe in the background (no-op unless streaming or
+        recording the memory, which takes key frames only)."""
+        if self.describer is not None and (keyframe or self._streaming):
             self.describer.submit(camera, stamp, image, keyframe)
 
     def _on_stored(self, camera: str, msg: Any) -> None:
@@ -146,6 +156,8 @@ class PerceptionNode(ModelNode):
         if note.previous_stamp is not None:
             msg.previous_stamp = sec_to_stamp(note.previous_stamp)
         self._notes.publish(msg)
+        for listener in self.note_listeners:
+            listener(note)
 
     def _images(self, goal: Any) -> list[Any]:
         if len(goal.key_frames) > MAX_GOAL_FRAMES:

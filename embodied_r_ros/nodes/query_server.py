@@ -7,6 +7,10 @@ executor, so a query that runs for seconds never holds up frame ingestion. Stand
 (``ros2 run embodied_r_ros query_server``) it reaches the frame buffers, the perception node and
 the reasoning node over ROS; in the all-in-one process it calls them in-process.
 
+With ``memory.enabled`` (all-in-one) a request with ``scope: memory`` is answered from the spatial
+memory (:class:`~embodied_r_ros.memory.service.MemoryReader`), and the node serves
+``memory/stats`` and ``memory/clear`` for the memory this process writes.
+
 Clients: the request and response queues are deep (``QUERY_QOS``, depth 256) so a burst is
 answered (or refused with ``BUSY``), never lost; a client should use the same depth on its side,
 as :mod:`embodied_r_ros.client` does.
@@ -22,9 +26,16 @@ from rclpy.callback_groups import MutuallyExclusiveCallbackGroup, ReentrantCallb
 from rclpy.node import Node
 
 from embodied_r_ros.agent.guard import GoalTokens, finish_goal, guard_execute, guard_service
-from embodied_r_ros.agent.query_runner import Engine, QueryRequest, QueryRunner
-from embodied_r_ros.core.error_codes import BACKEND_DOWN, BACKEND_FAILED, BACKEND_TIMEOUT
-from embodied_r_ros.nodes.conversions import fill_query_response
+from embodied_r_ros.agent.query_runner import Engine, MemorySource, QueryRequest, QueryRunner
+from embodied_r_ros.core.error_codes import (
+    BACKEND_DOWN,
+    BACKEND_FAILED,
+    BACKEND_TIMEOUT,
+    MEMORY_UNAVAILABLE,
+)
+from embodied_r_ros.memory.errors import SpatialMemoryError
+from embodied_r_ros.memory.service import MemoryWriter
+from embodied_r_ros.nodes.conversions import fill_query_response, sec_to_stamp, stamp_to_sec
 from embodied_r_ros.nodes.diagnostics import OK, WARN, DiagnosticsPublisher, make_status
 from embodied_r_ros.nodes.params import CONFIG_SPECS, DIAGNOSTICS_SPEC, Spec, declare
 from embodied_r_ros.nodes.transport import QUERY_QOS
@@ -73,6 +84,7 @@ def request_of(msg: Any) -> QueryRequest:
         options=list(msg.options),
         window_sec=float(msg.window_sec),
         camera=msg.camera,
+        scope=msg.scope,
     )
 
 
@@ -94,6 +106,9 @@ class QueryServerNode(Node):
         self.runner: QueryRunner | None = None
         self._remote: Any = None
         self._goals = GoalTokens()
+        self._memory: MemorySource | None = None
+        self._writer: MemoryWriter | None = None
+        self._memory_why_not = "this query server keeps no spatial memory"
         if not local:
             from embodied_r_ros.nodes.remote_engine import RemoteEngine
 
@@ -107,8 +122,9 @@ class QueryServerNode(Node):
             )
             self.attach(self._remote)
 
-    def attach(self, engine: Engine) -> None:
-        """Start serving with ``engine``; called once."""
+    def attach(self, engine: Engine, memory: MemorySource | None = None) -> None:
+        """Start serving with ``engine`` (and ``memory`` for scope-memory questions); called
+        once."""
         from embodied_r_interfaces.action import SpatialQuery as QueryAction
         from embodied_r_interfaces.srv import SpatialQuery
 
@@ -121,7 +137,9 @@ class QueryServerNode(Node):
             max_question_chars=p["max_question_chars"],
             max_option_chars=p["max_option_chars"],
             timeout_sec=p["query_timeout_sec"],
+            memory=memory,
         )
+        self._memory = memory
         group = ReentrantCallbackGroup()
         self._action_type = QueryAction
         log = self.get_logger()
@@ -152,6 +170,59 @@ class QueryServerNode(Node):
         self.get_logger().info(
             f"answering at {self.resolve_service_name('query')} for cameras {self.cameras}"
         )
+
+    def serve_memory(self, writer: MemoryWriter | None, why_not: str) -> None:
+        """Serve ``memory/stats`` and ``memory/clear`` for ``writer``, the memory this process
+        writes (None: both answer ``MEMORY_UNAVAILABLE`` with ``why_not``); the node closes it."""
+        from embodied_r_interfaces.srv import MemoryClear, MemoryStats
+
+        self._writer = writer
+        self._memory_why_not = why_not
+        log = self.get_logger()
+        group = MutuallyExclusiveCallbackGroup()  # one store user at a time anyway
+        self.create_service(MemoryStats, "memory/stats",
+                            guard_service(log, "memory stats", self._on_memory_stats),
+                            callback_group=group)
+        self.create_service(MemoryClear, "memory/clear",
+                            guard_service(log, "memory clear", self._on_memory_clear),
+                            callback_group=group)
+
+    def _memory_failed(self, response: Any, message: str) -> Any:
+        response.success = False
+        response.error_code = MEMORY_UNAVAILABLE
+        response.error = message
+        return response
+
+    def _on_memory_stats(self, _request: Any, response: Any) -> Any:
+        if self._writer is None:
+            return self._memory_failed(response, self._memory_why_not)
+        try:
+            st = self._writer.stats()
+        except SpatialMemoryError as err:
+            return self._memory_failed(response, str(err))
+        response.success = True
+        response.robot, response.robots, response.rows = st.robot, st.robots, st.rows
+        if st.first is not None and st.last is not None:
+            response.first_stamp = sec_to_stamp(st.first)
+            response.last_stamp = sec_to_stamp(st.last)
+        response.span_sec = st.span_sec
+        response.size_bytes = st.size_bytes
+        response.recorded, response.failed, response.dropped = st.recorded, st.failed, st.dropped
+        response.location = st.location
+        return response
+
+    def _on_memory_clear(self, request: Any, response: Any) -> Any:
+        if self._writer is None:
+            return self._memory_failed(response, self._memory_why_not)
+        before = stamp_to_sec(request.before)
+        try:
+            response.deleted, response.rows = self._writer.clear(before if before > 0 else None)
+        except SpatialMemoryError as err:
+            return self._memory_failed(response, str(err))
+        self.get_logger().info(f"memory cleared: {response.deleted} rows deleted, "
+                               f"{response.rows} left")
+        response.success = True
+        return response
 
     def _check(self, name: str, value: Any) -> str | None:
         """Why a new value of a settable parameter is refused (None: it is not)."""
@@ -219,6 +290,12 @@ class QueryServerNode(Node):
             self._action.destroy()
         if self._remote is not None:
             self._remote.close()
+        close_memory = getattr(self._memory, "close", None)
+        if close_memory is not None:
+            close_memory()
+        if self._writer is not None:
+            self._writer.close()
+            self._writer = None
 
 
 def main(args: Sequence[str] | None = None) -> int:

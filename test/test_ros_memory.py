@@ -1,0 +1,198 @@
+"""The spatial memory over ROS, in-process: the all-in-one with ``memory.enabled`` records every
+key frame (its description, the odometry pose at its stamp, a thumbnail), answers ``scope:
+memory`` questions from it with the frames it read, serves the stats and clear services, and
+answers bad input and a damaged database with an error code and one line, never crashing."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from media import pan_frames
+from ros_helpers import (
+    AllInOne,
+    call,
+    feed,
+    image_msg,
+    odom_msg,
+    require_ros,
+    result_of,
+    ros_context,
+    stamp,
+    wait_until,
+)
+
+require_ros()
+
+from nav_msgs.msg import Odometry  # noqa: E402
+from rclpy.parameter import Parameter  # noqa: E402
+
+from embodied_r_interfaces.action import SpatialQuery as QueryAction  # noqa: E402
+from embodied_r_interfaces.msg import KeyFrameDescription  # noqa: E402
+from embodied_r_interfaces.srv import MemoryClear, MemoryStats, SpatialQuery  # noqa: E402
+from embodied_r_ros.memory import SqliteMemoryStore  # noqa: E402
+from embodied_r_ros.nodes.conversions import stamp_to_sec  # noqa: E402
+
+#: geometric perception (describes key frames without a model) and the tiny random LM
+CONFIG = """base: offline
+cache: {{enabled: false}}
+reasoning: {{model: {{model: tiny-qwen2, max_new_tokens: 8}}}}
+memory: {{enabled: true, path: "{path}", embedder: "off"}}
+"""
+T0 = 2000.0
+FRAMES = pan_frames(24, 24)
+STAMPS = [T0 + 0.5 * i for i in range(len(FRAMES))]  # 12 s; 1 fps sampling keeps every other
+
+
+class Robot(AllInOne):
+    """The all-in-one under ``namespace`` with its memory services and descriptions."""
+
+    def __init__(self, ctx: Any, namespace: str, config: Path) -> None:
+        super().__init__(ctx, namespace, parameters=[
+            Parameter("profile", value="offline"), Parameter("config_file", value=str(config))])
+        t = self.tester
+        self.stats_client = t.create_client(MemoryStats, f"{namespace}/memory/stats")
+        self.clear_client = t.create_client(MemoryClear, f"{namespace}/memory/clear")
+        self.odom = t.create_publisher(Odometry, f"{namespace}/odom", 10)
+        self.notes: list[KeyFrameDescription] = []
+        t.create_subscription(KeyFrameDescription, f"{namespace}/perception/descriptions",
+                              self.notes.append, 10)
+
+    @property
+    def writer(self) -> Any:
+        return self.by_name["query_server"]._writer
+
+    def ask_memory(self, question: str, options: list[str] | None = None,
+                   scope: str = "memory") -> Any:
+        return call(self.query, SpatialQuery.Request(question=question, options=options or [],
+                                                     scope=scope))
+
+    def stats(self) -> Any:
+        return call(self.stats_client, MemoryStats.Request())
+
+    def clear(self, before: float = 0.0) -> Any:
+        return call(self.clear_client, MemoryClear.Request(before=stamp(before)))
+
+
+def write_config(directory: Path, db: Path) -> Path:
+    path = directory / f"{db.stem}.yaml"
+    path.write_text(CONFIG.format(path=db))
+    return path
+
+
+@pytest.fixture(scope="module")
+def robots(tiny_models_dir: Path, tmp_path_factory: pytest.TempPathFactory
+           ) -> Iterator[tuple[Robot, Robot, Path, Path]]:
+    tmp = tmp_path_factory.mktemp("memory")
+    db, broken = tmp / "memory.sqlite3", tmp / "broken.sqlite3"
+    broken.write_bytes(b"SQLite format 3\x00" + b"\x13" * 4080)  # a header, then garbage
+    with ros_context(__name__) as ctx:
+        robot = Robot(ctx, "/embodied_r", write_config(tmp, db))
+        damaged = Robot(ctx, "/damaged", write_config(tmp, broken))
+        yield robot, damaged, db, broken
+        damaged.stop()
+        robot.stop()
+
+
+@pytest.fixture(scope="module")
+def recorded(robots: tuple[Robot, Robot, Path, Path]) -> Robot:
+    """The robot after a panning stream with odometry: every key frame stored."""
+    robot = robots[0]
+    for i, t in enumerate(STAMPS):  # a pose at each frame: 0.1 m forward, 2 degrees left
+        feed(robot.odom.publish, [odom_msg(t, 0.1 * i, 0.0, 2.0 * i)],
+             lambda: robot.store.stats.poses)
+        feed(robot.image.publish, [image_msg(FRAMES[i], t)], lambda: robot.store.stats.received)
+    keyframes = robot.store.stats.keyframes
+    assert keyframes >= 3
+    wait_until(lambda: robot.writer.recorded == keyframes, 30, "every key frame stored")
+    return robot
+
+
+def test_an_empty_memory_answers_no_frames(robots: tuple[Robot, Robot, Path, Path]) -> None:
+    r = robots[0].ask_memory("What did I see at the start?")
+    assert not r.success and r.error_code == "NO_FRAMES" and "\n" not in r.error
+
+
+def test_every_key_frame_becomes_a_row_with_pose_description_and_thumbnail(
+        recorded: Robot, robots: tuple[Robot, Robot, Path, Path]) -> None:
+    db = robots[2]
+    with SqliteMemoryStore(db) as store:
+        rows = store.latest("robot", 100)
+        assert [r.stamp for r in rows] == sorted(r.stamp for r in rows)
+        assert len(rows) == recorded.store.stats.keyframes
+        assert {r.stamp for r in rows} <= set(STAMPS)
+        for row in rows:
+            i = STAMPS.index(row.stamp)
+            assert row.pose_source == "odometry" and row.pose is not None
+            assert row.pose.x == pytest.approx(0.1 * i) and row.pose.yaw_deg == pytest.approx(
+                2.0 * i)
+            assert row.description and row.camera == "front"
+            thumb = store.thumbnail(row.id)
+            assert thumb is not None and thumb[:2] == b"\xff\xd8"
+    wait_until(lambda: len(recorded.notes) == len(rows), what="the descriptions published")
+    assert [stamp_to_sec(n.header.stamp) for n in recorded.notes] == [r.stamp for r in rows]
+    assert {n.model for n in recorded.notes} == {"geometric"}
+
+
+def test_scope_memory_answers_from_the_stored_frames(recorded: Robot) -> None:
+    r = recorded.ask_memory("What did I see at the start?", ["A. red", "B. blue"])
+    assert r.success, r.error
+    used = r.memory_frames
+    stamps = [stamp_to_sec(f.stamp) for f in used]
+    assert stamps == sorted(stamps) and stamps[0] == STAMPS[0]
+    assert [stamp_to_sec(s) for s in r.key_frame_stamps] == stamps
+    newest = stamps[-1]
+    assert [f.age_sec for f in used] == pytest.approx([newest - s for s in stamps])
+    assert any(reason.startswith("time:at the start") for reason in used[0].reasons)
+    assert "latest" in used[-1].reasons
+    assert all(f.description and f.camera == "front" for f in used)
+    assert r.perception.rstrip().endswith("B. blue")
+
+
+def test_bad_scope_and_time_phrase_are_one_line_errors(recorded: Robot) -> None:
+    r = recorded.ask_memory("What is ahead?", scope="forever")
+    assert (r.success, r.error_code) == (False, "UNKNOWN_SCOPE") and "forever" in r.error
+    r = recorded.ask_memory("Where was the chair 5 blorps ago?")
+    assert (r.success, r.error_code) == (False, "BAD_TIME_PHRASE")
+    assert "5 blorps ago" in r.error and "\n" not in r.error
+    goal = QueryAction.Goal(question="Where was I 5 blorps ago?", scope="memory")
+    assert recorded.action.wait_for_server(timeout_sec=10)
+    handle = result_of(recorded.action.send_goal_async(goal))
+    result = result_of(handle.get_result_async()).result
+    assert (result.success, result.error_code) == (False, "BAD_TIME_PHRASE")
+    # the node is still up and the window scope unchanged
+    assert recorded.ask_memory("What is ahead?", scope="").success
+
+
+def test_stats_and_clear_services(recorded: Robot, robots: tuple[Robot, Robot, Path, Path]
+                                  ) -> None:
+    s = recorded.stats()
+    rows = recorded.store.stats.keyframes
+    assert s.success, s.error
+    assert (s.robot, list(s.robots), s.rows, s.failed) == ("robot", ["robot"], rows, 0)
+    assert s.recorded == rows and s.location == str(robots[2])
+    assert stamp_to_sec(s.first_stamp) == STAMPS[0] and s.size_bytes > 0
+    assert s.span_sec == pytest.approx(stamp_to_sec(s.last_stamp) - STAMPS[0])
+    c = recorded.clear(before=STAMPS[6])
+    assert c.success and c.deleted >= 1 and c.deleted + c.rows == rows
+    assert stamp_to_sec(recorded.stats().first_stamp) >= STAMPS[6]
+    c = recorded.clear()
+    assert c.success and c.rows == 0
+    r = recorded.ask_memory("What did I see at the start?")
+    assert r.error_code == "NO_FRAMES"
+
+
+def test_a_damaged_database_is_refused_untouched_and_the_node_serves_on(
+        robots: tuple[Robot, Robot, Path, Path]) -> None:
+    damaged, broken = robots[1], robots[3]
+    before = broken.read_bytes()
+    s = damaged.stats()
+    assert (s.success, s.error_code) == (False, "MEMORY_UNAVAILABLE") and "DB_CORRUPT" in s.error
+    c = damaged.clear()
+    assert (c.success, c.error_code) == (False, "MEMORY_UNAVAILABLE")
+    r = damaged.ask_memory("What did I see at the start?")
+    assert (r.success, r.error_code) == (False, "MEMORY_UNAVAILABLE") and "\n" not in r.error
+    assert broken.read_bytes() == before
+    assert damaged.ask_memory("What is ahead?", scope="window").error_code == "NO_FRAMES"
