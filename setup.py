@@ -80,6 +80,8 @@ setup(
             "pandas>=2",
         ],
         "vllm": ["vllm>=0.22,<0.32"],
+        # embodied-r memory plot and export
+        "memory": ["matplotlib>=3.9", "mcap>=1.6"],
     },
     entry_points={
         "console_scripts": [

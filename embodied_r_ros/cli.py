@@ -242,6 +242,9 @@ def build_parser() -> argparse.ArgumentParser:
     serve.set_defaults(func=cmd_serve)
 
     _add_world(sub)
+    from embodied_r_ros.memory.command import add_memory_parser
+
+    add_memory_parser(sub)
     return parser
 
 
@@ -263,8 +266,9 @@ def _user_errors() -> tuple[type[BaseException], ...]:
     from embodied_r_ros.core.backends.base import BackendError
     from embodied_r_ros.core.pipeline import QueryError
     from embodied_r_ros.core.video import VideoError
+    from embodied_r_ros.memory.errors import SpatialMemoryError
 
-    return (CliError, ConfigError, VideoError, QueryError, BackendError)
+    return (CliError, ConfigError, VideoError, QueryError, BackendError, SpatialMemoryError)
 
 
 def run_cli(
@@ -292,7 +296,7 @@ def run_cli(
         return func(args)
     except user_errors as exc:
         code = getattr(exc, "code", None)
-        prefix = f"{code}: " if isinstance(code, str) else ""
+        prefix = f"{code}: " if isinstance(code, str) and not str(exc).startswith(code) else ""
         print(f"{prog}: error: {prefix}{str(exc).splitlines()[0]}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:

@@ -50,6 +50,7 @@ OPTIONAL: dict[str, str] = {
     "trl": "train", "datasets": "train", "matplotlib": "train", "pandas": "train",
     "tensorboard": "train",
     "psycopg": "memory.backend: postgres",
+    "mcap": "memory",
 }
 #: pip distributions (install_requires) the ROS modules above stand for; ROS comes from ROS
 PIP = {"numpy": "numpy", "cv2": "opencv-python-headless", "yaml": "pyyaml",

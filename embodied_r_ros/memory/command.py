@@ -1,0 +1,204 @@
+"""``embodied-r memory stats | search | plot | export DB``: look into a memory from a shell.
+
+``DB`` is a SQLite memory file, or a PostgreSQL connection string (``postgresql://...`` or
+``host=... dbname=...``, with ``--robot``). Every command opens it for reading, so it runs beside
+the robot that writes it. A missing or damaged database, or a time phrase that cannot be read,
+is one line on stderr and exit code 2 (the ``SpatialMemoryError`` code first).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+from embodied_r_ros.memory.errors import DB_MISSING, SpatialMemoryError
+from embodied_r_ros.memory.retrieval import Retriever, Selection
+from embodied_r_ros.memory.service import frames_used
+from embodied_r_ros.memory.sqlite_store import SqliteMemoryStore
+from embodied_r_ros.memory.store import MemoryStore
+
+
+def open_reader(db: str, robot: str | None) -> MemoryStore:
+    """``db`` opened for reading: a PostgreSQL DSN or a SQLite file."""
+    if db.startswith(("postgres://", "postgresql://")) or "dbname=" in db:
+        from embodied_r_ros.memory.postgres_store import PostgresMemoryStore
+
+        if not robot:
+            raise SpatialMemoryError(DB_MISSING, "a PostgreSQL memory needs --robot")
+        return PostgresMemoryStore(db, robot=robot)
+    return SqliteMemoryStore(db)
+
+
+def pick_robot(store: MemoryStore, robot: str | None) -> str:
+    """``robot``, or the store's only robot."""
+    robots = store.robots()
+    if robot:
+        if robot not in robots:
+            raise SpatialMemoryError(DB_MISSING, f"no rows of robot {robot!r}; the memory has "
+                                     f"{', '.join(robots) or 'none'}")
+        return robot
+    if len(robots) != 1:
+        raise SpatialMemoryError(DB_MISSING, "the memory is empty" if not robots else
+                                 f"the memory has several robots ({', '.join(robots)}): "
+                                 "choose one with --robot")
+    return robots[0]
+
+
+def _select(store: MemoryStore, robot: str, args: argparse.Namespace) -> Selection:
+    retriever = Retriever(store, budget=args.budget, latest=min(args.latest, args.budget - 1))
+    return retriever.select(robot, args.question, args.option or ())
+
+
+def _clock(stamp: float | None) -> str:
+    return "-" if stamp is None else f"{stamp:.3f}"
+
+
+def cmd_stats(args: argparse.Namespace) -> int:
+    with open_reader(args.db, args.robot) as store:
+        robots = [args.robot] if args.robot else store.robots()
+        spans = {r: store.span(r) for r in robots}
+        size = store.size_bytes()
+    if args.json:
+        print(json.dumps({"db": args.db, "size_bytes": size, "robots": {
+            r: {"rows": s.count, "first": s.first, "last": s.last,
+                "span_sec": (s.last - s.first) if s.count else 0.0}
+            for r, s in spans.items()}}))
+        return 0
+    print(f"{args.db}: {size / 2**20:.2f} MiB, {len(robots)} robot(s)")
+    for r, s in spans.items():
+        span = (s.last - s.first) if s.first is not None and s.last is not None else 0.0
+        print(f"  {r}: {s.count} rows, {_clock(s.first)} .. {_clock(s.last)} s "
+              f"({span / 60:.1f} min)")
+    return 0
+
+
+def cmd_search(args: argparse.Namespace) -> int:
+    with open_reader(args.db, args.robot) as store:
+        robot = pick_robot(store, args.robot)
+        selection = _select(store, robot, args)
+    used = frames_used(selection)
+    if args.json:
+        print(json.dumps({"robot": robot, "terms": selection.terms, "notes": selection.notes,
+                          "ranges": [[r.phrase, r.start, r.end] for r in selection.ranges],
+                          "frames": [{"stamp": u.stamp, "age_sec": u.age_sec,
+                                      "camera": u.camera, "reasons": list(u.reasons),
+                                      "description": u.description} for u in used]}))
+        return 0
+    print(f"{len(used)} frames of {robot} for: {args.question}")
+    if selection.terms:
+        print(f"terms: {', '.join(selection.terms)}")
+    for r in selection.ranges:
+        print(f'time "{r.phrase}": {r.start:.1f} .. {r.end:.1f} s')
+    for note in selection.notes:
+        print(f"note: {note}")
+    for u in used:
+        text = " ".join(u.description.split())
+        print(f"{u.stamp:.3f} s ({u.age_sec:.0f} s ago) [{', '.join(u.reasons)}] "
+              f"{text[:100]}")
+    return 0
+
+
+def cmd_plot(args: argparse.Namespace) -> int:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from embodied_r_ros.memory.export import rows_of
+
+    with open_reader(args.db, args.robot) as store:
+        robot = pick_robot(store, args.robot)
+        rows = [r for r in rows_of(store, robot, thumbnails=False) if r.pose is not None]
+        selection = _select(store, robot, args) if args.question else None
+    if not rows:
+        raise SpatialMemoryError(DB_MISSING, f"no row of {robot} has a pose to plot")
+    fig, ax = plt.subplots(figsize=(8, 8))
+    xs, ys = [r.pose.x for r in rows if r.pose], [r.pose.y for r in rows if r.pose]
+    ax.plot(xs, ys, "-", color="0.6", lw=1, label="path")
+    ax.scatter(xs, ys, c=[r.stamp for r in rows], cmap="viridis", s=12, zorder=2,
+               label=f"key frames ({len(rows)})")
+    ax.plot(xs[0], ys[0], "go", ms=9, label="first")
+    ax.plot(xs[-1], ys[-1], "rs", ms=9, label="last")
+    if selection is not None:
+        picked = [r for r in selection.rows if r.pose is not None]
+        ax.scatter([r.pose.x for r in picked if r.pose], [r.pose.y for r in picked if r.pose],
+                   s=90, facecolors="none", edgecolors="red", lw=1.5, zorder=3,
+                   label=f"retrieved ({len(picked)})")
+        ax.set_title(f"{robot}: {args.question}", fontsize=9)
+    else:
+        ax.set_title(f"{robot}: {len(rows)} key frames", fontsize=9)
+    ax.set_aspect("equal", adjustable="datalim")
+    ax.set_xlabel("x (m)")
+    ax.set_ylabel("y (m)")
+    ax.legend(loc="best", fontsize=8)
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+    print(f"wrote {out}")
+    return 0
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    from embodied_r_ros.memory.export import export_mcap, foxglove_layout
+
+    out = Path(args.out)
+    with open_reader(args.db, args.robot) as store:
+        robot = pick_robot(store, args.robot)
+        counts = export_mcap(store, robot, out)
+    layout = Path(args.layout) if args.layout else out.with_suffix(".layout.json")
+    layout.write_text(json.dumps(foxglove_layout(), indent=2))
+    print(f"wrote {out} ({counts.rows} key frames, {counts.poses} poses, {counts.thumbnails} "
+          f"thumbnails) and the Foxglove layout {layout}")
+    return 0
+
+
+def _budget(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if not 2 <= value <= 1024:
+        raise argparse.ArgumentTypeError(f"{value} is not in 2..1024")
+    return value
+
+
+def add_memory_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    """Register ``memory`` and its commands on the main CLI."""
+    p = subparsers.add_parser("memory", help="look into a spatial memory (stats, search, plot, "
+                              "export)", description=__doc__.splitlines()[0])
+    sub = p.add_subparsers(dest="memory_command", required=True, parser_class=type(p))
+
+    def command(name: str, help_: str, func: Any, question: bool = False
+                ) -> argparse.ArgumentParser:
+        c = sub.add_parser(name, help=help_)
+        c.add_argument("db", help="the SQLite memory file, or a PostgreSQL connection string")
+        c.add_argument("--robot", help="whose rows (default: the memory's only robot)")
+        if question:
+            c.add_argument("--option", "-o", action="append", help='an option such as "A. left"')
+            c.add_argument("--budget", type=_budget, default=32,
+                           help="key frames a question selects (memory.budget)")
+            c.add_argument("--latest", type=_budget, default=4,
+                           help="newest key frames every selection includes (memory.latest)")
+        c.set_defaults(func=func)
+        return c
+
+    stats = command("stats", "rows, time span, size and robots", cmd_stats)
+    stats.add_argument("--json", action="store_true", help="print one JSON object")
+    search = command("search", "the frames retrieval selects for a question, with reasons",
+                     cmd_search, question=True)
+    search.add_argument("question", help='a question or terms: "where was the red chair 10 '
+                        'minutes ago?"')
+    search.add_argument("--json", action="store_true", help="print one JSON object")
+    plot = command("plot", "a PNG of the path, its key frames and those retrieved for "
+                   "--question", cmd_plot, question=True)
+    plot.add_argument("--question", "-q", help="circle the frames selected for it")
+    plot.add_argument("--out", required=True, help="the PNG to write")
+    export = command("export", "an MCAP file of the path, thumbnails and descriptions for "
+                     "Foxglove", cmd_export)
+    export.add_argument("--out", required=True, help="the .mcap file to write")
+    export.add_argument("--layout", help="the Foxglove layout to write (default: beside --out, "
+                        ".layout.json)")
+    return p

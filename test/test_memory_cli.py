@@ -1,0 +1,224 @@
+"""``embodied-r memory stats | search | plot | export`` on a real memory file, the export read
+back as Foxglove reads it, and the process-side memory service (writer thread, reader, the
+query runner's scope) without ROS."""
+
+from __future__ import annotations
+
+import base64
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from embodied_r_ros.agent.query_runner import QueryRequest, QueryRunner
+from embodied_r_ros.cli import main
+from embodied_r_ros.core.config import load_config
+from embodied_r_ros.core.poses import Pose
+from embodied_r_ros.core.streaming import KeyFrameNote
+from embodied_r_ros.memory import MemoryRecorder, SqliteMemoryStore
+from embodied_r_ros.memory.export import (
+    DESCRIPTION_TOPIC,
+    PATH_TOPIC,
+    POSE_TOPIC,
+    THUMBNAIL_TOPIC,
+)
+from embodied_r_ros.memory.service import MemoryReader, MemoryWriter
+
+T0 = 1000.0
+ROWS = 60
+
+
+def scene(i: int) -> str:
+    return "a red chair" if i < 10 else ("a blue bicycle" if i < 40 else "a green plant")
+
+
+@pytest.fixture(scope="module")
+def db(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """An hour-long memory: a red chair at the start, then a bicycle, then a plant, on a
+    circle of 5 m, a key frame a minute."""
+    path = tmp_path_factory.mktemp("memory") / "memory.sqlite3"
+    with SqliteMemoryStore(path, writable=True) as store:
+        recorder = MemoryRecorder(store, "robot")
+        for i in range(ROWS):
+            image = np.full((48, 64, 3), (40 * i) % 255, np.uint8)
+            pose = Pose(5 * math.cos(i / 10), 5 * math.sin(i / 10), 0.0, 6.0 * i, 0.0)
+            recorder.record(T0 + 60.0 * i, f"I see {scene(i)} near the wall.", camera="front",
+                            pose=pose if i % 7 else None, pose_source="odometry", image=image)
+    return path
+
+
+def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    code = main(["memory", *argv])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_stats(db: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(capsys, "stats", str(db), "--json")
+    assert code == 0
+    stats = json.loads(out)
+    assert stats["robots"] == {"robot": {"rows": ROWS, "first": T0,
+                                         "last": T0 + 60.0 * (ROWS - 1),
+                                         "span_sec": 60.0 * (ROWS - 1)}}
+    assert stats["size_bytes"] > 0
+    code, out, _ = run(capsys, "stats", str(db))
+    assert code == 0 and "robot: 60 rows" in out and "59.0 min" in out
+
+
+def test_search_lists_the_selected_frames_with_reasons(db: Path,
+                                                       capsys: pytest.CaptureFixture[str]
+                                                       ) -> None:
+    code, out, _ = run(capsys, "search", str(db), "Where was the red chair at the start?",
+                       "--json", "--budget", "8")
+    assert code == 0
+    found = json.loads(out)
+    frames = found["frames"]
+    assert len(frames) == 8 and found["terms"] == ["red", "chair"]
+    chairs = [f for f in frames if "red chair" in f["description"]]
+    assert chairs and all(f["stamp"] < T0 + 600 for f in chairs)
+    assert frames[0]["stamp"] == T0
+    assert any(r.startswith("time:at the start") for r in frames[0]["reasons"])
+    newest = frames[-1]
+    assert newest["stamp"] == T0 + 60.0 * (ROWS - 1) and newest["age_sec"] == 0.0
+    assert "latest" in newest["reasons"]
+    code, out, _ = run(capsys, "search", str(db), "where is the plant")
+    assert code == 0 and "[latest" in out and "green plant" in out
+
+
+def test_plot_writes_a_png(db: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "plots" / "path.png"
+    code, _, _ = run(capsys, "plot", str(db), "--out", str(out), "-q",
+                     "Where was the blue bicycle 30 minutes ago?")
+    assert code == 0
+    data = out.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 10_000
+
+
+def test_export_is_read_back_as_foxglove_messages(db: Path, tmp_path: Path,
+                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    from mcap.reader import make_reader
+
+    out = tmp_path / "memory.mcap"
+    code, printed, _ = run(capsys, "export", str(db), "--out", str(out))
+    assert code == 0 and "60 key frames" in printed
+    by_topic: dict[str, list[tuple[str, int, dict]]] = {}
+    with open(out, "rb") as f:
+        for schema, channel, message in make_reader(f).iter_messages():
+            assert schema.encoding == "jsonschema" and channel.message_encoding == "json"
+            assert json.loads(schema.data)["title"] == schema.name
+            by_topic.setdefault(channel.topic, []).append(
+                (schema.name, message.log_time, json.loads(message.data)))
+    assert {t: {m[0] for m in msgs} for t, msgs in by_topic.items()} == {
+        POSE_TOPIC: {"foxglove.PoseInFrame"}, PATH_TOPIC: {"foxglove.PosesInFrame"},
+        THUMBNAIL_TOPIC: {"foxglove.CompressedImage"}, DESCRIPTION_TOPIC: {"foxglove.Log"}}
+    with SqliteMemoryStore(db) as store:
+        rows = store.latest("robot", ROWS)
+        posed = [r for r in rows if r.pose is not None]
+        thumbs = [t for _, _, t in by_topic[THUMBNAIL_TOPIC]]
+        assert [base64.b64decode(t["data"]) for t in thumbs] == [
+            store.thumbnail(r.id) for r in rows]
+    assert len(by_topic[DESCRIPTION_TOPIC]) == ROWS
+    assert [m["message"] for _, _, m in by_topic[DESCRIPTION_TOPIC]] == [
+        r.description for r in rows]
+    poses = by_topic[POSE_TOPIC]
+    assert len(poses) == len(posed) < ROWS  # rows without a pose have none
+    for (_, log_time, msg), row in zip(poses, posed, strict=True):
+        assert log_time == round(row.stamp * 1e9)
+        assert msg["pose"]["position"]["x"] == pytest.approx(row.pose.x)
+        q = msg["pose"]["orientation"]
+        yaw = 2 * math.atan2(q["z"], q["w"])  # pitch is 0: a rotation about z alone
+        assert (math.cos(yaw), math.sin(yaw)) == pytest.approx(
+            (math.cos(math.radians(row.pose.yaw_deg)), math.sin(math.radians(row.pose.yaw_deg))))
+    assert len(by_topic[PATH_TOPIC][-1][2]["poses"]) == len(posed)
+    layout = json.loads(out.with_suffix(".layout.json").read_text())
+    shown = json.dumps(layout["configById"])
+    assert all(topic in shown for topic in by_topic)
+
+
+@pytest.mark.parametrize(("args", "code_name"), [
+    (["stats", "{missing}"], "DB_MISSING"),
+    (["search", "{corrupt}", "where?"], "DB_CORRUPT"),
+    (["search", "{db}", "where was I 5 blorps ago?"], "BAD_TIME_PHRASE"),
+    (["export", "{db}", "--robot", "rover", "--out", "{tmp}/x.mcap"], "DB_MISSING"),
+])
+def test_bad_input_is_one_line_and_exit_code_2(args: list[str], code_name: str, db: Path,
+                                               tmp_path: Path,
+                                               capsys: pytest.CaptureFixture[str]) -> None:
+    corrupt = tmp_path / "corrupt.sqlite3"
+    corrupt.write_bytes(b"not a database at all" * 50)
+    before = corrupt.read_bytes()
+    names = {"missing": tmp_path / "none.sqlite3", "corrupt": corrupt, "db": db, "tmp": tmp_path}
+    code, out, err = run(capsys, *[a.format(**names) for a in args])
+    assert code == 2 and not out
+    assert err.count("\n") == 1 and f"error: {code_name}: " in err and code_name not in \
+        err.split(f"{code_name}: ", 1)[1]
+    assert corrupt.read_bytes() == before
+    assert not (tmp_path / "none.sqlite3").exists()
+
+
+def config_for(path: Path) -> object:
+    return load_config("offline", overrides={"memory": {"enabled": True, "path": str(path),
+                                                        "embedder": "off"}})
+
+
+def test_a_failed_write_is_counted_and_loses_no_stored_row(tmp_path: Path) -> None:
+    config = config_for(tmp_path / "m.sqlite3")
+    writer = MemoryWriter(config)
+    try:
+        image = np.zeros((32, 32, 3), np.uint8)
+        for stamp, text in ((1.0, "a red chair"), (2.0, "x" * 9000), (3.0, "a blue door")):
+            writer.submit(KeyFrameNote("front", stamp, None, None, text, 0.0, image),
+                          image, lambda _s: Pose(1.0, 2.0, 0.0, 10.0, 0.0))
+        assert writer.wait_idle(10)
+        stats = writer.stats()
+        assert (stats.rows, stats.recorded, stats.failed) == (2, 2, 1)
+        assert "BAD_ROW" in writer.last_error
+        deleted, left = writer.clear(before=2.5)
+        assert (deleted, left) == (1, 1)
+    finally:
+        writer.close()
+    with SqliteMemoryStore(tmp_path / "m.sqlite3") as store:
+        (row,) = store.latest("robot", 5)
+        assert (row.stamp, row.pose_source, row.pose) == (3.0, "odometry",
+                                                          Pose(1.0, 2.0, 0.0, 10.0, 0.0))
+
+
+class NoEngine:
+    """Scope-memory questions never reach the window engine."""
+
+    def window(self, *_args: object) -> object:
+        raise AssertionError("the window was read")
+
+    perceive = window
+
+    def reason(self, perception: str, options: object, cancel: object) -> object:
+        from embodied_r_ros.core.reasoning import Reasoning
+
+        return Reasoning(think="t", answer="A", answer_text="A. red", raw=perception,
+                         well_formed=True)
+
+
+def test_the_query_runner_scopes(db: Path) -> None:
+    off = QueryRunner(NoEngine(), ["front"])
+    assert off.run(QueryRequest("What is ahead?", scope="memory")).error_code == \
+        "MEMORY_UNAVAILABLE"
+    assert off.run(QueryRequest("What is ahead?", scope="past")).error_code == "UNKNOWN_SCOPE"
+    reader = MemoryReader(config_for(db))
+    on = QueryRunner(NoEngine(), ["front"], memory=reader)
+    try:
+        r = on.run(QueryRequest("Where was the red chair at the start?", ["A. red", "B. blue"],
+                                scope="memory"))
+        assert r.success, r.error
+        assert r.key_frame_stamps == [f.stamp for f in r.memory_frames]
+        assert r.memory_frames[0].stamp == T0 and r.memory_frames[-1].age_sec == 0.0
+        assert "red chair" in r.raw  # the reasoner read the stored descriptions
+        bad = on.run(QueryRequest("Where was I 5 blorps ago?", scope="memory"))
+        assert (bad.error_code, "\n" in bad.error) == ("BAD_TIME_PHRASE", False)
+    finally:
+        reader.close()
+    missing = MemoryReader(config_for(db.parent / "absent.sqlite3"))
+    r = QueryRunner(NoEngine(), ["front"], memory=missing).run(
+        QueryRequest("What is ahead?", scope="memory"))
+    assert r.error_code == "MEMORY_UNAVAILABLE" and "DB_MISSING" in r.error
