@@ -26,6 +26,7 @@ from ros_helpers import (
 
 require_ros()
 
+from builtin_interfaces.msg import Time  # noqa: E402
 from nav_msgs.msg import Odometry  # noqa: E402
 from rclpy.parameter import Parameter  # noqa: E402
 
@@ -171,10 +172,16 @@ def test_stats_and_clear_services(recorded: Robot, robots: tuple[Robot, Robot, P
     s = recorded.stats()
     rows = recorded.store.stats.keyframes
     assert s.success, s.error
+    status = recorded.by_name["query_server"].diagnostics()[0]
+    values = {kv.key: kv.value for kv in status.values}
+    assert (values["memory_rows_recorded"], values["memory_write_failures"]) == (str(rows), "0")
     assert (s.robot, list(s.robots), s.rows, s.failed) == ("robot", ["robot"], rows, 0)
     assert s.recorded == rows and s.location == str(robots[2])
     assert stamp_to_sec(s.first_stamp) == STAMPS[0] and s.size_bytes > 0
     assert s.span_sec == pytest.approx(stamp_to_sec(s.last_stamp) - STAMPS[0])
+    bad = call(recorded.clear_client, MemoryClear.Request(before=Time(sec=-5)))
+    assert (bad.success, bad.error_code) == (False, "BAD_REQUEST")
+    assert recorded.stats().rows == rows  # nothing deleted
     c = recorded.clear(before=STAMPS[6])
     assert c.success and c.deleted >= 1 and c.deleted + c.rows == rows
     assert stamp_to_sec(recorded.stats().first_stamp) >= STAMPS[6]

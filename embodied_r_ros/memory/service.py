@@ -14,7 +14,7 @@ import logging
 import threading
 from collections import deque
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -69,8 +69,9 @@ class MemoryStats:
 
     @property
     def span_sec(self) -> float:
-        return (self.last - self.first) if self.first is not None and self.last is not None \
-            else 0.0
+        if self.first is None or self.last is None:
+            return 0.0
+        return self.last - self.first
 
 
 def read_stats(store: MemoryStore, robot: str, where: str) -> MemoryStats:
@@ -240,8 +241,7 @@ class MemoryWriter:
         """Raises :class:`SpatialMemoryError` when the store cannot be read."""
         with self._io:
             s = read_stats(self.store, self.robot, self.location)
-        return MemoryStats(**{**s.__dict__, "recorded": self.recorded, "failed": self.failed,
-                              "dropped": self.dropped})
+        return replace(s, recorded=self.recorded, failed=self.failed, dropped=self.dropped)
 
     def clear(self, before: float | None = None) -> tuple[int, int]:
         """Delete this robot's rows (those before ``before``): ``(deleted, rows left)``.

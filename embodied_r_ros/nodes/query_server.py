@@ -25,12 +25,19 @@ from rclpy.action import ActionServer, CancelResponse, GoalResponse
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup, ReentrantCallbackGroup
 from rclpy.node import Node
 
-from embodied_r_ros.agent.guard import GoalTokens, finish_goal, guard_execute, guard_service
+from embodied_r_ros.agent.guard import (
+    GoalTokens,
+    fail,
+    finish_goal,
+    guard_execute,
+    guard_service,
+)
 from embodied_r_ros.agent.query_runner import Engine, MemorySource, QueryRequest, QueryRunner
 from embodied_r_ros.core.error_codes import (
     BACKEND_DOWN,
     BACKEND_FAILED,
     BACKEND_TIMEOUT,
+    BAD_REQUEST,
     MEMORY_UNAVAILABLE,
 )
 from embodied_r_ros.memory.errors import SpatialMemoryError
@@ -188,10 +195,7 @@ class QueryServerNode(Node):
                             callback_group=group)
 
     def _memory_failed(self, response: Any, message: str) -> Any:
-        response.success = False
-        response.error_code = MEMORY_UNAVAILABLE
-        response.error = message
-        return response
+        return fail(response, MEMORY_UNAVAILABLE, message)
 
     def _on_memory_stats(self, _request: Any, response: Any) -> Any:
         if self._writer is None:
@@ -214,6 +218,9 @@ class QueryServerNode(Node):
     def _on_memory_clear(self, request: Any, response: Any) -> Any:
         if self._writer is None:
             return self._memory_failed(response, self._memory_why_not)
+        if request.before.sec < 0:
+            return fail(response, BAD_REQUEST, "before must be zero (every row) or a stamp "
+                        "after the epoch")
         before = stamp_to_sec(request.before)
         try:
             response.deleted, response.rows = self._writer.clear(before if before > 0 else None)
@@ -280,6 +287,15 @@ class QueryServerNode(Node):
         }
         level = WARN if s.failed and s.last_error_code in BACKEND_CODES else OK
         message = f"{s.served} queries, last {s.last_total_sec:.2f} s"
+        writer = self._writer
+        if writer is not None:  # counters only: no database read on the diagnostics timer
+            values.update({"memory_rows_recorded": writer.recorded,
+                           "memory_write_failures": writer.failed,
+                           "memory_key_frames_dropped": writer.dropped,
+                           "memory_last_error": writer.last_error})
+            if writer.failed or writer.dropped:
+                level = WARN
+                message += f"; memory: {writer.failed} writes failed, {writer.dropped} dropped"
         return [make_status("embodied_r: query server", level, message, values,
                             self.get_fully_qualified_name())]
 
