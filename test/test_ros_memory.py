@@ -203,3 +203,41 @@ def test_a_damaged_database_is_refused_untouched_and_the_node_serves_on(
     assert (r.success, r.error_code) == (False, "MEMORY_UNAVAILABLE") and "\n" not in r.error
     assert broken.read_bytes() == before
     assert damaged.ask_memory("What is ahead?", scope="window").error_code == "NO_FRAMES"
+
+
+STREAMING = """base: tiny
+cache: {{enabled: false}}
+perception: {{mode: streaming, vlm: {{max_new_tokens: 8}}}}
+reasoning: {{model: {{max_new_tokens: 8}}}}
+memory: {{enabled: true, path: "{path}", embedder: "off"}}
+"""
+
+
+@pytest.fixture(scope="module")
+def streaming(tiny_models_dir: Path, tmp_path_factory: pytest.TempPathFactory
+              ) -> Iterator[tuple[Robot, Path]]:
+    """The all-in-one with a (tiny) VLM in streaming mode: the memory stores the streaming
+    descriptions themselves."""
+    tmp = tmp_path_factory.mktemp("streaming")
+    db = tmp / "streamed.sqlite3"
+    config = tmp / "streamed.yaml"
+    config.write_text(STREAMING.format(path=db))
+    with ros_context(f"{__name__}.streaming") as ctx:
+        robot = Robot(ctx, "/streamed", config)
+        yield robot, db
+        robot.stop()
+
+
+def test_streaming_descriptions_are_the_rows(streaming: tuple[Robot, Path]) -> None:
+    robot, db = streaming
+    robot.feed_frames(FRAMES[:12], STAMPS[:12])
+    keyframes = robot.store.stats.keyframes
+    assert keyframes >= 2
+    wait_until(lambda: robot.writer.recorded == keyframes, 120, "every key frame stored")
+    wait_until(lambda: len(robot.notes) == keyframes, 30, "the descriptions published")
+    with SqliteMemoryStore(db) as store:
+        rows = store.latest("robot", 100)
+    assert [r.description for r in rows] == [n.description for n in robot.notes]
+    assert [r.stamp for r in rows] == [stamp_to_sec(n.header.stamp) for n in robot.notes]
+    assert {n.model for n in robot.notes} == {"tiny-qwen2.5-vl"}
+    assert all(r.pose is None and r.pose_source is None for r in rows)  # no odometry here
