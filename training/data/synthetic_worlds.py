@@ -91,13 +91,14 @@ OOD_SPEC: dict[str, Any] = {"n_objects": 8, "frames": 450}
 
 
 def default_plan(n_train: int = 60, n_val: int = 4, n_test_per_category: int = 30,
-                 n_ood_per_category: int = 20) -> tuple[SplitPlan, ...]:
+                 n_ood_per_category: int = 30) -> tuple[SplitPlan, ...]:
     """The synthetic datasets' plan: disjoint seed ranges per split.
 
     ``train``: ``n_train`` worlds x 36 questions (6 per category). ``val``: ``n_val`` x 30.
     ``test`` and ``ood``: 30 questions per world (5 per category) from as many worlds as it
-    takes to fill a quota per category (about 7 worlds for 30, 5 for 20); the seed ranges
-    leave ample room (40 candidates each).
+    takes to fill a quota per category with questions their text decides (about 14 ID worlds
+    for 30; a category keeps about half of what a world asks); the seed ranges leave ample
+    room (40 candidates each).
     """
     return (
         SplitPlan("train", tuple(range(1000, 1000 + n_train)), questions=36),
@@ -306,7 +307,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--train", type=int, default=60, help="training worlds")
     parser.add_argument("--val", type=int, default=4, help="validation worlds")
     parser.add_argument("--test-per-category", type=int, default=30)
-    parser.add_argument("--ood-per-category", type=int, default=20)
+    parser.add_argument("--ood-per-category", type=int, default=30)
     parser.add_argument("--keep-bags", action="store_true")
     parser.add_argument("--workers", type=int, default=1,
                         help="worlds built at once, each in its own process (one core each)")
