@@ -78,9 +78,7 @@ def test_questions_from_odometry_match_the_worlds_ground_truth(
     world: tuple[World, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     w, bag = world
-    timed = tmp_path / "timed.yaml"  # the perception build runs: ages and whole motions
-    timed.write_text("base: offline\nperception: {frame_layout: timed}\n")
-    setting = ("--config", str(timed))
+    setting = ("--profile", "offline")  # the perception build runs: ages and whole motions
     rows = _questions(bag, tmp_path / "q.jsonl", "--count", "40", "--seed", "3", *setting)
     out = capsys.readouterr().out
     # what the odometry or the text leaves undecided is skipped and counted by its reason

@@ -36,7 +36,6 @@ GAP = (8.05, 11.05)  # seconds from the bag start without odometry (3 s: under t
 #: geometric perception (the offline profile's) and the tiny random LM: the prompt is the point
 CONFIG = """base: offline
 cache: {enabled: false}
-perception: {frame_layout: timed}
 reasoning: {model: {model: tiny-qwen2, max_new_tokens: 8}}
 """
 
