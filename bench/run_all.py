@@ -61,6 +61,9 @@ BENCHMARKS = (
     Benchmark("memory_store", "the spatial memory: ingest CPU, disk per hour, retrieval time",
               quick=("--ingest-frames", "20", "--hours", "0.1", "--repeat", "1",
                      "--questions", "2", "--no-embedder")),
+    Benchmark("memory_horizons", "memory questions by horizon: window, memory, the text's "
+              "ceiling, retrieval recall", full=("--reasoner", "10"),
+              quick=("--small", "--reasoner", "0", "--no-embedder")),
     Benchmark("grpo_gpu", "GRPO steps per minute of a Qwen2.5-3B-shaped policy",
               needs=("cuda",), quick=("--steps", "2")),
     Benchmark("gpu_check", "vLLM serving a 7B-shaped VLM, and GRPO with vLLM rollouts",

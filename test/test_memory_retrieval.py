@@ -39,6 +39,7 @@ from embodied_r_ros.memory.store import TextHit
     ("between 2 and 5 minutes ago", "now", -300.0, -120.0),
     ("2 minutes after the start", "start", 96.0, 144.0),
     ("Which object did I see at the start?", "start", 0.0, 60.0),
+    ("less than 1 minute ago", "now", -60.0, 0.0),
 ])
 def test_time_phrases_are_read(text: str, anchor: str, lo: float, hi: float) -> None:
     (spec,) = parse_time_phrases(text)
@@ -52,6 +53,13 @@ def test_a_question_without_a_time_names_none_and_ranges_resolve_on_the_timeline
     assert (r.start, r.end) == (100.0, 100.0 + 60.0 + 0.05 * 3600.0)
     (ago,) = parse_time_phrases("5 minutes ago")
     assert ago.resolve(first=0.0, now=1000.0).centre == 700.0
+
+
+def test_asking_how_long_ago_names_no_time_and_more_than_reaches_the_start() -> None:
+    assert parse_time_phrases("How long ago did you last see the red box?") == []
+    (more,) = parse_time_phrases("more than 15 minutes ago")
+    r = more.resolve(first=100.0, now=3700.0)
+    assert (r.start, r.end) == (100.0, 2800.0)
 
 
 @pytest.mark.parametrize("text", ["What did I see 5 blorps ago?", "-5 minutes ago",

@@ -10,6 +10,7 @@ about a time the robot cannot find should fail loudly, not answer about another 
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -44,6 +45,11 @@ def _unit(name: str) -> str:
 
 _BETWEEN = re.compile(
     rf"\bbetween {_num('a')}(?: {_unit('ua')})? and {_num('b')} {_unit('ub')} ago\b")
+#: "more than 15 minutes ago" (from the start up to then), "less than a minute ago" (since then)
+_MORE = re.compile(rf"\b(?:more|longer) than {_num('a')} {_unit('ua')} ago\b")
+_LESS = re.compile(rf"\b(?:less|fewer) than {_num('a')} {_unit('ua')} ago\b")
+#: a question about a time ("how long ago did you see it?") names none
+_ASKS_TIME = re.compile(r"\bhow (?:long|many (?:seconds|minutes|hours)|much time) ago\b")
 _LAST = re.compile(rf"\b(?:in|during|over|within|for) the (?:last|past|previous) "
                    rf"(?:{_num('a')} )?{_unit('ua')}")
 _AGO = re.compile(rf"{_num('a')} {_unit('ua')} (?:ago|back|earlier|before now|before the last "
@@ -94,7 +100,9 @@ class TimeSpec:
             mid = (first + now) / 2.0
             return TimeRange(mid - self.hi_s - extra / 2, mid + self.hi_s + extra / 2,
                              self.phrase)
-        return TimeRange(now + self.lo_s - extra, now + self.hi_s, self.phrase)
+        # "more than 15 minutes ago" reaches back to the first frame
+        start = first if math.isinf(self.lo_s) else now + self.lo_s - extra
+        return TimeRange(start, now + self.hi_s, self.phrase)
 
 
 def _seconds(match: re.Match[str], num: str | None, unit: str) -> float:
@@ -122,6 +130,7 @@ def parse_time_phrases(text: str) -> list[TimeSpec]:
     """Every time phrase of ``text``, in order; empty when it names no time. Raises
     :class:`SpatialMemoryError` (``BAD_TIME_PHRASE``) for one that cannot be read."""
     low = " ".join(text.lower().split())
+    low = _ASKS_TIME.sub(lambda m: " " * len(m.group(0)), low)  # asks for a time, names none
     found: list[tuple[int, TimeSpec]] = []
 
     def take(pattern: re.Pattern[str], make: Callable[[re.Match[str]], TimeSpec]) -> None:
@@ -150,6 +159,8 @@ def parse_time_phrases(text: str) -> list[TimeSpec]:
         return TimeSpec(m.group(0), "start", fwd - _tolerance(fwd), fwd + _tolerance(fwd))
 
     take(_BETWEEN, between)
+    take(_MORE, lambda m: TimeSpec(m.group(0), "now", -math.inf, -_seconds(m, "a", "ua")))
+    take(_LESS, lambda m: TimeSpec(m.group(0), "now", -_seconds(m, "a", "ua"), 0.0))
     take(_LAST, lambda m: TimeSpec(m.group(0), "now", -_seconds(m, "a", "ua"), 0.0))
     take(_AGO, ago)
     take(_AFTER_START, after_start)

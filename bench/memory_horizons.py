@@ -1,0 +1,483 @@
+"""Long-horizon memory questions by horizon: the window alone, the memory, and the text's ceiling.
+
+A long world (``embodied-r world --long``: rooms off a corridor, 30 minutes of tour, questions
+asked along it, each labelled ``short`` < 2 min, ``medium`` 2-15 min or ``long`` > 15 min by how
+far back it reaches) is played in time order through what the robot runs: the frame buffer's
+store (:class:`~embodied_r_ros.agent.frame_store.FrameStore`: key frames, odometry) and the
+``offline`` profile's perception, whose question-agnostic description of each key frame goes
+into a SQLite memory (:class:`~embodied_r_ros.memory.MemoryRecorder`). Each question is answered
+when the tour reaches its ask time (``now`` = ``t_ask``) in three ways:
+
+- **window**: today's query without memory, the key-frame budget (32) of the frame buffer's
+  window (``window_sec`` 0: the whole buffer, 300 s), read by the shipped reasoner;
+- **memory**: the key frames :class:`~embodied_r_ros.memory.Retriever` selects from the whole
+  memory, written by :meth:`Selection.text`, read by the shipped reasoner;
+- **oracle**: the same memory text read by :mod:`embodied_r_training.data.long_oracle` (rules,
+  no ground truth): what the text allows at best. The oracle also reads the window text, for
+  the window's ceiling.
+
+Retrieval recall: for each object a question names, whether a frame that shows it clearly (the
+row's ``targets``) is among the frames retrieved. Accuracies carry 95 % bootstrap intervals.
+Targets: oracle >= 90 % at every horizon; memory >= window + 20 points at ``long``; recall >=
+95 % at every horizon. Exits 1 when one is missed.
+
+Run: ``.venv/bin/python bench/memory_horizons.py [--world DIR | --seed 23] [--reasoner 20]
+--out results/bench/memory_horizons``
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import shutil
+import sys
+import tempfile
+import time
+from collections import defaultdict
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from _figures import add_json_option, write_figures
+from embodied_r_training.data.long_oracle import solve_text
+from tqdm import tqdm
+
+from embodied_r_ros.agent.frame_store import FrameStore
+from embodied_r_ros.core.bags import BagReader
+from embodied_r_ros.core.config import Config, load_config
+from embodied_r_ros.core.intervals import bootstrap_ci, paired_difference
+from embodied_r_ros.core.odometry import pose_near
+from embodied_r_ros.core.pipeline import EmbodiedR, QueryError
+from embodied_r_ros.core.poses import Pose
+from embodied_r_ros.core.reasoning import format_question
+from embodied_r_ros.memory import MemoryRecorder, Retriever, SqliteMemoryStore
+from embodied_r_ros.memory.factory import embedder_for, retriever_for
+
+log = logging.getLogger("memory_horizons")
+
+HORIZONS = ("short", "medium", "long")
+METHODS = ("window", "memory", "oracle", "window_oracle")
+#: the frame-buffer node's default buffer (``buffer_sec`` of ``frame_buffer``)
+BUFFER_SEC = 300.0
+ORACLE_TARGET = 0.90
+GAIN_TARGET = 0.20
+RECALL_TARGET = 0.95
+
+
+@dataclass
+class Answered:
+    """One question's outcome in every method."""
+
+    row: dict[str, Any]
+    letters: dict[str, str | None] = field(default_factory=dict)
+    evidence: dict[str, str] = field(default_factory=dict)
+    #: per named object: whether a frame showing it was retrieved (memory) / in the window
+    recall: list[bool] = field(default_factory=list)
+    window_recall: list[bool] = field(default_factory=list)
+    retrieval_ms: float = 0.0
+    frames: int = 0
+    window_frames: int = 0
+    notes: list[str] = field(default_factory=list)
+
+    def hit(self, method: str) -> bool | None:
+        letter = self.letters.get(method, "-")
+        if letter == "-":
+            return None  # not asked in this method
+        return (letter or "A") == self.row["answer"]
+
+
+def generate(seed: int, minutes: float, out: Path, small: bool = False) -> Path:
+    """A long world with a compressed bag and no video, as the CLI writes it (``small``: the
+    tests' three minutes with two rooms)."""
+    from embodied_r_ros.sim.long_generate import generate_long_world
+    from embodied_r_ros.sim.long_world import LONG_SPEC, SMALL_LONG_SPEC, LongWorldSpec
+
+    base = SMALL_LONG_SPEC.to_dict() if small else {**LONG_SPEC.to_dict(),
+                                                     "duration_s": minutes * 60.0}
+    spec = LongWorldSpec(**{**base, "seed": seed})
+    generate_long_world(spec, out, raw=False, compressed=True, video=False, force=True)
+    return out
+
+
+def frames_of(world: Path) -> tuple[Iterator[tuple[np.ndarray, float]], list[tuple[float, Pose]]]:
+    """The bag's camera frames (lazily) and its odometry track."""
+    manifest = json.loads((world / "world.json").read_text())
+    topics = manifest["topics"]
+    reader = BagReader(world / "bag").open()
+    track = reader.read_poses(topics["odom"])
+
+    def images() -> Iterator[tuple[np.ndarray, float]]:
+        try:
+            yield from reader.iter_images(topics["compressed"] if topics.get("compressed")
+                                          in reader.topics else topics["image"])
+        finally:
+            reader.close()
+
+    return images(), track
+
+
+class Robot:
+    """The frame buffer and the memory writer, fed the tour in time order."""
+
+    def __init__(self, config: Config, pipeline: EmbodiedR, store: SqliteMemoryStore,
+                 track: list[tuple[float, Pose]]) -> None:
+        self.config = config
+        self.pipeline = pipeline
+        self.buffer = FrameStore(config.keyframes, buffer_sec=BUFFER_SEC,
+                                 odom_tolerance_sec=config.perception.odom_tolerance_sec)
+        self.recorder = MemoryRecorder(store, config.memory.robot,
+                                       embedder=embedder_for(config),
+                                       thumbnail_side=config.memory.thumbnail_side)
+        self.track_t = [t for t, _ in track]
+        self.track_p = [p for _, p in track]
+        self.buffer.on_frame = self._on_frame
+        self.ingest_sec = 0.0
+        self.keyframes = 0
+
+    def pose(self, stamp: float) -> Pose | None:
+        return pose_near(self.track_t, self.track_p, stamp,
+                         self.config.perception.odom_tolerance_sec)
+
+    def add(self, image: np.ndarray, stamp: float) -> None:
+        pose = self.pose(stamp)
+        if pose is not None:
+            self.buffer.add_pose(stamp, pose)
+        if self.buffer.wants(stamp):
+            self.buffer.add(image, stamp)
+        else:
+            self.buffer.skip(stamp)
+
+    def _on_frame(self, stamp: float, image: np.ndarray, keyframe: bool) -> None:
+        """A key frame: described question-agnostically by the profile's perception (the
+        geometric one describes a frame alone) and recorded with its odometry pose."""
+        if not keyframe:
+            return
+        t0 = time.perf_counter()
+        assert self.pipeline.perceiver is not None
+        described = self.pipeline.perceiver.describe([image], [stamp], "")
+        pose = self.pose(stamp)
+        self.recorder.record(stamp, described.frames[0].observation,
+                             pose=pose, pose_source="odometry" if pose else None, image=image)
+        self.ingest_sec += time.perf_counter() - t0
+        self.keyframes += 1
+
+
+def window_text(robot: Robot, question: str, options: Sequence[str]
+                ) -> tuple[str, list[float]]:
+    """Today's query: the key-frame budget of the whole buffer, perceived as the node does."""
+    w = robot.buffer.window(0.0)
+    result = robot.pipeline.perceive_window(w.decoded(), w.stamps, question, options, w.motions)
+    return result.text, w.stamps
+
+
+def covered(stamps: Sequence[float], targets: Sequence[Mapping[str, Any]]) -> list[bool]:
+    """Per target with frames: whether one of ``stamps`` is a frame showing it."""
+    have = {round(s * 1e3) for s in stamps}
+    return [any(round(ns / 1e6) in have for ns in t["stamps_ns"])
+            for t in targets if t.get("stamps_ns")]
+
+
+def run(args: argparse.Namespace, world: Path, work: Path
+        ) -> tuple[list[Answered], dict[str, Any]]:
+    """Every question answered at its ask time, and the ingest figures."""
+    config = load_config("offline", overrides={"memory": {
+        "enabled": True, "path": str(work / "memory.sqlite3"),
+        "embedder": "off" if args.no_embedder else "auto"}})
+    rows = [json.loads(line) for line in (world / "questions.jsonl").read_text().splitlines()]
+    rows.sort(key=lambda r: (r["stamp_ns"], r["id"]))
+    if args.limit:
+        rows = rows[:: max(1, len(rows) // args.limit)][: args.limit]
+    reasoned = reasoner_subset(rows, args.reasoner)
+    pipeline = EmbodiedR(config, load_models=bool(reasoned))
+    store = SqliteMemoryStore(config.memory.path, writable=True, max_mb=config.memory.max_mb)
+    images, track = frames_of(world)
+    robot = Robot(config, pipeline, store, track)
+    retriever: Retriever = retriever_for(config, store, robot.recorder.embedder)
+    done: list[Answered] = []
+    pending = iter(rows)
+    row = next(pending, None)
+    bar = tqdm(total=len(rows), desc="questions", disable=None)
+    for image, stamp in images:
+        while row is not None and row["stamp_ns"] / 1e9 < stamp - 1e-6:
+            done.append(answer(row, robot, retriever, row["id"] in reasoned))
+            bar.update()
+            row = next(pending, None)
+        if row is None:
+            break
+        robot.add(image, stamp)
+    while row is not None:  # asked at the last frame
+        done.append(answer(row, robot, retriever, row["id"] in reasoned))
+        bar.update()
+        row = next(pending, None)
+    bar.close()
+    robot.recorder.close()
+    log.info("%d key frames recorded, %.3f s of perception and writing each",
+             robot.keyframes, robot.ingest_sec / max(robot.keyframes, 1))
+    ingest = {"keyframes": robot.keyframes,
+              "ingest_s_per_keyframe": round(robot.ingest_sec / max(robot.keyframes, 1), 4),
+              "store_mb": round(Path(config.memory.path).stat().st_size / 2**20, 2)}
+    store.close()
+    pipeline.close()
+    return done, ingest
+
+
+def reasoner_subset(rows: Sequence[Mapping[str, Any]], per_horizon: int) -> set[str]:
+    """Ids of the questions the reasoner reads (every one with -1): ``per_horizon`` of each
+    horizon, spread over the categories in turn."""
+    if per_horizon < 0:
+        return {r["id"] for r in rows}
+    chosen: set[str] = set()
+    for horizon in HORIZONS:
+        by_cat: dict[str, list[str]] = defaultdict(list)
+        for r in rows:
+            if r["horizon"] == horizon:
+                by_cat[r["category"]].append(r["id"])
+        queues = [list(v) for _, v in sorted(by_cat.items())]
+        picked = 0
+        while picked < per_horizon and any(queues):
+            for q in queues:
+                if q and picked < per_horizon:
+                    chosen.add(q.pop(0))
+                    picked += 1
+    return chosen
+
+
+def answer(row: dict[str, Any], robot: Robot, retriever: Retriever,
+           reason: bool) -> Answered:
+    question, options = row["question"], row["options"]
+    out = Answered(row)
+    now = row["stamp_ns"] / 1e9
+    sel = retriever.select(robot.config.memory.robot, question, options, now=now)
+    out.retrieval_ms = sel.seconds * 1e3
+    out.frames = len(sel.rows)
+    out.notes = sel.notes
+    out.recall = covered([r.stamp for r in sel.rows], row["targets"])
+    memory = sel.text(format_question(question, options),
+                      layout=robot.config.perception.frame_layout)
+    try:
+        window, stamps = window_text(robot, question, options)
+    except QueryError as exc:
+        window, stamps = "", []
+        out.notes.append(f"window: {exc}")
+    out.window_frames = len(stamps)
+    out.window_recall = covered(stamps, row["targets"])
+    for method, text in (("oracle", memory), ("window_oracle", window)):
+        a = solve_text(row["category"], text) if text else None
+        out.letters[method] = a.letter if a else None
+        out.evidence[method] = a.evidence if a else "no text"
+    if reason:
+        for method, text in (("memory", memory), ("window", window)):
+            if not text:
+                out.letters[method] = None
+                continue
+            r = robot.pipeline.reason(text, options)
+            out.letters[method] = r.answer
+    else:
+        out.letters["memory"] = out.letters["window"] = "-"
+    return out
+
+
+def summarise(done: Sequence[Answered]) -> dict[str, Any]:
+    """Accuracy with 95 % intervals per method and horizon, recall and retrieval time."""
+    figs: dict[str, Any] = {}
+    for horizon in (*HORIZONS, "all"):
+        group = [a for a in done if horizon == "all" or a.row["horizon"] == horizon]
+        h: dict[str, Any] = {"questions": len(group)}
+        for method in METHODS:
+            hits = [float(x) for a in group if (x := a.hit(method)) is not None]
+            lo, hi = bootstrap_ci(hits)
+            h[method] = {"n": len(hits), "accuracy": round(float(np.mean(hits)), 4) if hits
+                         else None, "ci95": [round(lo, 4), round(hi, 4)]}
+        paired = [a for a in group if a.hit("memory") is not None]
+        if paired:
+            d, lo, hi = paired_difference([float(bool(a.hit("memory"))) for a in paired],
+                                          [float(bool(a.hit("window"))) for a in paired])
+            h["memory_minus_window"] = {"n": len(paired), "points": round(100 * d, 1),
+                                        "ci95": [round(100 * lo, 1), round(100 * hi, 1)]}
+        for key, get in (("recall", lambda a: a.recall),
+                         ("window_recall", lambda a: a.window_recall)):
+            flags = [float(x) for a in group for x in get(a)]
+            lo, hi = bootstrap_ci(flags)
+            h[key] = {"objects": len(flags), "rate": round(float(np.mean(flags)), 4)
+                      if flags else None, "ci95": [round(lo, 4), round(hi, 4)]}
+        ms = [a.retrieval_ms for a in group]
+        h["retrieval_ms"] = {"p50": round(float(np.median(ms)), 2),
+                             "p95": round(float(np.percentile(ms, 95)), 2)} if ms else {}
+        figs[horizon] = h
+    per_cat: dict[str, dict[str, Any]] = {}
+    for cat in sorted({a.row["category"] for a in done}):
+        group = [a for a in done if a.row["category"] == cat]
+        per_cat[cat] = {"questions": len(group)}
+        for method in METHODS:
+            hits = [float(x) for a in group if (x := a.hit(method)) is not None]
+            per_cat[cat][method] = round(float(np.mean(hits)), 4) if hits else None
+        per_cat[cat]["undecided_oracle"] = sum(a.letters.get("oracle") is None for a in group)
+    figs["by_category"] = per_cat
+    return figs
+
+
+def targets(figs: Mapping[str, Any]) -> list[str]:
+    """The targets missed, each with by how much."""
+    missed = []
+    for horizon in HORIZONS:
+        h = figs[horizon]
+        acc = h["oracle"]["accuracy"]
+        if acc is not None and acc < ORACLE_TARGET:
+            missed.append(f"oracle {horizon}: {100 * acc:.1f} % < {100 * ORACLE_TARGET:.0f} % "
+                          f"(by {100 * (ORACLE_TARGET - acc):.1f} points)")
+        rate = h["recall"]["rate"]
+        if rate is not None and rate < RECALL_TARGET:
+            missed.append(f"recall {horizon}: {100 * rate:.1f} % < {100 * RECALL_TARGET:.0f} % "
+                          f"(by {100 * (RECALL_TARGET - rate):.1f} points)")
+    gain = figs["long"].get("memory_minus_window")
+    if gain is not None and gain["points"] < 100 * GAIN_TARGET:
+        missed.append(f"memory - window at long: {gain['points']:+.1f} points < "
+                      f"+{100 * GAIN_TARGET:.0f} (by {100 * GAIN_TARGET - gain['points']:.1f})")
+    return missed
+
+
+def row_record(a: Answered) -> dict[str, Any]:
+    r = a.row
+    return {"id": r["id"], "category": r["category"], "horizon": r["horizon"],
+            "horizon_s": r["horizon_s"], "t_ask": r["t_ask"], "question": r["question"],
+            "answer": r["answer"], "letters": a.letters, "evidence": a.evidence,
+            "recall": a.recall, "window_recall": a.window_recall, "frames": a.frames,
+            "window_frames": a.window_frames, "retrieval_ms": round(a.retrieval_ms, 2),
+            "notes": a.notes, "references": [t.get("reference") for t in r["targets"]]}
+
+
+def pct(x: float | None) -> str:
+    return "-" if x is None else f"{100 * x:.1f}"
+
+
+def markdown(figs: Mapping[str, Any], missed: Sequence[str], meta: Mapping[str, Any]) -> str:
+    lines = ["# Memory questions by horizon", "",
+             f"World: {meta['world']}; {meta['questions']} questions; reasoner on "
+             f"{meta['reasoned']} of them; {meta['seconds']:.0f} s in all.", "",
+             "| horizon | questions | window (reasoner) | memory (reasoner) | memory - window, "
+             "points | oracle on memory | oracle on window | recall (memory) | recall "
+             "(window) | retrieval p50 ms |", "|---|---|---|---|---|---|---|---|---|---|"]
+    for horizon in (*HORIZONS, "all"):
+        h = figs[horizon]
+
+        def cell(m: str, h: Mapping[str, Any] = h) -> str:
+            v = h[m]
+            return (f"{pct(v['accuracy'])} [{pct(v['ci95'][0])}, {pct(v['ci95'][1])}] "
+                    f"(n {v['n']})") if v["n"] else "-"
+
+        gain = h.get("memory_minus_window")
+        g = (f"{gain['points']:+.1f} [{gain['ci95'][0]:+.1f}, {gain['ci95'][1]:+.1f}]"
+             if gain else "-")
+        rec = h["recall"]
+        wrec = h["window_recall"]
+        lines.append(f"| {horizon} | {h['questions']} | {cell('window')} | {cell('memory')} | "
+                     f"{g} | {cell('oracle')} | {cell('window_oracle')} | "
+                     f"{pct(rec['rate'])} ({rec['objects']}) | {pct(wrec['rate'])} | "
+                     f"{h['retrieval_ms'].get('p50', '-')} |")
+    lines += ["", "| category | questions | window | memory | oracle | oracle on window | "
+              "oracle undecided |", "|---|---|---|---|---|---|---|"]
+    for cat, c in figs["by_category"].items():
+        lines.append(f"| {cat} | {c['questions']} | {pct(c['window'])} | {pct(c['memory'])} | "
+                     f"{pct(c['oracle'])} | {pct(c['window_oracle'])} | "
+                     f"{c['undecided_oracle']} |")
+    lines += ["", "Targets missed:" if missed else "Every target met.", ""]
+    lines += [f"- {m}" for m in missed]
+    return "\n".join(lines) + "\n"
+
+
+def plot(figs: Mapping[str, Any], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4))
+    x = np.arange(len(HORIZONS))
+    labels = {"window": "window, reasoner", "memory": "memory, reasoner",
+              "oracle": "memory, oracle", "window_oracle": "window, oracle"}
+    for k, method in enumerate(METHODS):
+        acc = [figs[h][method]["accuracy"] for h in HORIZONS]
+        if all(a is None for a in acc):
+            continue
+        lo = [figs[h][method]["ci95"][0] for h in HORIZONS]
+        hi = [figs[h][method]["ci95"][1] for h in HORIZONS]
+        vals = np.array([a if a is not None else np.nan for a in acc])
+        err = np.array([vals - lo, np.array(hi) - vals])
+        ax.bar(x + (k - 1.5) * 0.2, 100 * vals, 0.2, yerr=100 * err, capsize=3,
+               label=labels[method])
+    recall = [figs[h]["recall"]["rate"] for h in HORIZONS]
+    ax.plot(x, [100 * r if r is not None else np.nan for r in recall], "k^--",
+            label="retrieval recall")
+    ax.axhline(100 * ORACLE_TARGET, color="grey", lw=0.8, ls=":")
+    ax.set_xticks(x, [f"{h}\n({figs[h]['questions']} q)" for h in HORIZONS])
+    ax.set_ylabel("% correct / % retrieved")
+    ax.set_ylim(0, 105)
+    ax.set_title("Memory questions by horizon (95 % bootstrap intervals)")
+    ax.legend(fontsize=7, loc="lower left")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def write_all(out: Path, figs: Mapping[str, Any], missed: Sequence[str],
+              meta: Mapping[str, Any], done: Sequence[Answered],
+              args: argparse.Namespace, argv: Sequence[str] | None) -> None:
+    out.parent.mkdir(parents=True, exist_ok=True)
+    record = {**meta, "figures": figs, "missed": list(missed),
+              "rows": [row_record(a) for a in done]}
+    write_figures(out.with_suffix(".json"), "memory_horizons", argv, args, record)
+    if args.json is not None and args.json != out.with_suffix(".json"):
+        write_figures(args.json, "memory_horizons", argv, args, record)
+    out.with_suffix(".md").write_text(markdown(figs, missed, meta), encoding="utf-8")
+    plot(figs, out.with_suffix(".png"))
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--world", type=Path, default=None,
+                        help="a long world's folder (default: generate one with --seed)")
+    parser.add_argument("--seed", type=int, default=23)
+    parser.add_argument("--minutes", type=float, default=30.0)
+    parser.add_argument("--small", action="store_true",
+                        help="the three-minute, two-room world of the tests (a quick check)")
+    parser.add_argument("--limit", type=int, default=0,
+                        help="ask only this many questions, spread over the tour (0: all)")
+    parser.add_argument("--reasoner", type=int, default=-1,
+                        help="questions per horizon the reasoner reads (-1: all, 0: none)")
+    parser.add_argument("--no-embedder", action="store_true",
+                        help="full-text search alone, even where the embedder is installed")
+    parser.add_argument("--out", type=Path, default=None,
+                        help="write OUT.json, OUT.md and OUT.png")
+    add_json_option(parser)
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    started = time.perf_counter()
+    work = Path(tempfile.mkdtemp(prefix="memory-horizons-"))
+    try:
+        world = args.world or generate(args.seed, args.minutes, work / "world",
+                                           args.small)
+        done, ingest = run(args, world, work)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    figs = summarise(done)
+    missed = targets(figs)
+    manifest = {"world": str(args.world) if args.world else f"seed {args.seed}, "
+                f"{args.minutes:g} minutes", "questions": len(done),
+                "reasoned": sum(a.hit("memory") is not None for a in done),
+                "seconds": round(time.perf_counter() - started, 1),
+                "ingest": ingest}
+    print(markdown(figs, missed, manifest))
+    if args.out is not None:
+        write_all(args.out, figs, missed, manifest, done, args, argv)
+    elif args.json is not None:
+        write_figures(args.json, "memory_horizons", argv, args,
+                      {**manifest, "figures": figs, "missed": missed,
+                       "rows": [row_record(a) for a in done]})
+    return 1 if missed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

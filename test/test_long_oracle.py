@@ -1,0 +1,98 @@
+"""The long-world oracle reads a memory's perception text: objects located from the written
+motions and bearings, told apart by when they were seen, and what the text cannot say."""
+
+from __future__ import annotations
+
+import pytest
+from embodied_r_training.data.long_oracle import (
+    Memory,
+    references,
+    solve_text,
+    window_s,
+)
+
+from embodied_r_ros.core.perception_text import parse_perception
+from embodied_r_ros.core.poses import Pose
+from embodied_r_ros.core.reasoning import format_question
+from embodied_r_ros.memory import MemoryRow, memory_perception_text
+
+
+def _row(stamp: float, x: float, y: float, yaw: float, view: str) -> MemoryRow:
+    return MemoryRow(stamp=stamp, description=view, pose=Pose(x, y, 0.0, yaw),
+                     pose_source="odometry")
+
+
+#: a red object at (4, 2) and a blue one at (4, 3.5) seen twice at the start; 16 minutes later
+#: the robot is at (8, 0) facing back and sees another red object 30 degrees to its left
+ROWS = [
+    _row(0.0, 0.0, 0.0, 0.0, "I see a small red object to the left (27 degrees left); "
+         "a small blue object to the left (41 degrees left)."),
+    _row(10.0, 0.0, -2.0, 0.0, "I see a small red object to the left (45 degrees left); "
+         "a small blue object to the left (54 degrees left)."),
+    _row(1000.0, 8.0, 0.0, 180.0, "I see a small red object to the left (30 degrees left)."),
+]
+
+
+def _text(question: str, options: list[str]) -> str:
+    return memory_perception_text(ROWS, format_question(question, options))
+
+
+def _answer(category: str, question: str, options: list[str]) -> str | None:
+    return solve_text(category, _text(question, options)).letter
+
+
+QUADRANTS = ["A. front-left", "B. front-right", "C. back-left", "D. back-right"]
+
+
+def test_objects_of_one_colour_are_told_apart_by_when_they_were_seen() -> None:
+    memory = Memory(parse_perception(_text("Where is the red box?", QUADRANTS)))
+    reds = memory.objects("red")
+    assert len(reds) == 2
+    old = next(o for o in reds if min(o.ages) > 900)
+    assert old.position == pytest.approx((4.0, 2.0), abs=0.15)  # triangulated from two views
+    assert _answer("object_direction", "Where is the red box relative to you now?",
+                   QUADRANTS) == "A"  # the one seen last: 30 degrees left
+    assert _answer("object_direction", "Where is the red box you saw about 17 minutes ago "
+                   "relative to you now?", QUADRANTS) == "B"  # (4, 2) from (8, 0) facing back
+
+
+def test_distance_last_seen_and_seen_read_the_text() -> None:
+    bands = ["A. less than 2 m", "B. between 2 and 5 m", "C. between 5 and 10 m",
+             "D. more than 10 m"]
+    assert _answer("object_distance", "How far is the red box you saw about 17 minutes ago "
+                   "from you now?", bands) == "B"  # 4.5 m
+    ages = ["A. less than 1 minute ago", "B. between 1 and 5 minutes ago",
+            "C. between 5 and 15 minutes ago", "D. more than 15 minutes ago"]
+    assert _answer("last_seen", "How long ago did you last see the blue box?", ages) == "D"
+    yes_no = ["A. yes", "B. no"]
+    assert _answer("seen", "Did you see a blue box in the last 5 minutes?", yes_no) == "B"
+    assert _answer("seen", "Did you see a blue box at all so far?", yes_no) == "A"
+    assert _answer("seen", "Which of these objects did you see in the last minute?",
+                   ["A. blue box", "B. green cone", "C. red cone"]) == "C"
+
+
+def test_next_to_and_closer_use_the_located_objects() -> None:
+    assert _answer("next_to", "Which object stood next to the blue box (the nearest to it)?",
+                   ["A. green cone", "B. red sphere"]) == "B"
+    assert _answer("closer", "Which is closer to you now, in a straight line: the blue box or "
+                   "the red box you saw about 17 minutes ago?",
+                   ["A. the blue box", "B. the red box you saw about 17 minutes ago"]) == "B"
+
+
+def test_what_the_text_cannot_carry_is_left_undecided() -> None:
+    route = solve_text("route_back", _text("You want to go back to the blue box. Which way?",
+                                            ["A. Turn left towards the doorway."]))
+    assert route.letter is None and "no rooms" in route.evidence
+    unseen = solve_text("object_direction",
+                        _text("Where is the green cone relative to you now?", QUADRANTS))
+    assert unseen.letter is None and "no green" in unseen.evidence
+
+
+def test_references_and_windows_are_read_from_the_words() -> None:
+    refs = references("the cyan cone in room 3 or the red box you saw about 1 minute ago")
+    assert [(r.colour, r.shape, r.area, r.minutes_ago) for r in refs] == [
+        ("cyan", "cone", "room 3", None), ("red", "box", None, 1.0)]
+    assert window_s("Did you see a red box in the last 10 minutes?") == 600.0
+    assert window_s("Did you see a red box in the last minute?") == 60.0
+    assert window_s("Did you see a red box at all so far?") == float("inf")
+    assert window_s("Where is the red box?") is None

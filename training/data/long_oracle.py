@@ -1,0 +1,309 @@
+"""The long world's memory questions answered from their perception text alone: the ceiling.
+
+A memory question (``embodied-r world --long``) is answered from the frames a memory retrieved,
+written as the robot route writes them: each frame's age before the last one, the whole motion
+from the previous selected frame, and what the frame shows. This reader uses exactly that text,
+never the world's ground truth: dead reckoning of the written motions (``dead_reckoning``), the
+stated ages, and the sightings of each colour. Its accuracy is what the text allows at best.
+
+What the text cannot carry is answered ``None`` and says why in its evidence:
+
+- the geometric perception names **colours**, not shapes: "the red box" is read as whichever red
+  object the text shows, and several objects often share a colour. Sightings of a colour are
+  grouped into visits (stated ages less than :data:`VISIT_GAP_S` apart), each visit located
+  (:class:`~embodied_r_training.data.oracle.Map`), and visits about one place merged into one
+  object; the object meant is the one seen about the time the question names ("the red box you
+  saw about 20 minutes ago"), else the one seen last;
+- it names **no rooms and no doorways**: "the red box in room 3" reads as the red box, and the
+  route back through doorways (``route_back``) is not in the text at all.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from embodied_r_training.data.dead_reckoning import Pose2D, poses
+from embodied_r_training.data.oracle import Map, OracleAnswer, _letter_where, perception_of
+
+from embodied_r_ros.core.perception_text import FrameText, PerceptionText, parse_perception
+from embodied_r_ros.core.poses import heading_deg, quadrant, wrap_deg
+from embodied_r_ros.sim.long_question_rules import AGE_BANDS, DISTANCE_BANDS
+
+#: sightings of a colour whose stated ages are closer than this belong to one visit
+VISIT_GAP_S = 45.0
+#: visits located closer than this are taken for one object
+SAME_OBJECT_M = 2.0
+
+#: "the red box", "the red box in room 3", "the red box you saw about 20 minutes ago"
+_REF_RE = re.compile(r"the (\w+) (\w+)(?: in ((?:room \d+)|(?:the corridor)))?"
+                     r"(?: you saw about (\d+) minutes? ago)?")
+_WINDOW_RE = re.compile(r"in the last (?:(\d+) minutes|minute)|at all so far")
+
+
+@dataclass(frozen=True)
+class Reference:
+    """An object as a question names it; the text can use the colour and the time only."""
+
+    colour: str
+    shape: str
+    area: str | None = None
+    minutes_ago: float | None = None
+
+
+def references(text: str) -> list[Reference]:
+    """Every object ``text`` names, in order."""
+    return [Reference(m.group(1), m.group(2), m.group(3),
+                      float(m.group(4)) if m.group(4) else None)
+            for m in _REF_RE.finditer(text)]
+
+
+@dataclass(frozen=True)
+class Sighted:
+    """One object as the text shows it: where (frame 0's floor frame, or None where the text
+    cannot place it) and the stated ages of the frames that show it."""
+
+    colour: str
+    position: tuple[float, float] | None
+    ages: tuple[float, ...]
+
+
+class Memory:
+    """The objects of one perception text: the colours' sightings in visits, located."""
+
+    def __init__(self, p: PerceptionText) -> None:
+        self.p = p
+        self.path: list[Pose2D] = poses(p.frames)
+        self.now = self.path[-1]
+        self._objects: dict[str, list[Sighted]] = {}
+
+    def objects(self, colour: str) -> list[Sighted]:
+        """The objects of ``colour``, seen last first."""
+        if colour not in self._objects:
+            self._objects[colour] = self._locate(colour)
+        return self._objects[colour]
+
+    def _locate(self, colour: str) -> list[Sighted]:
+        seen = [f for f in self.p.frames if colour in f.sightings]
+        visits: list[list[FrameText]] = []
+        for f in seen:
+            if visits and _age(visits[-1][-1]) - _age(f) <= VISIT_GAP_S:
+                visits[-1].append(f)
+            else:
+                visits.append([f])
+        merged: list[tuple[list[tuple[float, float]], list[float]]] = []
+        unplaced: list[list[float]] = []
+        for visit in visits:
+            pos = Map(self.path, visit).position(colour)
+            ages = [_age(f) for f in visit]
+            if pos is None:
+                unplaced.append(ages)
+                continue
+            near = next((m for m in merged
+                         if math.dist(_mean(m[0]), pos) < SAME_OBJECT_M), None)
+            if near is None:
+                merged.append(([pos], ages))
+            else:
+                near[0].append(pos)
+                near[1].extend(ages)
+        out = [Sighted(colour, _mean(pts), tuple(sorted(ages))) for pts, ages in merged]
+        out += [Sighted(colour, None, tuple(sorted(ages))) for ages in unplaced]
+        return sorted(out, key=lambda s: min(s.ages))
+
+    def find(self, ref: Reference) -> Sighted | None:
+        """The object ``ref`` means, as far as the text tells: seen about the time it names,
+        else seen last."""
+        found = self.objects(ref.colour)
+        if not found:
+            return None
+        if ref.minutes_ago is not None:
+            want = ref.minutes_ago * 60.0
+            return min(found, key=lambda s: min(abs(a - want) for a in s.ages))
+        return found[0]
+
+    def last_seen_s(self, colour: str) -> float | None:
+        """The stated age of the newest frame showing ``colour``."""
+        ages = [a for s in self.objects(colour) for a in s.ages]
+        return min(ages) if ages else None
+
+    def bearing_now(self, pos: tuple[float, float]) -> float:
+        return wrap_deg(heading_deg((self.now.x, self.now.y), pos) - self.now.yaw)
+
+    def distance_now(self, pos: tuple[float, float]) -> float:
+        return math.dist((self.now.x, self.now.y), pos)
+
+
+def _age(f: FrameText) -> float:
+    return f.age_s if f.age_s is not None else 0.0
+
+
+def _mean(points: Sequence[tuple[float, float]]) -> tuple[float, float]:
+    return (sum(x for x, _ in points) / len(points), sum(y for _, y in points) / len(points))
+
+
+def _band(value: float, bands: Sequence[tuple[float, float, str]]) -> str:
+    return next(words for lo, hi, words in bands if lo <= value < hi)
+
+
+def _placed(memory: Memory, ref: Reference) -> tuple[Sighted | None, str]:
+    """The object ``ref`` means with a position, or None and why not."""
+    obj = memory.find(ref)
+    if obj is None:
+        return None, f"no {ref.colour} object in the text"
+    if obj.position is None:
+        return None, f"the {ref.colour} object cannot be placed from the text"
+    return obj, ""
+
+
+def _first_ref(p: PerceptionText) -> Reference | None:
+    refs = references(p.question)
+    return refs[0] if refs else None
+
+
+def solve_object_direction(p: PerceptionText) -> OracleAnswer:
+    ref = _first_ref(p)
+    if ref is None:
+        return OracleAnswer(None, "no object named")
+    memory = Memory(p)
+    obj, why = _placed(memory, ref)
+    if obj is None or obj.position is None:
+        return OracleAnswer(None, why)
+    bearing = memory.bearing_now(obj.position)
+    where = quadrant(bearing)
+    return OracleAnswer(_letter_where(p.options, lambda t: t == where),
+                        f"{ref.colour} at about {bearing:.0f} degrees: {where}")
+
+
+def solve_object_distance(p: PerceptionText) -> OracleAnswer:
+    ref = _first_ref(p)
+    if ref is None:
+        return OracleAnswer(None, "no object named")
+    memory = Memory(p)
+    obj, why = _placed(memory, ref)
+    if obj is None or obj.position is None:
+        return OracleAnswer(None, why)
+    d = memory.distance_now(obj.position)
+    band = _band(d, DISTANCE_BANDS)
+    return OracleAnswer(_letter_where(p.options, lambda t: t == band),
+                        f"{ref.colour} about {d:.1f} m away: {band}")
+
+
+def solve_last_seen(p: PerceptionText) -> OracleAnswer:
+    ref = _first_ref(p)
+    if ref is None:
+        return OracleAnswer(None, "no object named")
+    age = Memory(p).last_seen_s(ref.colour)
+    if age is None:
+        return OracleAnswer(None, f"no {ref.colour} object in the text")
+    band = _band(age, AGE_BANDS)
+    return OracleAnswer(_letter_where(p.options, lambda t: t == band),
+                        f"{ref.colour} last in a frame {age:.0f} s old: {band}")
+
+
+def solve_next_to(p: PerceptionText) -> OracleAnswer:
+    ref = _first_ref(p)
+    if ref is None:
+        return OracleAnswer(None, "no object named")
+    memory = Memory(p)
+    obj, why = _placed(memory, ref)
+    if obj is None or obj.position is None:
+        return OracleAnswer(None, why)
+    best: tuple[float, str] | None = None
+    for letter, text in p.options:
+        colour = text.split()[0]
+        for other in memory.objects(colour):
+            if other is obj or other.position is None:
+                continue
+            d = math.dist(other.position, obj.position)
+            best = min(best, (d, letter)) if best else (d, letter)
+    if best is None:
+        return OracleAnswer(None, "no option's object placed")
+    return OracleAnswer(best[1], f"an option's colour {best[0]:.1f} m from the {ref.colour}")
+
+
+def window_s(question: str) -> float | None:
+    """The window of "did you see ... in the last N minutes" (infinite: "at all so far")."""
+    m = _WINDOW_RE.search(question)
+    if m is None:
+        return None
+    if m.group(0) == "at all so far":
+        return math.inf
+    return 60.0 * (float(m.group(1)) if m.group(1) else 1.0)
+
+
+def solve_seen(p: PerceptionText) -> OracleAnswer:
+    window = window_s(p.question)
+    if window is None:
+        return OracleAnswer(None, "no time window")
+    memory = Memory(p)
+
+    def seen(colour: str) -> bool:
+        age = memory.last_seen_s(colour)
+        return age is not None and age <= window
+
+    if p.question.startswith("Did you see"):
+        m = re.match(r"Did you see an? (\w+) ", p.question)
+        if m is None:
+            return OracleAnswer(None, "no object named")
+        word = "yes" if seen(m.group(1)) else "no"
+        return OracleAnswer(_letter_where(p.options, lambda t: t == word),
+                            f"{m.group(1)} {'' if word == 'yes' else 'not '}in the window")
+    letter = _letter_where(p.options, lambda t: seen(t.split()[0]))
+    return OracleAnswer(letter, "the first option whose colour the window shows" if letter
+                        else "no option's colour in the window")
+
+
+def solve_route_back(p: PerceptionText) -> OracleAnswer:
+    return OracleAnswer(None, "the text names no rooms and no doorways")
+
+
+def solve_closer(p: PerceptionText) -> OracleAnswer:
+    memory = Memory(p)
+    best: tuple[float, str] | None = None
+    for letter, text in p.options:
+        refs = references(text)
+        if not refs:
+            continue
+        obj, _ = _placed(memory, refs[0])
+        if obj is None or obj.position is None:
+            continue
+        d = memory.distance_now(obj.position)
+        best = min(best, (d, letter)) if best else (d, letter)
+    return OracleAnswer(best[1] if best else None,
+                        f"about {best[0]:.1f} m" if best else "neither object placed")
+
+
+SOLVERS: dict[str, Callable[[PerceptionText], OracleAnswer]] = {
+    "object_direction": solve_object_direction,
+    "object_distance": solve_object_distance,
+    "last_seen": solve_last_seen,
+    "next_to": solve_next_to,
+    "seen": solve_seen,
+    "route_back": solve_route_back,
+    "closer": solve_closer,
+}
+
+
+def solve_text(category: str, user_text: str) -> OracleAnswer:
+    """The oracle's answer to a long-world question of ``category`` from its user message."""
+    solver = SOLVERS.get(category)
+    if solver is None:
+        return OracleAnswer(None, "unknown category")
+    return solver(parse_perception(user_text))
+
+
+def solve(row: Mapping[str, Any]) -> OracleAnswer:
+    """The oracle's answer to a built dataset row of the long world (its user message only)."""
+    solver = SOLVERS.get(str(row.get("category")))
+    if solver is None:
+        return OracleAnswer(None, "unknown category")
+    return solver(perception_of(row))
+
+
+def answer_letter(category: str, user_text: str) -> str:
+    """A letter always: the oracle's, else the first option (the text decides nothing), as
+    :func:`embodied_r_training.data.oracle.answer_letter` scores it."""
+    return solve_text(category, user_text).letter or "A"
