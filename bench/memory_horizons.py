@@ -34,7 +34,7 @@ import shutil
 import sys
 import tempfile
 import time
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -280,9 +280,27 @@ def answer(row: dict[str, Any], robot: Robot, retriever: Retriever,
     return out
 
 
-def summarise(done: Sequence[Answered]) -> dict[str, Any]:
-    """Accuracy with 95 % intervals per method and horizon, recall and retrieval time."""
+def colour_shared(row: Mapping[str, Any], colours: Mapping[str, int]) -> bool | None:
+    """Whether an object the question names shares its colour with another object of the
+    world (the geometric text names colours only); None for a question naming none."""
+    names = [t["name"] for t in row["targets"]]
+    if not names:
+        return None
+    return any(colours.get(n.split()[0], 0) > 1 for n in names)
+
+
+def summarise(done: Sequence[Answered], colours: Mapping[str, int]) -> dict[str, Any]:
+    """Accuracy with 95 % intervals per method and horizon, recall and retrieval time, and
+    the oracle split by whether the named objects' colours are unique in the world."""
     figs: dict[str, Any] = {}
+    split: dict[str, Any] = {}
+    for label, want in (("unique_colour", False), ("shared_colour", True)):
+        hits = [float(bool(a.hit("oracle"))) for a in done
+                if colour_shared(a.row, colours) is want]
+        lo, hi = bootstrap_ci(hits)
+        split[label] = {"n": len(hits), "oracle": round(float(np.mean(hits)), 4) if hits
+                        else None, "ci95": [round(lo, 4), round(hi, 4)]}
+    figs["oracle_by_colour"] = split
     for horizon in (*HORIZONS, "all"):
         group = [a for a in done if horizon == "all" or a.row["horizon"] == horizon]
         h: dict[str, Any] = {"questions": len(group)}
@@ -383,6 +401,11 @@ def markdown(figs: Mapping[str, Any], missed: Sequence[str], meta: Mapping[str, 
         lines.append(f"| {cat} | {c['questions']} | {pct(c['window'])} | {pct(c['memory'])} | "
                      f"{pct(c['oracle'])} | {pct(c['window_oracle'])} | "
                      f"{c['undecided_oracle']} |")
+    split = figs["oracle_by_colour"]
+    lines += ["", "The oracle on questions whose objects' colours are unique in the world: "
+              f"{pct(split['unique_colour']['oracle'])} % (n {split['unique_colour']['n']}); "
+              f"sharing a colour with another object: {pct(split['shared_colour']['oracle'])} % "
+              f"(n {split['shared_colour']['n']}). The geometric perception names colours only."]
     lines += ["", "Targets missed:" if missed else "Every target met.", ""]
     lines += [f"- {m}" for m in missed]
     return "\n".join(lines) + "\n"
@@ -460,9 +483,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         world = args.world or generate(args.seed, args.minutes, work / "world",
                                            args.small)
         done, ingest = run(args, world, work)
+        objects = json.loads((world / "world.json").read_text())["objects"]
+        colours = Counter(o["name"].split()[0] for o in objects)
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    figs = summarise(done)
+    figs = summarise(done, colours)
     missed = targets(figs)
     manifest = {"world": str(args.world) if args.world else f"seed {args.seed}, "
                 f"{args.minutes:g} minutes", "questions": len(done),
