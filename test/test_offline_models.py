@@ -87,12 +87,13 @@ def test_processes_asking_for_the_same_model_at_once_build_it_once(tmp_path: Pat
 
 
 def test_every_model_cache_builds_through_one_helper() -> None:
-    """Offline models, CTranslate2 conversions and VL text decoders share ``build_once`` (they
-    had three copies of the temporary-directory dance, none locked)."""
+    """Offline models, CTranslate2 conversions and VL text decoders (the core's model caches)
+    share ``build_once`` (they had three copies of the temporary-directory dance, none
+    locked)."""
     repo = Path(__file__).resolve().parents[1]
     builders = sorted(
         str(path.relative_to(repo))
-        for path in (repo / "embodied_r_ros").rglob("*.py")
+        for path in (repo / "embodied_r_ros" / "core").rglob("*.py")
         if "mkdtemp(" in path.read_text()
     )
     assert builders == ["embodied_r_ros/core/backends/offline.py"]

@@ -87,12 +87,13 @@ def test_interface_fields_match_the_contract() -> None:
     from embodied_r_interfaces.srv import SpatialQuery
 
     goal_fields = {"question": "string", "options": "sequence<string>",
-                   "window_sec": "float", "camera": "string"}
+                   "window_sec": "float", "camera": "string", "scope": "string"}
     result_fields = {
         "success": "boolean", "error_code": "string", "error": "string", "answer": "string",
         "answer_text": "string", "reasoning": "string", "perception": "string",
         "key_frame_stamps": "sequence<builtin_interfaces/Time>", "perception_sec": "float",
         "reasoning_sec": "float", "total_sec": "float",
+        "memory_frames": "sequence<embodied_r_interfaces/MemoryFrame>",
     }
     assert SpatialQuery.Request.get_fields_and_field_types() == goal_fields
     assert SpatialQuery.Response.get_fields_and_field_types() == result_fields

@@ -50,7 +50,8 @@ def test_build_from_a_bag_writes_a_table_and_reuses_it(
     assert row["prompt"][0]["role"] == "system" and row["prompt"][1]["role"] == "user"
     user = row["prompt"][1]["content"]
     assert user.endswith(row["question_block"]) and "D. down" in row["question_block"]
-    assert "After rotate left" in user  # odometry turns left 3 degrees a frame
+    # odometry drives 0.1 m and turns left 3 degrees a frame: both parts of each motion written
+    assert "After move forward about" in user and ", then rotate left about" in user
     assert row["motion_source"] == "odometry" and row["solution"] == "A"
     stamps = row["key_frame_stamps"]
     assert len(stamps) >= 4 and stamps == sorted(stamps)
