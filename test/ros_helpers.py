@@ -61,7 +61,8 @@ def ros_context(module: str, args: Sequence[str] = ()) -> Iterator[Any]:
 
 
 class Spinner:
-    """A multi-threaded executor spinning ``nodes`` in a background thread."""
+    """A multi-threaded executor spinning ``nodes`` in a background thread; what ended the spin
+    early (an exception out of ``spin``) is kept in ``error``."""
 
     def __init__(self, context: Any, nodes: Sequence[Any] = (), threads: int = 8) -> None:
         from rclpy.executors import MultiThreadedExecutor
@@ -70,6 +71,7 @@ class Spinner:
         self.nodes: list[Any] = []
         #: destroyed after the executor stops and before the nodes (action clients, ...)
         self.owned: list[Any] = []
+        self.error: BaseException | None = None
         for node in nodes:
             self.add(node)
         self._thread = threading.Thread(target=self._spin, daemon=True)
@@ -82,6 +84,9 @@ class Spinner:
             self.executor.spin()
         except ExternalShutdownException:
             pass
+        except BaseException as exc:
+            self.error = exc
+            raise
 
     def add(self, node: Any) -> Any:
         self.nodes.append(node)
@@ -160,28 +165,44 @@ def odom_msg(t: float, x: float, y: float, yaw_deg: float) -> Any:
     return msg
 
 
-def feed(publish: Callable[[Any], None], msgs: Sequence[Any], received: Callable[[], int],
-         timeout: float = 10.0) -> None:
-    """Publish ``msgs`` one at a time, each after the previous one has arrived.
+def wait_matched(publisher: Any, subscriptions: Sequence[Any], timeout: float = 10.0) -> None:
+    """Until ``publisher`` and each of ``subscriptions`` have matched each other.
 
-    Best-effort camera QoS may drop a burst; waiting for the subscriber's count keeps the test
-    deterministic without sleeping. A message that has not arrived after ``resend`` seconds is
-    published again: best effort drops a sample sent before the subscriber has matched the
-    publisher (discovery is not symmetric), which on loaded cores lost a first frame for good.
+    Discovery is not symmetric: a publisher may send to a subscription that has not matched it
+    yet, and best effort drops that sample for good (on loaded cores, a first frame was lost).
     """
-    resend = 2.0
-    for msg in msgs:
-        before = received()
-        deadline = time.monotonic() + timeout
-        next_send = time.monotonic()
-        while received() <= before:
-            now = time.monotonic()
-            if now > deadline:
-                raise AssertionError(f"timed out after {timeout:g} s waiting for a frame to arrive")
-            if now >= next_send:
-                publish(msg)
-                next_send = now + resend
-            time.sleep(0.01)
+    wait_until(lambda: publisher.get_subscription_count() >= len(subscriptions)
+               and all(sub.get_publisher_count() > 0 for sub in subscriptions), timeout,
+               f"{publisher.topic_name} and its subscriptions to match")
+
+
+def feed(publish: Callable[[Any], None], msgs: Sequence[Any], arrived: Callable[[Any], bool],
+         timeout: float = 10.0) -> None:
+    """Publish ``msgs`` one at a time, each once the one before has arrived (``arrived(msg)``:
+    the message itself seen at the other end, e.g. its stamp in the frame store).
+
+    Each message is sent once (call :func:`wait_matched` first): a copy sent again after a
+    slow first one arrives twice, and the duplicate moves counts (a frame skipped) and would
+    stand in for the next message.
+    """
+    for i, msg in enumerate(msgs):
+        publish(msg)
+        wait_until(lambda m=msg: arrived(m), timeout, f"message {i} of {len(msgs)} to arrive")
+
+
+def frame_handled(store: Any) -> Callable[[Any], bool]:
+    """``arrived`` of :func:`feed` for camera frames: the frame buffer is done with the frame
+    (stored, skipped or dropped), by its stamp."""
+    from embodied_r_ros.nodes.conversions import stamp_to_sec
+
+    return lambda msg: store.stats.last_frame_stamp == stamp_to_sec(msg.header.stamp)
+
+
+def pose_received(store: Any) -> Callable[[Any], bool]:
+    """``arrived`` of :func:`feed` for odometry: the pose's stamp reached the frame buffer."""
+    from embodied_r_ros.nodes.conversions import stamp_to_sec
+
+    return lambda msg: store.stats.last_pose_stamp == stamp_to_sec(msg.header.stamp)
 
 
 class ChatGate:
@@ -273,8 +294,9 @@ class AllInOne:
         self.action = ActionClient(t, QueryAction, f"{namespace}/query")
         self.spinner.owned.append(self.action)
         self._request = SpatialQuery.Request
-        wait_until(lambda: self.image.get_subscription_count() > 0
-                   and self.compressed.get_subscription_count() > 0, what="subscribers")
+        raw, compressed = self.by_name["frame_buffer"].camera_subscriptions
+        wait_matched(self.image, [raw])
+        wait_matched(self.compressed, [compressed])
 
     @property
     def store(self) -> Any:
@@ -293,8 +315,9 @@ class AllInOne:
         return call(self.query, self.request(*args, **kwargs))
 
     def feed_frames(self, frames: Sequence[Any], stamps: Sequence[float]) -> None:
+        """Publish camera frames one at a time; returns once the last one is handled."""
         feed(self.image.publish, [image_msg(f, t) for f, t in zip(frames, stamps, strict=True)],
-             lambda: self.store.stats.received)
+             frame_handled(self.store))
 
     def stop(self) -> None:
         self.spinner.stop()

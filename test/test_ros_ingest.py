@@ -3,13 +3,25 @@ lets only frames near the grid times reach the frame buffer, and sampling goes o
 
 from __future__ import annotations
 
+import math
+import sys
+import threading
 import time
 from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
 import pytest
-from ros_helpers import Spinner, image_msg, require_ros, ros_context, wait_until
+from ros_helpers import (
+    Spinner,
+    feed,
+    frame_handled,
+    image_msg,
+    require_ros,
+    ros_context,
+    wait_matched,
+    wait_until,
+)
 
 require_ros()
 
@@ -60,3 +72,75 @@ def test_the_stamp_filter_cuts_delivery_not_sampling(ctx: Any) -> None:
     seconds = len(phases) - 1 - first
     assert received <= 6 * seconds  # about 3 a second reach the node, not 30
     assert abs(stored - seconds) <= 1  # and one a second is still sampled
+
+
+def test_filter_changes_under_a_streaming_camera_keep_frames_coming(ctx: Any) -> None:
+    """500 stamp-filter changes while a camera streams: the executor keeps spinning and the
+    filter set last is the one in force.
+
+    Changing the filter by destroying and re-creating the camera subscriptions raced the
+    executor: a subscription destroyed while another executor thread built its wait set made
+    rclpy raise InvalidHandle out of ``spin``, which stopped the node. Thread switches every
+    10 us (Python's default is 5 ms) made that show within a few dozen changes.
+    """
+    from rclpy.parameter import Parameter
+
+    from embodied_r_ros.agent.frame_store import stamp_filter
+
+    node = FrameBufferNode(context=ctx, namespace="/churn",
+                           parameter_overrides=[Parameter("profile", value="offline")])
+    node._tuner.cancel()  # the test drives the filter itself, from the same callback group
+    tester = rclpy.create_node("churn_camera", context=ctx)
+    pub = tester.create_publisher(Image, "/churn/image", qos_profile_sensor_data)
+    spinner = Spinner(ctx, [node, tester])
+    grid = stamp_filter(0.0, 1.0, 0.1)  # passes nanosec in [0, 0.3 s)
+    assert grid is not None
+    frame = np.random.default_rng(0).integers(0, 255, (48, 64, 3), dtype=np.uint8)
+    changes, done, streaming = [0], threading.Event(), threading.Event()
+
+    def change() -> None:
+        if changes[0] == 500:
+            done.set()
+            return
+        node._set_filter(grid if changes[0] % 2 == 0 else None)
+        changes[0] += 1
+
+    def camera() -> None:
+        sent = 0
+        while streaming.is_set():
+            pub.publish(image_msg(frame, 700.0 + sent / 30))
+            sent += 1
+            time.sleep(0.002)
+
+    switch = sys.getswitchinterval()
+    streamer = threading.Thread(target=camera, daemon=True)
+    try:
+        wait_matched(pub, [node.camera_subscriptions[0]])
+        streaming.set()
+        streamer.start()
+        wait_until(lambda: node.store.stats.received > 0, what="the stream")
+        sys.setswitchinterval(1e-5)
+        timer = node.create_timer(0.001, change, callback_group=node._ingest_group)
+        wait_until(lambda: done.is_set() or spinner.error is not None, 120,
+                   "500 filter changes")
+        sys.setswitchinterval(switch)
+        node.destroy_timer(timer)
+        assert spinner.error is None, f"after {changes[0]} changes: {spinner.error!r}"
+        streaming.clear()
+        streamer.join()
+        # the filter set last is in force: a frame off the grid is filtered out, one on it
+        # (after it, from the same publisher) arrives
+        node._set_filter(grid)
+        last = math.ceil(node.store.stats.last_frame_stamp or 700.0) + 1.0  # on the grid
+        feed(pub.publish, [image_msg(frame, last)], frame_handled(node.store))
+        received = node.store.stats.received
+        pub.publish(image_msg(frame, last + 1.5))  # nanosec 0.5 s: off the grid
+        feed(pub.publish, [image_msg(frame, last + 2.1)], frame_handled(node.store))
+        assert node.store.stats.received == received + 1 and node.filtering
+        node._set_filter(None)
+        pub.publish(image_msg(frame, last + 2.5))  # every frame passes again
+        wait_until(lambda: node.store.stats.last_frame_stamp == last + 2.5, what="the frame")
+    finally:
+        sys.setswitchinterval(switch)
+        streaming.clear()
+        spinner.stop()

@@ -15,12 +15,15 @@ from ros_helpers import (
     AllInOne,
     call,
     feed,
+    frame_handled,
     image_msg,
     odom_msg,
+    pose_received,
     require_ros,
     result_of,
     ros_context,
     stamp,
+    wait_matched,
     wait_until,
 )
 
@@ -57,6 +60,7 @@ class Robot(AllInOne):
         self.stats_client = t.create_client(MemoryStats, f"{namespace}/memory/stats")
         self.clear_client = t.create_client(MemoryClear, f"{namespace}/memory/clear")
         self.odom = t.create_publisher(Odometry, f"{namespace}/odom", 10)
+        wait_matched(self.odom, [self.by_name["frame_buffer"].odometry_subscription])
         self.notes: list[KeyFrameDescription] = []
         t.create_subscription(KeyFrameDescription, f"{namespace}/perception/descriptions",
                               self.notes.append, 10)
@@ -103,8 +107,8 @@ def recorded(robots: tuple[Robot, Robot, Path, Path]) -> Robot:
     robot = robots[0]
     for i, t in enumerate(STAMPS):  # a pose at each frame: 0.1 m forward, 2 degrees left
         feed(robot.odom.publish, [odom_msg(t, 0.1 * i, 0.0, 2.0 * i)],
-             lambda: robot.store.stats.poses)
-        feed(robot.image.publish, [image_msg(FRAMES[i], t)], lambda: robot.store.stats.received)
+             pose_received(robot.store))
+        feed(robot.image.publish, [image_msg(FRAMES[i], t)], frame_handled(robot.store))
     keyframes = robot.store.stats.keyframes
     assert keyframes >= 3
     wait_until(lambda: robot.writer.recorded == keyframes, 30, "every key frame stored")

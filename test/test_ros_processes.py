@@ -1,6 +1,6 @@
 """Separate mode across processes: a perception node in its own process with a real (tiny)
-VLM behind the Perceive action; cancel reaches it, its death is noticed within 3 s, and the
-query server recovers when it comes back."""
+VLM behind the Perceive action; cancel reaches it, its death is noticed by its silence, and the
+query server recovers when it comes back. Each test starts the perception process it needs."""
 
 from __future__ import annotations
 
@@ -22,33 +22,39 @@ from ros_helpers import (
     call,
     domain_id,
     feed,
+    frame_handled,
     image_msg,
     require_ros,
     result_of,
     ros_context,
+    wait_matched,
     wait_until,
 )
 
 require_ros()
 
 import rclpy  # noqa: E402
-from action_msgs.msg import GoalStatus  # noqa: E402
+from action_msgs.msg import GoalStatus, GoalStatusArray  # noqa: E402
 from rclpy.action import ActionClient  # noqa: E402
 from rclpy.parameter import Parameter  # noqa: E402
+from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy  # noqa: E402
 from sensor_msgs.msg import Image  # noqa: E402
 
 from embodied_r_interfaces.action import Perceive  # noqa: E402
 from embodied_r_interfaces.action import SpatialQuery as QueryAction  # noqa: E402
 from embodied_r_interfaces.msg import EgoMotion  # noqa: E402
 from embodied_r_interfaces.srv import SpatialQuery  # noqa: E402
+from embodied_r_ros.core.backends.images import encode_jpeg  # noqa: E402
 from embodied_r_ros.nodes.conversions import jpeg_to_compressed  # noqa: E402
 from embodied_r_ros.nodes.frame_buffer import FrameBufferNode  # noqa: E402
 from embodied_r_ros.nodes.query_server import QueryServerNode  # noqa: E402
 from embodied_r_ros.nodes.reasoning_node import ReasoningNode  # noqa: E402
+from embodied_r_ros.nodes.remote_engine import HEARTBEAT_TIMEOUT_SEC  # noqa: E402
 from embodied_r_ros.nodes.runtime import start_nodes  # noqa: E402
 from embodied_r_ros.nodes.transport import QUERY_QOS  # noqa: E402
 
 NS = "/proc"
+PERCEIVE = f"{NS}/perception/perceive"
 OPTIONS = ["A. left", "B. right"]
 FRAMES = pan_frames(10, 30)
 STAMPS = [300.0 + i for i in range(len(FRAMES))]
@@ -105,6 +111,42 @@ class PerceptionProcess:
                 self.proc.kill()
 
 
+class GoalWatch:
+    """The Perceive goals as the perception process reports them on the action's status topic:
+    the remote side of a query, seen from outside."""
+
+    def __init__(self, node: Any) -> None:
+        self._status: dict[bytes, int] = {}
+        self._lock = threading.Lock()
+        qos = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE,
+                         durability=DurabilityPolicy.TRANSIENT_LOCAL)
+        node.create_subscription(GoalStatusArray, f"{PERCEIVE}/_action/status", self._on, qos)
+
+    def _on(self, msg: GoalStatusArray) -> None:
+        with self._lock:
+            for s in msg.status_list:
+                self._status[bytes(s.goal_info.goal_id.uuid)] = s.status
+
+    def known(self) -> set[bytes]:
+        with self._lock:
+            return set(self._status)
+
+    def new_goal(self, known: set[bytes], status: int) -> bytes:
+        """The id of a goal not in ``known`` once it is reported with ``status``."""
+        def found() -> bytes | None:
+            with self._lock:
+                return next((g for g, s in self._status.items()
+                             if g not in known and s == status), None)
+
+        wait_until(lambda: found() is not None, 60, f"a new goal in status {status}")
+        goal = found()
+        assert goal is not None
+        return goal
+
+    def wait(self, goal: bytes, status: int) -> None:
+        wait_until(lambda: self._status.get(goal) == status, 10, f"the goal in status {status}")
+
+
 class Cluster:
     """Frame buffer, reasoning node and a stand-alone query server here; perception there."""
 
@@ -117,21 +159,36 @@ class Cluster:
         self.query = QueryServerNode(**kw)
         start_nodes([self.reasoning])
         self.tester = rclpy.create_node("tester", context=ctx)
+        self.goals = GoalWatch(self.tester)
         self.spinner = Spinner(ctx, [self.buffer, self.reasoning, self.query, self.tester],
                                threads=12)
         self.image = self.tester.create_publisher(Image, f"{NS}/image", 10)
         self.client = self.tester.create_client(SpatialQuery, f"{NS}/query",
                                                 qos_profile=QUERY_QOS)
         self.action = ActionClient(self.tester, QueryAction, f"{NS}/query")
-        self.perceive = ActionClient(self.tester, Perceive, f"{NS}/perception/perceive")
+        self.perceive = ActionClient(self.tester, Perceive, PERCEIVE)
         self.spinner.owned += [self.action, self.perceive]
-        wait_until(lambda: self.image.get_subscription_count() > 0, what="the frame buffer")
+        wait_matched(self.image, [self.buffer.camera_subscriptions[0]])
         feed(self.image.publish, [image_msg(f, t) for f, t in zip(FRAMES, STAMPS, strict=True)],
-             lambda: self.buffer.store.stats.received)
+             frame_handled(self.buffer.store))
 
     def ask(self) -> Any:
         return call(self.client, SpatialQuery.Request(question="Which way did I turn?",
                                                       options=OPTIONS), timeout=120)
+
+    def dying_query(self, process: PerceptionProcess) -> tuple[Any, float]:
+        """A query whose perception process is killed while it perceives: (the answer, seconds
+        from the kill to the answer)."""
+        known = self.goals.known()
+        answer: list[Any] = []
+        asking = threading.Thread(target=lambda: answer.append(self.ask()))
+        asking.start()
+        self.goals.new_goal(known, GoalStatus.STATUS_EXECUTING)  # perceiving over there
+        killed = time.monotonic()
+        process.kill()
+        asking.join(timeout=120)
+        assert answer, "no answer"
+        return answer[0], time.monotonic() - killed
 
 
 @pytest.fixture(scope="module")
@@ -144,67 +201,79 @@ def cluster(tiny_models_dir: Path, tmp_path_factory: pytest.TempPathFactory
         c.spinner.stop()
 
 
-def test_cancel_and_death_of_a_perception_process_and_recovery(
-    cluster: tuple[Cluster, Path], tiny_models_dir: Path
+@pytest.fixture
+def slow(cluster: tuple[Cluster, Path], tiny_models_dir: Path) -> Iterator[PerceptionProcess]:
+    """A perception process whose every frame is a long reply: seconds to cancel or kill it."""
+    process = PerceptionProcess(vlm_config(cluster[1] / "slow.yaml", 3000), tiny_models_dir)
+    try:
+        process.wait_active()
+        yield process
+    finally:
+        process.stop()
+
+
+def test_a_perceive_goal_cancelled_there_ends_canceled_at_once(
+    cluster: tuple[Cluster, Path], slow: PerceptionProcess
+) -> None:
+    c, _ = cluster
+    assert c.perceive.wait_for_server(timeout_sec=30)
+    goal = Perceive.Goal(
+        question="Which way did I turn?", options=OPTIONS,
+        key_frames=[jpeg_to_compressed(encode_jpeg(f), t) for f, t in zip(FRAMES, STAMPS,
+                                                                           strict=True)],
+        motions=[EgoMotion(valid=False) for _ in FRAMES[1:]],
+    )
+    started = threading.Event()
+    done: list[int] = []  # frames described, per feedback message
+
+    def on_feedback(m: Any) -> None:
+        done.append(m.feedback.frames_done)
+        started.set()
+
+    handle = result_of(c.perceive.send_goal_async(goal, feedback_callback=on_feedback), 30)
+    assert started.wait(30)
+    result_of(handle.cancel_goal_async(), 10)
+    outcome = result_of(handle.get_result_async(), 10)
+    assert outcome.status == GoalStatus.STATUS_CANCELED
+    assert outcome.result.error_code == "CANCELLED"
+    # ended mid-perception (each frame is a long reply), not after describing every frame
+    assert max(done) < len(goal.key_frames), (done, len(goal.key_frames))
+
+
+def test_a_query_cancelled_mid_perception_cancels_the_remote_goal(
+    cluster: tuple[Cluster, Path], slow: PerceptionProcess
+) -> None:
+    c, _ = cluster
+    assert c.action.wait_for_server(timeout_sec=10)
+    known = c.goals.known()
+    qhandle = result_of(c.action.send_goal_async(
+        QueryAction.Goal(question="Which way did I turn?", options=OPTIONS)), 30)
+    remote = c.goals.new_goal(known, GoalStatus.STATUS_EXECUTING)  # perceiving over there
+    result_of(qhandle.cancel_goal_async(), 10)
+    qout = result_of(qhandle.get_result_async(), 10)
+    assert qout.status == GoalStatus.STATUS_CANCELED
+    assert c.query.runner.stats.in_flight == 0
+    c.goals.wait(remote, GoalStatus.STATUS_CANCELED)  # and the perception there stopped
+
+
+def test_a_perception_process_dying_mid_query_is_backend_down(
+    cluster: tuple[Cluster, Path], slow: PerceptionProcess
+) -> None:
+    c, _ = cluster
+    answer, noticed = c.dying_query(slow)
+    assert answer.error_code == "BACKEND_DOWN", answer
+    assert "perception node" in answer.error
+    # noticed by its silence (a killed process stays in the graph for a while), long before
+    # the query's own limit (300 s, BACKEND_TIMEOUT); the margin is for a loaded machine
+    assert noticed < HEARTBEAT_TIMEOUT_SEC + 10.0, noticed
+
+
+def test_the_query_server_answers_again_when_perception_comes_back(
+    cluster: tuple[Cluster, Path], slow: PerceptionProcess, tiny_models_dir: Path
 ) -> None:
     c, tmp = cluster
-    slow = PerceptionProcess(vlm_config(tmp / "slow.yaml", 3000), tiny_models_dir)
-    try:
-        slow.wait_active()
-        assert c.perceive.wait_for_server(timeout_sec=30)
-        # 1. a Perceive goal cancelled on the perception process ends CANCELED there at once
-        window = c.buffer.window(0.0)
-        goal = Perceive.Goal(
-            question="Which way did I turn?", options=OPTIONS,
-            key_frames=[jpeg_to_compressed(j, s) for j, s in zip(window.jpegs, window.stamps,
-                                                                 strict=True)],
-            motions=[EgoMotion(valid=False) for _ in window.motions],
-        )
-        started = threading.Event()
-        done: list[int] = []  # frames described, per feedback message
-
-        def on_feedback(m: Any) -> None:
-            done.append(m.feedback.frames_done)
-            started.set()
-
-        handle = result_of(c.perceive.send_goal_async(goal, feedback_callback=on_feedback), 30)
-        assert started.wait(10)
-        result_of(handle.cancel_goal_async(), 10)
-        outcome = result_of(handle.get_result_async(), 10)
-        assert outcome.status == GoalStatus.STATUS_CANCELED
-        assert outcome.result.error_code == "CANCELLED"
-        # ended mid-perception (each frame is a long reply), not after describing every frame
-        assert max(done) < len(goal.key_frames), (done, len(goal.key_frames))
-        # 2. a query cancelled mid-perception: CANCELED, the remote goal cancelled too
-        assert c.action.wait_for_server(timeout_sec=10)
-        progress = threading.Event()
-        qhandle = result_of(c.action.send_goal_async(
-            QueryAction.Goal(question="Which way did I turn?", options=OPTIONS),
-            feedback_callback=lambda m: m.feedback.stage == "perception" and progress.set(),
-        ), 30)
-        wait_until(lambda: progress.is_set() or qhandle.status == GoalStatus.STATUS_EXECUTING,
-                   10, "the query to run")
-        time.sleep(0.5)
-        result_of(qhandle.cancel_goal_async(), 10)
-        qout = result_of(qhandle.get_result_async(), 10)
-        assert qout.status == GoalStatus.STATUS_CANCELED
-        assert c.query.runner.stats.in_flight == 0
-        # 3. the perception process dies mid-query: BACKEND_DOWN within 3 s of its death
-        answer: list[Any] = []
-        asking = threading.Thread(target=lambda: answer.append(c.ask()))
-        asking.start()
-        wait_until(lambda: c.query.runner.stats.in_flight == 1, 10, "the query to start")
-        time.sleep(1.0)  # perception is under way in the other process
-        killed = time.monotonic()
-        slow.kill()
-        asking.join(timeout=30)
-        noticed = time.monotonic() - killed
-        assert answer and answer[0].error_code == "BACKEND_DOWN", answer
-        assert noticed < 3.0, noticed  # 2 s of silence, and no wait for a dead peer
-        assert "perception node" in answer[0].error
-    finally:
-        slow.stop()
-    # 4. the process comes back: the same query server answers again, by itself
+    answer, _ = c.dying_query(slow)
+    assert answer.error_code == "BACKEND_DOWN", answer
     fast = PerceptionProcess(str(tmp / "fast.yaml"), tiny_models_dir)
     try:
         fast.wait_active()

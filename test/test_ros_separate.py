@@ -14,11 +14,13 @@ from ros_helpers import (
     Spinner,
     call,
     feed,
+    frame_handled,
     image_msg,
     odom_msg,
+    pose_received,
     require_ros,
     ros_context,
-    wait_until,
+    wait_matched,
 )
 
 require_ros()
@@ -61,8 +63,8 @@ class Separate:
         self.odom = self.tester.create_publisher(Odometry, f"{NS}/odom", 10)
         self.client = self.tester.create_client(SpatialQuery, f"{NS}/query",
                                                 qos_profile=QUERY_QOS)
-        wait_until(lambda: self.image.get_subscription_count() > 0
-                   and self.odom.get_subscription_count() > 0, what="subscribers")
+        wait_matched(self.image, [self.buffer.camera_subscriptions[0]])
+        wait_matched(self.odom, [self.buffer.odometry_subscription])
 
     def ask(self, window_sec: float = 0.0, camera: str = "") -> Any:
         return call(self.client, SpatialQuery.Request(
@@ -83,9 +85,9 @@ reasoning:
         s = Separate(ctx, str(cfg))
         store = s.buffer.store
         odoms = [odom_msg(t, 0.0, 0.0, 15.0 * (t - STAMPS[0])) for t in STAMPS[ODOM_FROM:]]
-        feed(s.odom.publish, odoms, lambda: store.stats.poses)
+        feed(s.odom.publish, odoms, pose_received(store))
         feed(s.image.publish, [image_msg(f, t) for f, t in zip(FRAMES, STAMPS, strict=True)],
-             lambda: store.stats.received)
+             frame_handled(store))
         yield s
         s.spinner.stop()
     lm.close()

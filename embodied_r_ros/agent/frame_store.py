@@ -209,6 +209,10 @@ class StoreStats:
     dropped: Counter[str] = field(default_factory=Counter)  # by FrameError code / BAD_STAMP
     dropped_since_stored: int = 0  # bad frames in a row, since the last good one
     last_drop: tuple[str, str] | None = None  # (code, one-line reason)
+    # stamps of the last frame handled (stored, skipped or dropped) and the last pose received:
+    # proof that a given one arrived, which a count cannot give (a late duplicate moves it too)
+    last_frame_stamp: float | None = None
+    last_pose_stamp: float | None = None
 
 
 class FrameStore:
@@ -274,6 +278,11 @@ class FrameStore:
             if not self._frames or stamp > self._frames[-1].stamp:
                 self._extractor.skip(stamp)
 
+    def handled(self, stamp: float) -> None:
+        """The frame stamped ``stamp`` is done with (stored, skipped or dropped)."""
+        with self._lock:
+            self.stats.last_frame_stamp = stamp
+
     def note_dropped(self, code: str, reason: str) -> None:
         """Count a frame that could not be decoded; it is gone, the stream goes on."""
         with self._lock:
@@ -336,6 +345,7 @@ class FrameStore:
             self._poses.add(stamp, pose)
             if self._frames:
                 self._poses.prune(self._frames[0].stamp - self.odom_tolerance_sec)
+            self.stats.last_pose_stamp = stamp
 
     def pose_at(self, stamp: float) -> Pose | None:
         """The odometry pose of a frame at ``stamp`` by the rule windows use (the nearest within

@@ -64,6 +64,10 @@ from embodied_r_ros.nodes.transport import IMAGE_QOS, stored_frames_topic, windo
 
 M = TypeVar("M", Image, CompressedImage)
 
+#: the content filter the camera subscriptions start with when the stamp filter is on: every
+#: frame passes (nanosec is unsigned), and the grid's filter later replaces it in place
+PASS_ALL: tuple[str, list[str]] = ("header.stamp.nanosec >= %0", ["0"])
+
 SPECS: tuple[Spec, ...] = (
     DIAGNOSTICS_SPEC,
     Spec("camera_name", "front", "this camera's name in SpatialQuery.camera"),
@@ -127,14 +131,13 @@ class FrameBufferNode(Node):
                      else QoSProfile(depth=5, reliability=ReliabilityPolicy.RELIABLE))
         log = self.get_logger()
         self._image_qos, self._ingest_group = image_qos, ingest
-        self._image_subs: list[Any] = []
         self._filter: tuple[str, list[str]] | None = None
         self._filter_origin: float | None = None
         self._last_stored = (0, 0)  # (frames stored, frames received) at the last check
-        self._subscribe_images(None)
+        self._image_subs = self._subscribe_images(PASS_ALL if p["stamp_filter"] else None)
         if p["stamp_filter"]:
             self._tuner = self.create_timer(0.5, self._tune_ingest, callback_group=ingest)
-        self.create_subscription(
+        self.odometry_subscription = self.create_subscription(
             Odometry, "odom", guard_subscription(log, "odometry", self._on_odom),
             qos_profile_sensor_data, callback_group=odom,
         )
@@ -186,21 +189,41 @@ class FrameBufferNode(Node):
         """Whether the camera subscriptions carry the stamp filter."""
         return self._filter is not None
 
-    def _subscribe_images(self, flt: tuple[str, list[str]] | None) -> None:
-        """(Re)create the camera subscriptions, with the content filter ``flt`` or none."""
+    @property
+    def camera_subscriptions(self) -> tuple[Any, Any]:
+        """The ``image`` and ``image/compressed`` subscriptions (their matched publishers tell
+        whether a camera is connected)."""
+        raw, compressed = self._image_subs
+        return raw, compressed
+
+    def _subscribe_images(self, flt: tuple[str, list[str]] | None) -> list[Any]:
+        """The camera subscriptions, created once: with ``flt`` as their content filter when the
+        stamp filter is on, so that later changes are made in place by :meth:`_set_filter`."""
         from rclpy.subscription_content_filter_options import ContentFilterOptions
 
-        for sub in self._image_subs:
-            self.destroy_subscription(sub)
         options = ContentFilterOptions(*flt) if flt is not None else None
-        self._image_subs = [
+        return [
             self.create_subscription(kind, topic, self._ingest_cb(kind, decode),
                                      self._image_qos, callback_group=self._ingest_group, raw=True,
                                      content_filter_options=options)
             for kind, topic, decode in ((Image, "image", image_to_rgb),
                                         (CompressedImage, "image/compressed", compressed_to_rgb))
         ]
-        self._filter = flt if all(s.is_cft_enabled for s in self._image_subs) else None
+
+    def _set_filter(self, flt: tuple[str, list[str]] | None) -> None:
+        """Filter the camera subscriptions by ``flt`` (None: every frame passes).
+
+        The filter changes in place (DDS ``set_filter_expression``); the subscriptions are never
+        destroyed and created again, which raced the executor: a subscription destroyed while
+        another executor thread builds its wait set makes rclpy raise InvalidHandle out of
+        ``spin`` (the QoS event handle is entered, then refused when added to the wait set).
+        """
+        if not all(s.is_cft_enabled for s in self._image_subs):
+            self._filter = None  # the RMW has no content filter: every frame comes in
+            return
+        for sub in self._image_subs:
+            sub.set_content_filter(*(flt or PASS_ALL))
+        self._filter = flt
 
     def _tune_ingest(self) -> None:
         """Keep the stamp filter in step with the sampling grid (a timer in the ingest group,
@@ -213,7 +236,7 @@ class FrameBufferNode(Node):
         if stalled:
             self.get_logger().warning("frames arrive but none is sampled: dropping the stamp "
                                       "filter to learn the grid again")
-            self._subscribe_images(None)
+            self._set_filter(None)
             self._filter_origin = None
             return
         sampling = self.store.sampling()
@@ -225,7 +248,7 @@ class FrameBufferNode(Node):
         flt = stamp_filter(origin, period, interval)
         self._filter_origin = origin
         if flt is not None:
-            self._subscribe_images(flt)
+            self._set_filter(flt)
             state = "on" if self._filter is not None else "not supported by this RMW"
             self.get_logger().info(f"stamp filter {state} (grid {origin:.3f} s + k x "
                                    f"{period:g} s)")
@@ -241,15 +264,18 @@ class FrameBufferNode(Node):
         except FrameError as exc:
             self._dropped(exc)
             return
-        if not self.store.wants(stamp):
-            self.store.skip(stamp)
-            return
         try:
-            msg = from_cdr(raw, kind)
-        except FrameError as exc:
-            self._dropped(exc)
-            return
-        self._keep(msg, stamp, decode)
+            if not self.store.wants(stamp):
+                self.store.skip(stamp)
+                return
+            try:
+                msg = from_cdr(raw, kind)
+            except FrameError as exc:
+                self._dropped(exc)
+                return
+            self._keep(msg, stamp, decode)
+        finally:
+            self.store.handled(stamp)
 
     def _dropped(self, exc: FrameError) -> None:
         self.store.note_dropped(exc.code, str(exc))
