@@ -318,8 +318,10 @@ def test_health_probes_log_at_debug_not_info(
 
 
 class CountingVLM(ChatBackend):
-    """A VLM that is slow, serves concurrently, counts requests in flight, and replies by what
-    it was shown (so the order of replies matters)."""
+    """A VLM that serves concurrently, counts requests in flight, and replies by what it was
+    shown (so the order of replies matters). Each request is held until ``hold`` requests are
+    in flight together (or 10 s pass): a client that sends fewer at once shows as a lower peak
+    however slow the machine, one that sends more as a higher one."""
 
     model_id = "counting-vlm"
     supports_images = True
@@ -328,14 +330,17 @@ class CountingVLM(ChatBackend):
     def __init__(self) -> None:
         self.in_flight = 0
         self.peak = 0
-        self._lock = threading.Lock()
+        self.hold = 1
+        self._cond = threading.Condition()
 
     def complete(self, conversations: Any, **_: Any) -> list[Completion]:
-        with self._lock:
+        with self._cond:
             self.in_flight += 1
             self.peak = max(self.peak, self.in_flight)
-        time.sleep(0.2)
-        with self._lock:
+            self._cond.notify_all()
+            self._cond.wait_for(lambda: self.peak >= self.hold, timeout=10.0)
+            # one request more than ``hold`` at once would show meanwhile (and fail the test)
+            self._cond.wait_for(lambda: self.in_flight > self.hold, timeout=0.2)
             self.in_flight -= 1
         out = []
         for conv in conversations:
@@ -358,7 +363,8 @@ def test_perception_keeps_min_of_frames_and_concurrency_in_flight(
     texts = []
     with serve(vlm) as server:
         for concurrency in (0, 1):
-            vlm.peak = 0
+            expected_peak = min(n_frames, max_concurrency) if concurrency == 0 else 1
+            vlm.peak, vlm.hold = 0, expected_peak
             cfg = config_from_dict({
                 "perception": {"backend": "vlm", "concurrency": concurrency, "vlm": {
                     "backend": "openai", "model": "counting-vlm", "base_url": server.url,
@@ -368,7 +374,6 @@ def test_perception_keeps_min_of_frames_and_concurrency_in_flight(
             result = p.perceive(images, list(range(n_frames)), "Which way?", [],
                                 motions=[None] * (n_frames - 1))
             texts.append(result.text)
-            expected_peak = min(n_frames, max_concurrency) if concurrency == 0 else 1
             assert vlm.peak == expected_peak
     assert texts[0] == texts[1]  # concurrent replies are put back in frame order
     assert texts[0].count("view ") == n_frames  # one reply per key frame

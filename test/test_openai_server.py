@@ -119,7 +119,19 @@ def test_a_request_whose_client_left_is_dropped_and_the_batcher_serves_on() -> N
         return [{"role": "user", "content": [{"type": "image", "image": image},
                                              {"type": "text", "text": text}]}]
 
-    backend = FlakyBackend(broken=False, delay_s=0.3)
+    class Held(FlakyBackend):
+        """Echoes; holds the first batch until ``release`` is set."""
+
+        def __init__(self) -> None:
+            super().__init__(broken=False)
+            self.entered, self.release = threading.Event(), threading.Event()
+
+        def complete(self, conversations: Any, **kwargs: Any) -> list[Completion]:
+            self.entered.set()
+            assert self.release.wait(10)
+            return super().complete(conversations, **kwargs)
+
+    backend = Held()
     batcher = Batcher(backend, max_batch=4)
     settings = Settings(32, None, None, None, ())
     left = CancelToken()
@@ -134,12 +146,16 @@ def test_a_request_whose_client_left_is_dropped_and_the_batcher_serves_on() -> N
 
     busy = threading.Thread(target=ask, args=("busy",))
     busy.start()
-    time.sleep(0.1)  # the worker is inside the first batch; the next two queue behind it
+    assert backend.entered.wait(10)  # the worker is inside the first batch
     waiting = [threading.Thread(target=ask, args=("stays",)),
                threading.Thread(target=ask, args=("left", left))]
     for t in waiting:
         t.start()
+    deadline = time.monotonic() + 10
+    while batcher._queue.qsize() < 2:  # the next two queue behind it: the second batch
+        assert time.monotonic() < deadline, "the two requests never queued"
         time.sleep(0.01)
+    backend.release.set()
     for t in (busy, *waiting):
         t.join(timeout=10)
     later = threading.Thread(target=ask, args=("later",), daemon=True)
