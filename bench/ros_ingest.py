@@ -33,6 +33,7 @@ from _ros_common import (
     Camera,
     Diagnostics,
     NodeProcess,
+    StoredFrames,
     bench_env,
     spin_in_background,
     wait_for,
@@ -109,6 +110,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     pub = node.create_publisher(Image, "/bench/image_raw",
                                 QoSProfile(depth=5, reliability=ReliabilityPolicy.BEST_EFFORT))
     diag = Diagnostics(node)
+    stored = StoredFrames(node, "/frames/front/stored")
     executor, thread = spin_in_background(node)
     camera = Camera(args.width, args.height, n_views=args.views)
     results: dict[str, tuple[float, float, int]] = {}
@@ -130,13 +132,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             if path != MEASURED:
                 node_proc.stop()
                 wait_for(lambda: pub.get_subscription_count() == 0, 30, "its node to go")
-        # memory: fast-forward the filtered path's node, one frame per stream second
+        # memory: fast-forward the filtered path's node, one frame per stream second, each
+        # sent once the one before is stored
         assert node_proc is not None
+        wait_for(lambda: stored.sub.get_publisher_count() > 0, 30, "the stored frames")
         stream_real = args.seconds
         n_total_sec = round(args.minutes * 60)
         for s in range(round(stream_real) + 1, n_total_sec):
-            pub.publish(camera.cdr(s * round(args.fps), 1000.0 + s))
-            time.sleep(0.03)
+            stored.send(pub.publish, camera.cdr(s * round(args.fps), 1000.0 + s), 1000.0 + s)
         target = min(n_total_sec - stream_real, 300) - 3
         wait_for(lambda: diag.get(STATUS, "buffer_span_sec") >= target, 60,
                  f"the buffer to fill ({diag.values.get(STATUS)})")

@@ -25,8 +25,8 @@ import rclpy
 from _figures import add_json_option, write_figures
 from _ros_common import (
     Camera,
-    Diagnostics,
     NodeProcess,
+    StoredFrames,
     percentile,
     spin_in_background,
     wait_for,
@@ -44,7 +44,6 @@ reasoning: {model: {max_new_tokens: 1}}
 """
 P50_BOUND_SEC = 0.020  # server overhead (total minus models)
 P99_BOUND_SEC = 0.040
-STATUS = "embodied_r: camera front"
 
 
 def odometry(t: float, yaw_deg: float) -> Odometry:
@@ -85,20 +84,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     pub = node.create_publisher(Image, "/bench/image_raw", reliable)
     odom = node.create_publisher(Odometry, "/odom", reliable)
     client = SpatialQueryClient("/embodied_r/query", context=node.context)
-    diag = Diagnostics(node)
+    stored = StoredFrames(node, "/embodied_r/frames/front/stored")
     executor, thread = spin_in_background(node)
     server, trip, frames = [], [], []
     try:
         camera = Camera(args.width, args.height, n_views=120, step_px=24)
         wait_for(lambda: client.wait_for_server(1.0), 300, "the all-in-one")
-        wait_for(lambda: pub.get_subscription_count() > 0 and odom.get_subscription_count() > 0,
-                 60, "the camera and odometry subscriptions")
+        wait_for(lambda: pub.get_subscription_count() > 0 and odom.get_subscription_count() > 0
+                 and stored.sub.get_publisher_count() > 0, 60,
+                 "the camera, odometry and stored-frame subscriptions")
         n = round(args.window) + 1
         for s in range(n):  # one frame per stream second: what 1 fps sampling keeps
             odom.publish(odometry(500.0 + s, yaw_deg=3.0 * s))
-            pub.publish(camera.cdr(s * 30, 500.0 + s))
-            time.sleep(0.05)
-        wait_for(lambda: diag.get(STATUS, "frames_stored") >= n, 60, "the 60 s window")
+            stored.send(pub.publish, camera.cdr(s * 30, 500.0 + s), 500.0 + s)
         for i in range(args.queries + 5):
             t0 = time.perf_counter()
             r = client.ask("Which way did I turn?", ["A. left", "B. right"],
