@@ -1,9 +1,11 @@
 """Separate mode across processes: a perception node in its own process with a real (tiny)
-VLM behind the Perceive action; cancel reaches it, its death is noticed by its silence, and the
-query server recovers when it comes back. Each test starts the perception process it needs."""
+VLM behind the Perceive action; cancel reaches it, its death is noticed by its silence, a pause
+of either process is not taken for a death, and the query server recovers when the perception
+process comes back. Each test starts the perception process it needs."""
 
 from __future__ import annotations
 
+import ctypes
 import os
 import signal
 import subprocess
@@ -74,11 +76,16 @@ reasoning: {{model: {{max_new_tokens: 4}}}}
 
 
 class PerceptionProcess:
-    def __init__(self, cfg: str, models: Path) -> None:
+    """``python -m embodied_r_ros.nodes.perception_node``; with ``pause_sec``, one whose first
+    goal holds the GIL that long before it starts (``paused_perception.py``)."""
+
+    def __init__(self, cfg: str, models: Path, pause_sec: int = 0) -> None:
         env = {**os.environ, **LOCALHOST_ENV, "ROS_DOMAIN_ID": str(domain_id(__name__)),
                "EMBODIED_R_MODEL_CACHE": str(models), "OMP_NUM_THREADS": "1"}
+        node = (["-m", "embodied_r_ros.nodes.perception_node"] if not pause_sec else
+                [str(Path(__file__).with_name("paused_perception.py")), str(pause_sec)])
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "embodied_r_ros.nodes.perception_node", "--ros-args",
+            [sys.executable, *node, "--ros-args",
              "-r", f"__ns:={NS}", "-p", "profile:=tiny", "-p", f"config_file:={cfg}"],
             env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
         )
@@ -176,13 +183,17 @@ class Cluster:
         return call(self.client, SpatialQuery.Request(question="Which way did I turn?",
                                                       options=OPTIONS), timeout=120)
 
+    def ask_in_background(self) -> tuple[threading.Thread, list[Any]]:
+        answer: list[Any] = []
+        asking = threading.Thread(target=lambda: answer.append(self.ask()))
+        asking.start()
+        return asking, answer
+
     def dying_query(self, process: PerceptionProcess) -> tuple[Any, float]:
         """A query whose perception process is killed while it perceives: (the answer, seconds
         from the kill to the answer)."""
         known = self.goals.known()
-        answer: list[Any] = []
-        asking = threading.Thread(target=lambda: answer.append(self.ask()))
-        asking.start()
+        asking, answer = self.ask_in_background()
         self.goals.new_goal(known, GoalStatus.STATUS_EXECUTING)  # perceiving over there
         killed = time.monotonic()
         process.kill()
@@ -266,6 +277,58 @@ def test_a_perception_process_dying_mid_query_is_backend_down(
     # noticed by its silence (a killed process stays in the graph for a while), long before
     # the query's own limit (300 s, BACKEND_TIMEOUT); the margin is for a loaded machine
     assert noticed < HEARTBEAT_TIMEOUT_SEC + 10.0, noticed
+
+
+def test_a_perception_process_paused_on_its_first_goal_is_waited_for(
+    cluster: tuple[Cluster, Path], tiny_models_dir: Path
+) -> None:
+    """A fresh perception process that sends no heartbeat for 4 s (its Python paused, as by a
+    full garbage collection on a loaded machine) is alive: the query is answered, not ended
+    with BACKEND_DOWN after 2 s of silence."""
+    c, tmp = cluster
+    paused = PerceptionProcess(str(tmp / "fast.yaml"), tiny_models_dir,
+                               pause_sec=round(2 * HEARTBEAT_TIMEOUT_SEC))
+    try:
+        paused.wait_active()
+        r = c.ask()
+        assert r.success, r.error
+        assert r.perception_sec >= 2 * HEARTBEAT_TIMEOUT_SEC  # the pause was in the goal
+    finally:
+        paused.stop()
+
+
+def test_a_pause_of_the_query_servers_own_process_is_not_a_dead_peer(
+    cluster: tuple[Cluster, Path], tiny_models_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """This process stops for 3 s while the perception process works on a query's goal, in the
+    thread that watches the peer, as when an allocation of its own starts a full garbage
+    collection: the heartbeats that came meanwhile wait unread, which is no silence of the
+    peer's."""
+    from embodied_r_ros.nodes import remote_engine
+
+    c, tmp = cluster
+    pause = threading.Event()
+    check = remote_engine._Presence.check
+
+    def check_then_pause(presence: Any) -> None:
+        check(presence)
+        if pause.is_set():
+            pause.clear()
+            ctypes.PyDLL(None).sleep(round(1.5 * HEARTBEAT_TIMEOUT_SEC))  # the GIL held
+
+    monkeypatch.setattr(remote_engine._Presence, "check", check_then_pause)
+    steady = PerceptionProcess(vlm_config(tmp / "steady.yaml", 400), tiny_models_dir)
+    try:
+        steady.wait_active()
+        known = c.goals.known()
+        asking, answer = c.ask_in_background()
+        c.goals.new_goal(known, GoalStatus.STATUS_EXECUTING)  # long replies: seconds to go
+        pause.set()
+        asking.join(timeout=120)
+        assert not pause.is_set()  # the pause happened
+        assert answer and answer[0].success, answer
+    finally:
+        steady.stop()
 
 
 def test_the_query_server_answers_again_when_perception_comes_back(

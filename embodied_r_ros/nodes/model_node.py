@@ -51,6 +51,7 @@ from embodied_r_ros.nodes.params import (
     declare,
     load_node_config,
 )
+from embodied_r_ros.nodes.transport import ALIVE_QOS, alive_topic
 
 SUCCESS = TransitionCallbackReturn.SUCCESS
 FAILURE = TransitionCallbackReturn.FAILURE
@@ -91,6 +92,7 @@ class ModelNode(LifecycleNode):
         self.calls = 0
         self.last_sec = 0.0
         self.goals = GoalTokens()
+        self._alive_publishers: list[Any] = []
         self.requests = ReentrantCallbackGroup()  # served apart from the lifecycle services
         self._diag = DiagnosticsPublisher(
             self, self.params["diagnostics_period_sec"], self.diagnostics,
@@ -202,6 +204,10 @@ class ModelNode(LifecycleNode):
             self.goals.cancel(goal_handle)
             return CancelResponse.ACCEPT
 
+        from std_msgs.msg import Empty
+
+        # the process's sign of life that a paused Python keeps giving (RemoteEngine reads it)
+        self._alive_publishers.append(self.create_publisher(Empty, alive_topic(name), ALIVE_QOS))
         return ActionServer(
             self, action_type, name,
             execute_callback=guard_execute(self.get_logger(), name, action_type.Result, execute),

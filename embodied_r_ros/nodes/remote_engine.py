@@ -5,10 +5,18 @@ Calls are made from the query's worker thread and waited on in short slices, nev
 so the node's multi-threaded executor keeps delivering replies and camera frames meanwhile.
 Every wait ends: a peer that is not there within ``wait_sec`` is ``BACKEND_DOWN``; a peer that
 vanishes mid-call is noticed within about two seconds (it leaves the ROS graph, or, when a
-killed process lingers in discovery, its goal feedback heartbeat stops) and is ``BACKEND_DOWN``
-too; the frame buffer has ``window_timeout_sec`` to answer; and the question's
-:class:`~embodied_r_ros.core.cancel.CancelToken` cancels a running goal on the peer, so a
-timed-out or cancelled question stops the work there as well.
+killed process lingers in discovery, its goal feedback heartbeat stops and its DDS liveliness is
+lost) and is ``BACKEND_DOWN`` too; the frame buffer has ``window_timeout_sec`` to answer; and
+the question's :class:`~embodied_r_ros.core.cancel.CancelToken` cancels a running goal on the
+peer, so a timed-out or cancelled question stops the work there as well.
+
+A pause is not a death. Heartbeats come from the peer's Python and are read by this process's
+Python: a full garbage collection, a lazy import or a starved CPU on either side stops them for
+seconds (a freshly started model node most of all: its first goal meets the garbage of its
+start). So silence ends a goal only once the peer's DDS liveliness is lost too (or where it is
+unknown); a peer whose liveliness holds (asserted by the middleware's own threads, Python
+paused or not) is waited for up to ``STALLED_AFTER_SEC``, and time this process itself did not
+run is not counted as silence.
 """
 
 from __future__ import annotations
@@ -19,7 +27,8 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from rclpy.action import ActionClient
-from rclpy.callback_groups import ReentrantCallbackGroup
+from rclpy.callback_groups import CallbackGroup, ReentrantCallbackGroup
+from rclpy.event_handler import SubscriptionEventCallbacks
 from rclpy.node import Node
 
 from embodied_r_ros.agent.frame_store import Window
@@ -35,11 +44,16 @@ from embodied_r_ros.nodes.conversions import (
     msg_to_motion,
     stamp_to_sec,
 )
-from embodied_r_ros.nodes.transport import window_service_name
+from embodied_r_ros.nodes.transport import ALIVE_QOS, alive_topic, window_service_name
 
 _POLL_SEC = 0.05
-#: goal servers beat every 0.5 s; this long without a sign of life and a peer is gone
+#: goal servers beat every 0.5 s; this long without a sign of life and a peer is gone, unless
+#: its liveliness says it is only paused
 HEARTBEAT_TIMEOUT_SEC = 2.0
+#: this long without a heartbeat and a peer is stuck, however alive its process
+STALLED_AFTER_SEC = 30.0
+#: a wait between two checks longer than the poll by this much: this process did not run
+_LOCAL_PAUSE_SEC = 0.1
 #: this long missing from the graph and a peer is gone (not a discovery hiccup)
 GONE_AFTER_SEC = 0.5
 CANCEL_WAIT_SEC = 1.0
@@ -71,6 +85,28 @@ class _Presence:
             raise QueryError(BACKEND_DOWN, f"{self.what} went away")
 
 
+class _Liveliness:
+    """Whether a goal server's process is alive, from the DDS liveliness of its
+    ``<action>/alive`` topic (:data:`~embodied_r_ros.nodes.transport.ALIVE_QOS`); None until the
+    middleware first reports it (a peer without the topic: its heartbeat alone decides)."""
+
+    def __init__(self, node: Node, action: str, group: CallbackGroup) -> None:
+        from std_msgs.msg import Empty
+
+        self.alive_count: int | None = None
+        node.create_subscription(
+            Empty, alive_topic(action), lambda _msg: None, ALIVE_QOS, callback_group=group,
+            event_callbacks=SubscriptionEventCallbacks(liveliness=self._changed),
+        )
+
+    def _changed(self, info: Any) -> None:
+        self.alive_count = int(info.alive_count)
+
+    @property
+    def alive(self) -> bool:
+        return bool(self.alive_count)
+
+
 class RemoteEngine:
     def __init__(
         self,
@@ -96,6 +132,10 @@ class RemoteEngine:
         }
         self._perceive = ActionClient(node, Perceive, perception_action, callback_group=group)
         self._reason = ActionClient(node, Reason, reasoning_action, callback_group=group)
+        self._liveliness = {
+            id(self._perceive): _Liveliness(node, perception_action, group),
+            id(self._reason): _Liveliness(node, reasoning_action, group),
+        }
 
     def _wait_ready(self, is_ready: Callable[[], bool], what: str, cancel: CancelToken) -> None:
         deadline = time.monotonic() + cancel.bound(self.wait_sec)
@@ -142,7 +182,9 @@ class RemoteEngine:
                   on_feedback: Callable[[Any], None] | None, cancel: CancelToken) -> Any:
         """Send ``goal`` and wait for its result while the peer shows signs of life."""
         self._wait_ready(client.server_is_ready, what, cancel)
+        liveliness = self._liveliness[id(client)]
         last_sign = [time.monotonic()]
+        last_check = [last_sign[0]]
 
         def feedback(msg: Any) -> None:
             last_sign[0] = time.monotonic()
@@ -153,16 +195,27 @@ class RemoteEngine:
         gone: list[bool] = []  # set when the peer is found gone (left the graph, or silent)
 
         def alive() -> None:
+            now = time.monotonic()
+            paused = now - last_check[0] - _POLL_SEC
+            last_check[0] = now
+            if paused > _LOCAL_PAUSE_SEC:
+                # this process did not run meanwhile: what the peer sent then waits unread
+                last_sign[0] += paused
             try:
                 presence.check()
             except QueryError:
                 gone.append(True)
                 raise
-            silent = time.monotonic() - last_sign[0]
-            if silent > HEARTBEAT_TIMEOUT_SEC:
+            silent = now - last_sign[0]
+            if silent <= HEARTBEAT_TIMEOUT_SEC:
+                return
+            if not liveliness.alive:
                 gone.append(True)
                 raise QueryError(BACKEND_DOWN, f"{what} stopped answering (no sign of life "
                                  f"for {silent:.1f} s)")
+            if silent > STALLED_AFTER_SEC:  # its process lives, its goal does not move
+                raise QueryError(BACKEND_DOWN, f"{what} is stuck (no heartbeat for "
+                                 f"{silent:.1f} s)")
 
         sent = client.send_goal_async(goal, feedback_callback=feedback)
         accepted = done_event(sent)

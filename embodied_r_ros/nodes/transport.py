@@ -27,11 +27,28 @@ import logging
 import os
 from pathlib import Path
 
-from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy
+from rclpy.duration import Duration
+from rclpy.qos import (
+    DurabilityPolicy,
+    HistoryPolicy,
+    LivelinessPolicy,
+    QoSProfile,
+    ReliabilityPolicy,
+)
 
 from embodied_r_ros.core.config import CONFIG_DIR
 
 QUERY_QOS = QoSProfile(depth=256, reliability=ReliabilityPolicy.RELIABLE)
+
+#: a goal server's process stays alive this long without asserting its liveliness. Fast DDS
+#: asserts it from its own threads, so a process whose Python is paused (a full garbage
+#: collection, a lazy import of a C extension, a starved CPU) stays alive, and a killed one is
+#: lost this long after its last assertion
+ALIVE_LEASE_SEC = 2.0
+#: the QoS of a goal server's ``<action>/alive`` topic: nothing is published on it, its DDS
+#: liveliness is the message
+ALIVE_QOS = QoSProfile(depth=1, liveliness=LivelinessPolicy.AUTOMATIC,
+                       liveliness_lease_duration=Duration(seconds=ALIVE_LEASE_SEC))
 
 #: frames a camera subscription holds before its callback takes them; the frame buffer keeps
 #: about one a second, so two leave slack while bounding DDS's payload pool to two frames
@@ -74,6 +91,11 @@ def return_large_buffers_to_the_os(threshold: int = MMAP_THRESHOLD,
 def window_service_name(camera: str) -> str:
     """The (namespace-relative) GetWindow service of camera ``camera``'s frame buffer."""
     return f"frames/{camera}/get_window"
+
+
+def alive_topic(action: str) -> str:
+    """The topic whose liveliness (:data:`ALIVE_QOS`) says the server of ``action`` is alive."""
+    return f"{action}/alive"
 
 
 def stored_frames_topic(camera: str) -> str:
