@@ -23,7 +23,6 @@ from typing import Any
 import numpy as np
 import psycopg
 
-from embodied_r_ros.core.poses import Pose
 from embodied_r_ros.memory.errors import (
     BAD_ROW,
     DB_CORRUPT,
@@ -34,6 +33,8 @@ from embodied_r_ros.memory.errors import (
     SpatialMemoryError,
 )
 from embodied_r_ros.memory.store import (
+    COLUMNS,
+    F_COLUMNS,
     SCHEMA_VERSION,
     MemoryRow,
     MemoryStore,
@@ -42,8 +43,8 @@ from embodied_r_ros.memory.store import (
     check_name,
     check_row,
     joined_objects,
+    row_from_columns,
     search_terms,
-    split_objects,
     vector_blob,
     vectors_from_blobs,
 )
@@ -56,9 +57,6 @@ _LOCK_SPACE = 7261
 #: bytes a row costs besides its text, and an index entry besides its payload (estimates)
 _ROW_OVERHEAD = 120
 _ENTRY_OVERHEAD = 40
-_COLUMNS = ("id, robot, camera, stamp, x, y, z, yaw_deg, pitch_deg, pose_source, action, "
-            "description, objects")
-_F_COLUMNS = ", ".join(f"f.{c}" for c in _COLUMNS.split(", "))
 _SCHEMA = (
     "CREATE TABLE memory_meta (key text PRIMARY KEY, value text NOT NULL)",
     "CREATE TABLE memory_frames (id bigserial PRIMARY KEY, robot text NOT NULL, "
@@ -86,16 +84,6 @@ def _db_error(exc: psycopg.Error, where: str) -> SpatialMemoryError:
     if isinstance(exc, psycopg.errors.DataCorrupted | psycopg.errors.IndexCorrupted):
         return SpatialMemoryError(DB_CORRUPT, f"memory on {where} is damaged: {text}")
     return SpatialMemoryError(DB_UNAVAILABLE, f"memory server {where}: {text}")
-
-
-def _row(values: Sequence[Any], thumbnail: bytes | None = None) -> MemoryRow:
-    (row_id, robot, camera, stamp, x, y, z, yaw, pitch, source, action, description,
-     objects) = values
-    pose = Pose(x, y, z, yaw, pitch) if x is not None else None
-    return MemoryRow(stamp=stamp, description=description, robot=robot, camera=camera,
-                     pose=pose, pose_source=source, action=action,
-                     objects=split_objects(objects),
-                     thumbnail=bytes(thumbnail) if thumbnail is not None else None, id=row_id)
 
 
 def _row_bytes(row: MemoryRow) -> int:
@@ -209,7 +197,7 @@ class PostgresMemoryStore(MemoryStore):
                                 "stamp=%s RETURNING id", values[:3]).fetchall()
             replaced = bool(gone)
             got = conn.execute(
-                f"INSERT INTO memory_frames ({_COLUMNS.removeprefix('id, ')}, nbytes) VALUES "
+                f"INSERT INTO memory_frames ({COLUMNS.removeprefix('id, ')}, nbytes) VALUES "
                 "(%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s) RETURNING id", values).fetchone()
             assert got is not None
             row_id = int(got[0])
@@ -242,10 +230,10 @@ class PostgresMemoryStore(MemoryStore):
     def missing_vectors(self, robot: str, model: str, limit: int) -> list[MemoryRow]:
         with self._db() as conn:
             rows = conn.execute(
-                f"SELECT {_COLUMNS} FROM memory_frames f WHERE robot=%s AND NOT EXISTS "
+                f"SELECT {COLUMNS} FROM memory_frames f WHERE robot=%s AND NOT EXISTS "
                 "(SELECT 1 FROM memory_vectors v WHERE v.frame_id=f.id AND v.model=%s) "
                 "ORDER BY stamp DESC LIMIT %s", (robot, model, limit)).fetchall()
-        return [_row(r) for r in rows]
+        return [row_from_columns(r) for r in rows]
 
     def prune(self) -> int:
         self.require_writable()
@@ -296,21 +284,21 @@ class PostgresMemoryStore(MemoryStore):
         with self._db() as conn:
             if thumbnails:
                 rows = conn.execute(
-                    f"SELECT {_F_COLUMNS}"
+                    f"SELECT {F_COLUMNS}"
                     ", t.jpeg FROM memory_frames f LEFT JOIN memory_thumbnails t ON "
                     "t.frame_id=f.id WHERE f.id = ANY(%s)", (wanted,)).fetchall()
-                out = [_row(r[:-1], r[-1]) for r in rows]
+                out = [row_from_columns(r[:-1], r[-1]) for r in rows]
             else:
-                rows = conn.execute(f"SELECT {_COLUMNS} FROM memory_frames WHERE id = ANY(%s)",
+                rows = conn.execute(f"SELECT {COLUMNS} FROM memory_frames WHERE id = ANY(%s)",
                                     (wanted,)).fetchall()
-                out = [_row(r) for r in rows]
+                out = [row_from_columns(r) for r in rows]
         return sorted(out, key=lambda r: (r.stamp, r.id or 0))
 
     def latest(self, robot: str, n: int) -> list[MemoryRow]:
         with self._db() as conn:
-            rows = conn.execute(f"SELECT {_COLUMNS} FROM memory_frames WHERE robot=%s "
+            rows = conn.execute(f"SELECT {COLUMNS} FROM memory_frames WHERE robot=%s "
                                 "ORDER BY stamp DESC LIMIT %s", (robot, max(n, 0))).fetchall()
-        return [_row(r) for r in reversed(rows)]
+        return [row_from_columns(r) for r in reversed(rows)]
 
     def stamps(self, robot: str, start: float, end: float) -> list[tuple[int, float]]:
         with self._db() as conn:

@@ -24,11 +24,10 @@ import sqlite3
 import threading
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import IO, Any
+from typing import IO
 
 import numpy as np
 
-from embodied_r_ros.core.poses import Pose
 from embodied_r_ros.memory.errors import (
     DB_CORRUPT,
     DB_MISSING,
@@ -38,6 +37,8 @@ from embodied_r_ros.memory.errors import (
     SpatialMemoryError,
 )
 from embodied_r_ros.memory.store import (
+    COLUMNS,
+    F_COLUMNS,
     SCHEMA_VERSION,
     MemoryRow,
     MemoryStore,
@@ -46,8 +47,8 @@ from embodied_r_ros.memory.store import (
     check_name,
     check_row,
     joined_objects,
+    row_from_columns,
     search_terms,
-    split_objects,
     vector_blob,
     vectors_from_blobs,
 )
@@ -55,9 +56,6 @@ from embodied_r_ros.memory.store import (
 log = logging.getLogger(__name__)
 
 _HEADER = b"SQLite format 3\x00"
-_COLUMNS = ("id, robot, camera, stamp, x, y, z, yaw_deg, pitch_deg, pose_source, action, "
-            "description, objects")
-_F_COLUMNS = ", ".join(f"f.{c}" for c in _COLUMNS.split(", "))
 _SCHEMA = (
     "CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
     "CREATE TABLE frames (id INTEGER PRIMARY KEY, robot TEXT NOT NULL, camera TEXT NOT NULL, "
@@ -106,15 +104,6 @@ def _step(over: int, page: int) -> int:
     """How many thumbnails or rows one pruning step deletes: at least a page's worth of the
     bytes still over the bound, each freeing at most about a page."""
     return max(1, min(_PRUNE_STEP, -(-over // page)))
-
-
-def _row(values: Sequence[Any], thumbnail: bytes | None = None) -> MemoryRow:
-    (row_id, robot, camera, stamp, x, y, z, yaw, pitch, source, action, description,
-     objects) = values
-    pose = Pose(x, y, z, yaw, pitch) if x is not None else None
-    return MemoryRow(stamp=stamp, description=description, robot=robot, camera=camera,
-                     pose=pose, pose_source=source, action=action,
-                     objects=split_objects(objects), thumbnail=thumbnail, id=row_id)
 
 
 class SqliteMemoryStore(MemoryStore):
@@ -251,7 +240,7 @@ class SqliteMemoryStore(MemoryStore):
             db.execute("BEGIN IMMEDIATE")
             db.execute("DELETE FROM frames WHERE robot=? AND camera=? AND stamp=?", values[:3])
             row_id = int(db.execute(
-                f"INSERT INTO frames ({_COLUMNS.removeprefix('id, ')}) "
+                f"INSERT INTO frames ({COLUMNS.removeprefix('id, ')}) "
                 "VALUES (?,?,?,?,?,?,?,?,?,?,?,?)", values).lastrowid or 0)
             if row.thumbnail:
                 db.execute("INSERT INTO thumbnails VALUES (?, ?)", (row_id, row.thumbnail))
@@ -276,10 +265,10 @@ class SqliteMemoryStore(MemoryStore):
     def missing_vectors(self, robot: str, model: str, limit: int) -> list[MemoryRow]:
         with self._db() as db:
             rows = db.execute(
-                f"SELECT {_COLUMNS} FROM frames f WHERE robot=? AND NOT EXISTS (SELECT 1 FROM "
+                f"SELECT {COLUMNS} FROM frames f WHERE robot=? AND NOT EXISTS (SELECT 1 FROM "
                 "vectors v WHERE v.frame_id=f.id AND v.model=?) ORDER BY stamp DESC LIMIT ?",
                 (robot, model, limit)).fetchall()
-        return [_row(r) for r in rows]
+        return [row_from_columns(r) for r in rows]
 
     def prune(self) -> int:
         self.require_writable()
@@ -335,21 +324,21 @@ class SqliteMemoryStore(MemoryStore):
                 marks = ",".join("?" * len(chunk))
                 if thumbnails:
                     rows = db.execute(
-                        f"SELECT {_F_COLUMNS}, t.jpeg FROM frames f "
+                        f"SELECT {F_COLUMNS}, t.jpeg FROM frames f "
                         f"LEFT JOIN thumbnails t ON t.frame_id=f.id WHERE f.id IN ({marks})",
                         chunk).fetchall()
-                    out += [_row(r[:-1], r[-1]) for r in rows]
+                    out += [row_from_columns(r[:-1], r[-1]) for r in rows]
                 else:
-                    rows = db.execute(f"SELECT {_COLUMNS} FROM frames WHERE id IN ({marks})",
+                    rows = db.execute(f"SELECT {COLUMNS} FROM frames WHERE id IN ({marks})",
                                       chunk).fetchall()
-                    out += [_row(r) for r in rows]
+                    out += [row_from_columns(r) for r in rows]
         return sorted(out, key=lambda r: (r.stamp, r.id or 0))
 
     def latest(self, robot: str, n: int) -> list[MemoryRow]:
         with self._db() as db:
-            rows = db.execute(f"SELECT {_COLUMNS} FROM frames WHERE robot=? "
+            rows = db.execute(f"SELECT {COLUMNS} FROM frames WHERE robot=? "
                               "ORDER BY stamp DESC LIMIT ?", (robot, max(n, 0))).fetchall()
-        return [_row(r) for r in reversed(rows)]
+        return [row_from_columns(r) for r in reversed(rows)]
 
     def stamps(self, robot: str, start: float, end: float) -> list[tuple[int, float]]:
         with self._db() as db:

@@ -14,7 +14,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 
@@ -121,6 +121,24 @@ def joined_objects(objects: Sequence[str]) -> str:
 
 def split_objects(text: str | None) -> tuple[str, ...]:
     return tuple(o for o in (text or "").split("; ") if o)
+
+
+#: a row's columns in the order both stores select them (``f.``: the frames table aliased)
+COLUMNS = ("id, robot, camera, stamp, x, y, z, yaw_deg, pitch_deg, pose_source, action, "
+           "description, objects")
+F_COLUMNS = ", ".join(f"f.{c}" for c in COLUMNS.split(", "))
+
+
+def row_from_columns(values: Sequence[Any], thumbnail: bytes | memoryview | None = None
+                     ) -> MemoryRow:
+    """A row selected as :data:`COLUMNS`, with its thumbnail when selected too."""
+    (row_id, robot, camera, stamp, x, y, z, yaw, pitch, source, action, description,
+     objects) = values
+    pose = Pose(x, y, z, yaw, pitch) if x is not None else None
+    return MemoryRow(stamp=stamp, description=description, robot=robot, camera=camera,
+                     pose=pose, pose_source=source, action=action,
+                     objects=split_objects(objects),
+                     thumbnail=bytes(thumbnail) if thumbnail is not None else None, id=row_id)
 
 
 class MemoryStore(ABC):
