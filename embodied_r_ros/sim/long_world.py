@@ -22,7 +22,7 @@ from embodied_r_ros.sim.floor_plan import CORRIDOR, FloorPlan, make_floor_plan
 from embodied_r_ros.sim.long_tour import plan_tour
 from embodied_r_ros.sim.scene import COLOURS, SHAPES, SceneObject
 from embodied_r_ros.sim.trajectory import Trajectory
-from embodied_r_ros.sim.world import EPOCH_NS, MAX_FRAMES, MAX_SIDE
+from embodied_r_ros.sim.world import MAX_FRAMES, MAX_SIDE, FrameTimeline
 
 MAX_LONG_OBJECTS = 40
 PER_ROOM = 4  # most objects a room holds (and the corridor one per pair of rooms)
@@ -86,7 +86,7 @@ SMALL_LONG_SPEC = LongWorldSpec(duration_s=180.0, columns=1, n_objects=9, shared
 
 
 @dataclass(frozen=True)
-class LongWorld:
+class LongWorld(FrameTimeline):
     spec: LongWorldSpec
     plan: FloorPlan
     objects: tuple[SceneObject, ...]
@@ -95,17 +95,6 @@ class LongWorld:
     trajectory: Trajectory
     times: np.ndarray  # seconds from the first frame
     poses: tuple[Pose, ...]
-
-    @property
-    def n_frames(self) -> int:
-        return len(self.poses)
-
-    @property
-    def duration(self) -> float:
-        return float(self.times[-1]) if len(self.times) else 0.0
-
-    def stamp_ns(self, index: int) -> int:
-        return EPOCH_NS + round(index * 1e9 / self.spec.rate_hz)
 
     def area_of_frame(self, index: int) -> int | None:
         pose = self.poses[index]

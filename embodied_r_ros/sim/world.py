@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass
+from typing import Any
 
 import numpy as np
 
@@ -56,12 +57,11 @@ class WorldSpec:
         return asdict(self)
 
 
-@dataclass(frozen=True)
-class World:
-    spec: WorldSpec
-    scene: Scene
-    camera: PinholeCamera
-    trajectory: Trajectory
+class FrameTimeline:
+    """Frame count, duration and stamps of a world rendered at ``spec.rate_hz`` (the short and
+    the long worlds alike)."""
+
+    spec: Any  # a world spec: its rate_hz
     times: np.ndarray  # seconds from the first frame
     poses: tuple[Pose, ...]
 
@@ -75,6 +75,16 @@ class World:
 
     def stamp_ns(self, index: int) -> int:
         return EPOCH_NS + round(index * 1e9 / self.spec.rate_hz)
+
+
+@dataclass(frozen=True)
+class World(FrameTimeline):
+    spec: WorldSpec
+    scene: Scene
+    camera: PinholeCamera
+    trajectory: Trajectory
+    times: np.ndarray  # seconds from the first frame
+    poses: tuple[Pose, ...]
 
 
 def build_world(spec: WorldSpec) -> World:
