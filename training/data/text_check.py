@@ -17,13 +17,13 @@ from typing import Any
 from embodied_r_training.data.bag_source import BagFrames
 from embodied_r_training.data.dead_reckoning import poses
 from embodied_r_training.data.oracle import (
+    SOLVERS,
     bearing_from_last,
     build_map,
     colour_of,
     perception_of,
     place_of,
     progress_step,
-    solve,
     solve_action_generation,
 )
 from embodied_r_training.data.samples import Sample, SkipSample
@@ -142,18 +142,17 @@ UNDECIDED = "the text decides nothing"
 UNSEEN = "the text does not locate an object"
 
 
-def _object_margin(row: dict[str, Any]) -> str | None:
+def _object_margin(category: str, p: PerceptionText) -> str | None:
     """Near a decision boundary in the quantities the text states (objects' bearings and
     distances as the text places them), or an object the text cannot place."""
-    p = perception_of(row)
     q = p.question
-    if str(row.get("category")) == "relative_direction" and q.startswith("Where is the "):
+    if category == "relative_direction" and q.startswith("Where is the "):
         colour = colour_of(q[len("Where is the "):])
         bearing = build_map(p).bearing_now(colour)
         if bearing is None:
             return UNSEEN
         return NEAR if clear_quadrant(bearing) is None else None
-    if str(row.get("category")) == "relative_distance" and "is the closest to the" in q:
+    if category == "relative_distance" and "is the closest to the" in q:
         world = build_map(p)
         target = world.position(colour_of(q.rsplit("closest to the ", 1)[1].rstrip("?")))
         if target is None:
@@ -170,9 +169,14 @@ def row_reason_to_skip(row: dict[str, Any]) -> str | None:
     """None when the built row's perception text decides its answer clearly: the rule reader
     reaches the row's solution from the text alone, away from the boundaries the question's
     own rules keep (a quadrant edge, two nearly equal distances)."""
-    answer = solve(row)
+    category = str(row.get("category"))
+    solver = SOLVERS.get(category)
+    if solver is None:
+        return UNDECIDED
+    p = perception_of(row)  # read once for the answer and its margins
+    answer = solver(p)
     if answer.letter is None:
         return UNDECIDED
     if answer.letter != str(row["solution"]).strip()[:1].upper():
         return DISAGREES
-    return _object_margin(row)
+    return _object_margin(category, p)
