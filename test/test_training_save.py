@@ -62,3 +62,26 @@ def test_two_process_lora_keeps_the_adapter_and_merges_it(dataset: Path, tmp_pat
     assert all(torch.allclose(final[k], expected[k]) for k in final)
     initial = AutoModelForCausalLM.from_pretrained(local_model("tiny-qwen2")).state_dict()
     assert any(not torch.equal(final[k], initial[k]) for k in final)  # the adapter moved them
+
+
+def test_a_resume_that_trains_nothing_keeps_the_recorded_minutes(tmp_path: Path) -> None:
+    import json
+
+    from embodied_r_training.rl.runs import SUMMARY_FILE, TrainResult, write_summary
+
+    checkpoint = tmp_path / "checkpoint-36"
+    checkpoint.mkdir()
+    (checkpoint / "trainer_state.json").write_text(json.dumps({"global_step": 36}))
+
+    def result(minutes: float, resumed_from: str | None) -> TrainResult:
+        return TrainResult(tmp_path, tmp_path / "final", 36, minutes, resumed_from, {}, None)
+
+    write_summary(result(36.9, None))  # the training itself
+    again = result(0.2, str(checkpoint))  # resumed at its last step: nothing left to train
+    write_summary(again)
+    assert again.minutes == 36.9
+    assert json.loads((tmp_path / SUMMARY_FILE).read_text())["minutes"] == 36.9
+    (checkpoint / "trainer_state.json").write_text(json.dumps({"global_step": 30}))
+    later = result(5.0, str(checkpoint))  # resumed earlier: it trained, its own minutes count
+    write_summary(later)
+    assert later.minutes == 5.0

@@ -113,8 +113,14 @@ SUMMARY_FILE = "train_summary.json"
 
 
 def write_summary(result: TrainResult) -> Path:
-    """``train_summary.json`` of a finished training (what a resumed demo reads back)."""
+    """``train_summary.json`` of a finished training (what a resumed demo reads back). A resume
+    that trained nothing (from the checkpoint of the recorded final step) keeps the recorded
+    training's minutes, in the file and in ``result``, not the minutes of loading it again."""
     path = result.output_dir / SUMMARY_FILE
+    recorded = _recorded(result.output_dir)
+    if recorded is not None and recorded[1] == result.global_step \
+            and checkpoint_step(result.resumed_from) == result.global_step:
+        result.minutes = recorded[2]
     fields = {k: str(v) if isinstance(v, Path) else v for k, v in result.__dict__.items()}
     path.write_text(json.dumps(fields, indent=1))
     return path
