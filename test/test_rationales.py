@@ -51,9 +51,13 @@ APPEARANCE = _row(
 def test_appearance_rationale_walks_the_frames() -> None:
     r = rationale(APPEARANCE)
     assert r.supported and r.answer == "C. red box, green box, blue cone"
-    assert r.think.startswith("Frame 0: red. Frame 1: green. Frame 2: blue.")
+    # the options as text = letter first, so that the conclusion's letter is a copy
+    assert r.think.startswith(
+        "Options: blue cone, green box, red box = A; green box, red box, blue cone = B; "
+        "red box, green box, blue cone = C; red box, blue cone, green box = D. "
+        "Frame 0: red. Frame 1: green. Frame 2: blue.")
     assert "First: red, green, blue." in r.think
-    assert r.think.endswith("So: C. red box, green box, blue cone")
+    assert r.think.endswith("So: red box, green box, blue cone = C.")
     assert FORMAT.match(r.completion) and r.completion.endswith("</answer>")
 
 
@@ -79,11 +83,12 @@ def test_a_distance_rationale_notes_the_bearing_gap_of_the_answer_in_the_last_sh
     r = rationale(DISTANCE)
     assert r.supported and r.answer == "A. green box"
     assert r.think == (
+        "Options: green box = A; yellow box = B; blue cone = C. "
         "Frame 0: green 30 left, red 2 left. Frame 1: blue 25 right, red 38 left. "
-        "Frame 2: yellow 1 right. In frame 0 red and green are 28 apart. So: A. green box")
+        "Frame 2: yellow 1 right. In frame 0 red and green are 28 apart. So: green box = A.")
     farther = rationale({**DISTANCE, "solution": "C"})
     assert not farther.supported
-    assert farther.think.endswith("In frame 1 red and blue are 63 apart. So: C. blue cone")
+    assert farther.think.endswith("In frame 1 red and blue are 63 apart. So: blue cone = C.")
     assert correct(farther.completion, "C", DISTANCE["options"], "official")
 
 
@@ -99,7 +104,8 @@ def test_direction_rationale_tracks_the_object_through_the_turns() -> None:
     r = rationale(row)
     assert r.supported
     # the walk starts where red is first seen and keeps the turns after it
-    assert r.think.startswith("Frame 1: rotate left 30, red 20 right. Frame 2: rotate right 50.")
+    assert r.think.partition(". Frame")[2].startswith(
+        " 1: rotate left 30, red 20 right. Frame 2: rotate right 50.")
     assert "red was 20 right in frame 1, then I turned 50 right: now about 30 left." in r.think
 
 
@@ -129,8 +135,9 @@ def test_questions_about_places_of_the_path_get_a_rationale_of_the_motions(
                 ("rotate left, about 90 degrees", NOTHING)],
                question, options, category, "A")
     r = rationale(row)
-    assert r.think.startswith("Frame 1: move forward 1.2. Frame 2: rotate left 90.")
-    assert r.think.endswith(f"So: {options[0]}")
+    assert r.think.startswith(f"Options: {options[0][3:]} = A;")
+    assert ". Frame 1: move forward 1.2. Frame 2: rotate left 90." in r.think
+    assert r.think.endswith(f"So: {options[0][3:]} = A.")
     assert correct(r.completion, "A", options, "official")
 
 
@@ -139,7 +146,7 @@ def test_the_answer_is_the_solution_even_when_the_text_disagrees() -> None:
     r = rationale(wrong)
     assert not r.supported
     assert r.answer.startswith("A. ") and correct(r.completion, "A", wrong["options"])
-    assert r.think.endswith("So: A. blue cone, green box, red box")
+    assert r.think.endswith("So: blue cone, green box, red box = A.")
 
 
 def test_answer_without_letter_still_parses_to_the_solution() -> None:
@@ -236,7 +243,7 @@ def test_reference_targets_are_the_reference_task_alone_one_row_per_gold_rationa
 
 class _OptionMatcher(ChatBackend):
     """A reader that does by rule what the consistency reference must do: find the option
-    the think text concludes with (``So: <letter>. <text>`` or ``So: <text>``) and reply with
+    the think text concludes with (``So: <text> = <letter>.`` or ``So: <text>``) and reply with
     its letter; or,
     with ``always``, reply that letter whatever it is shown."""
 
@@ -252,7 +259,7 @@ class _OptionMatcher(ChatBackend):
             user = conv[-1]["content"]
             self.shown.append(user)
             think = shown_think(user)
-            conclusion = think.rpartition("So:")[2].strip()
+            conclusion = re.sub(r" = [A-H]\.$", "", think.rpartition("So:")[2].strip())
             letters = [letter for letter, text in re.findall(r"^([A-H])\. (.*)$", user, re.M)
                        if conclusion in (text.strip(), f"{letter}. {text.strip()}")]
             replies.append(Completion(self.always or (letters[0] if letters else "none")))

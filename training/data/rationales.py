@@ -11,9 +11,14 @@ from those notes and names the answer. Copying one frame after another is what a
 learn from a few hundred examples; finding "the first frame that shows yellow" anywhere in a
 600-token prompt in one jump is not (a 135M model fine-tuned on 400 traces that stated the
 evidence without the walk stayed at chance). The completion is
-``<think>..</think>\n<answer>..</answer>`` with nothing after it; the conclusion and the answer
-are the option's letter and text (``So: B. back-right``), or its text alone (the core's answer
-parsing reads either).
+``<think>..</think>\n<answer>..</answer>`` with nothing after it; the answer is the option's
+letter and text (``B. back-right``), or its text alone (the core's answer parsing reads either).
+
+With the letter, the think text opens by copying the options as ``text = letter`` and concludes
+``So: back-right = B.``: the conclusion's letter is then a copy of what follows the same text
+earlier in the completion, not a look back from an option's text to the letter before it in the
+prompt (a 135M model fine-tuned on walks that concluded ``So: B. back-right`` copied the
+motions correctly and then named a wrong letter for most answers).
 
 Where the text's evidence leads to the solution by the oracle's rules, the rationale is
 ``supported``. Where it does not (the text lacks the information, or a motion the sparse key
@@ -235,11 +240,15 @@ def rationale(row: Mapping[str, Any], *, letter: bool = True) -> Rationale:
     if choice not in options:
         raise ValueError(f"row {row.get('id')}: solution {row['solution']!r} is not an option")
     text = options[choice]
-    answer = f"{choice}. {text}" if letter else text
     writer = _WRITERS.get(str(row.get("category")))
     evidence = writer(perception_of(row), text) if writer else ""
-    think = f"{evidence} So: {answer}" if evidence else f"So: {answer}"
-    return Rationale(think, answer, solve(row).letter == choice)
+    if letter:
+        listing = "; ".join(f"{option} = {key}" for key, option in options.items())
+        notes = f"Options: {listing}. {evidence}".rstrip()
+        return Rationale(f"{notes} So: {text} = {choice}.", f"{choice}. {text}",
+                         solve(row).letter == choice)
+    think = f"{evidence} So: {text}" if evidence else f"So: {text}"
+    return Rationale(think, text, solve(row).letter == choice)
 
 
 def completion(row: Mapping[str, Any], *, letter: bool = True) -> str:
