@@ -27,8 +27,14 @@ CLAIMS: dict[str, tuple[str, Any]] = {
     "CUDA": ("device", "cuda"),
     "float16 GGUF": ("quantization", "float16"),
 }
-CONFIG_KEY = re.compile(r"`((?:keyframes|perception|reasoning|cache|policy|data|grpo|rewards|sft|"
-                        r"eval|output|experimental)\.[\w.]+)(?:[:=][^`]*)?`")
+
+
+def config_key_pattern(*schemas: type[BaseModel]) -> re.Pattern[str]:
+    """A code span naming a setting (``memory.max_mb``, ``sft.max_steps=140``) of a section
+    of one of ``schemas``: every section, so that a new one is checked from the start."""
+    sections = sorted({name for schema in schemas for name, field in schema.model_fields.items()
+                       if _models_in(field.annotation)})
+    return re.compile(rf"`((?:{'|'.join(sections)})\.[\w.]+)(?:[:=][^`]*)?`")
 #: a code span naming a file of this repository: `core/...` is short for `embodied_r_ros/core/...`
 REPO_PATH = re.compile(r"`((?:embodied_r_ros|embodied_r_interfaces|training|config|core|test|bench|"
                        r"tools|launch|results|docs)/[\w./-]*[\w-])`")
@@ -101,7 +107,7 @@ def _is_key(model: type[BaseModel], parts: list[str]) -> bool:
 def test_every_configuration_key_the_docs_name_exists(page: Path) -> None:
     from embodied_r_training.recipe import TrainConfig
 
-    keys = [k for k in CONFIG_KEY.findall(page.read_text())
+    keys = [k for k in config_key_pattern(Config, TrainConfig).findall(page.read_text())
             if k.rsplit(".", 1)[1] not in FILE_SUFFIXES]
     for key in keys:
         parts = key.split(".")

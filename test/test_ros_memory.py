@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import pytest
 from media import pan_frames
@@ -87,24 +87,37 @@ def write_config(directory: Path, db: Path) -> Path:
     return path
 
 
+class Fleet(NamedTuple):
+    """Robots of one context, each with its own database, so that no test depends on what
+    another did: ``recorded`` is fed once and only read; ``clearable`` is fed for the clear
+    service; ``fresh`` is never fed; ``damaged`` has a corrupt database."""
+
+    recorded: Robot
+    clearable: Robot
+    fresh: Robot
+    damaged: Robot
+    db: Path
+    clearable_db: Path
+    broken: Path
+
+
 @pytest.fixture(scope="module")
-def robots(tiny_models_dir: Path, tmp_path_factory: pytest.TempPathFactory
-           ) -> Iterator[tuple[Robot, Robot, Path, Path]]:
+def fleet(tiny_models_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
     tmp = tmp_path_factory.mktemp("memory")
-    db, broken = tmp / "memory.sqlite3", tmp / "broken.sqlite3"
+    db, clearable_db = tmp / "memory.sqlite3", tmp / "clearable.sqlite3"
+    broken = tmp / "broken.sqlite3"
     broken.write_bytes(b"SQLite format 3\x00" + b"\x13" * 4080)  # a header, then garbage
     with ros_context(__name__) as ctx:
-        robot = Robot(ctx, "/embodied_r", write_config(tmp, db))
-        damaged = Robot(ctx, "/damaged", write_config(tmp, broken))
-        yield robot, damaged, db, broken
-        damaged.stop()
-        robot.stop()
+        robots = [Robot(ctx, f"/{name}", write_config(tmp, path)) for name, path in (
+            ("embodied_r", db), ("clearable", clearable_db), ("fresh", tmp / "fresh.sqlite3"),
+            ("damaged", broken))]
+        yield Fleet(*robots, db, clearable_db, broken)
+        for robot in reversed(robots):
+            robot.stop()
 
 
-@pytest.fixture(scope="module")
-def recorded(robots: tuple[Robot, Robot, Path, Path]) -> Robot:
-    """The robot after a panning stream with odometry: every key frame stored."""
-    robot = robots[0]
+def record(robot: Robot) -> Robot:
+    """``robot`` after a panning stream with odometry: every key frame stored."""
     for i, t in enumerate(STAMPS):  # a pose at each frame: 0.1 m forward, 2 degrees left
         feed(robot.odom.publish, [odom_msg(t, 0.1 * i, 0.0, 2.0 * i)],
              pose_received(robot.store))
@@ -115,15 +128,24 @@ def recorded(robots: tuple[Robot, Robot, Path, Path]) -> Robot:
     return robot
 
 
-def test_an_empty_memory_answers_no_frames(robots: tuple[Robot, Robot, Path, Path]) -> None:
-    r = robots[0].ask_memory("What did I see at the start?")
+@pytest.fixture(scope="module")
+def recorded(fleet: Fleet) -> Robot:
+    return record(fleet.recorded)
+
+
+@pytest.fixture(scope="module")
+def clearable(fleet: Fleet) -> Robot:
+    return record(fleet.clearable)
+
+
+def test_an_empty_memory_answers_no_frames(fleet: Fleet) -> None:
+    r = fleet.fresh.ask_memory("What did I see at the start?")
     assert not r.success and r.error_code == "NO_FRAMES" and "\n" not in r.error
 
 
 def test_every_key_frame_becomes_a_row_with_pose_description_and_thumbnail(
-        recorded: Robot, robots: tuple[Robot, Robot, Path, Path]) -> None:
-    db = robots[2]
-    with SqliteMemoryStore(db) as store:
+        recorded: Robot, fleet: Fleet) -> None:
+    with SqliteMemoryStore(fleet.db) as store:
         rows = store.latest("robot", 100)
         assert [r.stamp for r in rows] == sorted(r.stamp for r in rows)
         assert len(rows) == recorded.store.stats.keyframes
@@ -171,33 +193,31 @@ def test_bad_scope_and_time_phrase_are_one_line_errors(recorded: Robot) -> None:
     assert recorded.ask_memory("What is ahead?", scope="").success
 
 
-def test_stats_and_clear_services(recorded: Robot, robots: tuple[Robot, Robot, Path, Path]
-                                  ) -> None:
-    s = recorded.stats()
-    rows = recorded.store.stats.keyframes
+def test_stats_and_clear_services(clearable: Robot, fleet: Fleet) -> None:
+    s = clearable.stats()
+    rows = clearable.store.stats.keyframes
     assert s.success, s.error
-    status = recorded.by_name["query_server"].diagnostics()[0]
+    status = clearable.by_name["query_server"].diagnostics()[0]
     values = {kv.key: kv.value for kv in status.values}
     assert (values["memory_rows_recorded"], values["memory_write_failures"]) == (str(rows), "0")
     assert (s.robot, list(s.robots), s.rows, s.failed) == ("robot", ["robot"], rows, 0)
-    assert s.recorded == rows and s.location == str(robots[2])
+    assert s.recorded == rows and s.location == str(fleet.clearable_db)
     assert stamp_to_sec(s.first_stamp) == STAMPS[0] and s.size_bytes > 0
     assert s.span_sec == pytest.approx(stamp_to_sec(s.last_stamp) - STAMPS[0])
-    bad = call(recorded.clear_client, MemoryClear.Request(before=Time(sec=-5)))
+    bad = call(clearable.clear_client, MemoryClear.Request(before=Time(sec=-5)))
     assert (bad.success, bad.error_code) == (False, "BAD_REQUEST")
-    assert recorded.stats().rows == rows  # nothing deleted
-    c = recorded.clear(before=STAMPS[6])
+    assert clearable.stats().rows == rows  # nothing deleted
+    c = clearable.clear(before=STAMPS[6])
     assert c.success and c.deleted >= 1 and c.deleted + c.rows == rows
-    assert stamp_to_sec(recorded.stats().first_stamp) >= STAMPS[6]
-    c = recorded.clear()
+    assert stamp_to_sec(clearable.stats().first_stamp) >= STAMPS[6]
+    c = clearable.clear()
     assert c.success and c.rows == 0
-    r = recorded.ask_memory("What did I see at the start?")
+    r = clearable.ask_memory("What did I see at the start?")
     assert r.error_code == "NO_FRAMES"
 
 
-def test_a_damaged_database_is_refused_untouched_and_the_node_serves_on(
-        robots: tuple[Robot, Robot, Path, Path]) -> None:
-    damaged, broken = robots[1], robots[3]
+def test_a_damaged_database_is_refused_untouched_and_the_node_serves_on(fleet: Fleet) -> None:
+    damaged, broken = fleet.damaged, fleet.broken
     before = broken.read_bytes()
     s = damaged.stats()
     assert (s.success, s.error_code) == (False, "MEMORY_UNAVAILABLE") and "DB_CORRUPT" in s.error
