@@ -68,6 +68,8 @@ setup(
             "gguf>=0.17",  # smollm2-135m is converted from a GGUF file; llama.cpp's GGUF writer
             "peft>=0.21",  # merges the shipped adapter of smollm2-135m-embodied-r
             "ctranslate2>=4.5",  # the fast CPU engine when llama.cpp is not installed
+            "safetensors>=0.4",  # adapters are read and written directly
+            "filelock>=3.12",  # one build of an offline model at a time
         ],
         # the offline profile's reasoning engine; compiles on install (see the Makefile's flags)
         "llamacpp": ["llama-cpp-python>=0.3.16"],
@@ -82,6 +84,8 @@ setup(
         "vllm": ["vllm>=0.22,<0.32"],
         # embodied-r memory plot and export
         "memory": ["matplotlib>=3.9", "mcap>=1.6"],
+        # memory.backend: postgres (libpq comes in the binary wheel)
+        "postgres": ["psycopg[binary]>=3.2"],
     },
     entry_points={
         "console_scripts": [

@@ -49,7 +49,7 @@ OPTIONAL: dict[str, str] = {
     "llama_cpp": "llamacpp", "vllm": "vllm",
     "trl": "train", "datasets": "train", "matplotlib": "train", "pandas": "train",
     "tensorboard": "train",
-    "psycopg": "memory.backend: postgres",
+    "psycopg": "postgres",
     "mcap": "memory",
 }
 #: pip distributions (install_requires) the ROS modules above stand for; ROS comes from ROS
@@ -120,6 +120,17 @@ def test_a_plain_pip_install_brings_what_the_nodes_import() -> None:
     assert "rosbags" in requires  # the bag player reads bags with rosbags itself
     extras = ast.literal_eval(setup_keywords()["extras_require"])  # type: ignore[arg-type]
     assert not {requirement_name(s) for specs in extras.values() for s in specs} & requires
+
+
+def test_every_optional_module_comes_with_its_extra() -> None:
+    """``pip install .[<extra>]`` brings each optional module (by its distribution's name)."""
+    extras = ast.literal_eval(setup_keywords()["extras_require"])  # type: ignore[arg-type]
+    assert set(OPTIONAL.values()) <= set(extras), set(OPTIONAL.values()) - set(extras)
+    distribution = {"cv2": "opencv-python-headless", "PIL": "pillow", "llama_cpp":
+                    "llama-cpp-python", "httpx2": "httpx"}
+    for module, extra in OPTIONAL.items():
+        names = {requirement_name(s).lower() for s in extras[extra]}
+        assert distribution.get(module, module).lower() in names, (module, extra, names)
 
 
 def test_the_runtime_scripts_start_without_any_optional_package(tmp_path: Path) -> None:
