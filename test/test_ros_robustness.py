@@ -18,6 +18,7 @@ from ros_helpers import AllInOne, ChatGate, require_ros, result_of, ros_context,
 require_ros()
 
 from action_msgs.msg import GoalStatus  # noqa: E402
+from builtin_interfaces.msg import Time  # noqa: E402
 from lifecycle_msgs.msg import Transition  # noqa: E402
 from lifecycle_msgs.srv import ChangeState, GetState  # noqa: E402
 from rclpy.action import ActionClient  # noqa: E402
@@ -27,7 +28,7 @@ from sensor_msgs.msg import CompressedImage  # noqa: E402
 from embodied_r_interfaces.action import Perceive, Reason  # noqa: E402
 from embodied_r_interfaces.action import SpatialQuery as QueryAction  # noqa: E402
 from embodied_r_interfaces.msg import EgoMotion  # noqa: E402
-from embodied_r_interfaces.srv import GetWindow  # noqa: E402
+from embodied_r_interfaces.srv import GetWindow, MemoryClear, MemoryStats  # noqa: E402
 from embodied_r_ros.client import SpatialQueryClient  # noqa: E402
 from embodied_r_ros.core.backends.images import encode_jpeg  # noqa: E402
 
@@ -127,6 +128,11 @@ QUERY_TABLE = [
     ({"window_sec": math.inf}, "BAD_WINDOW"),
     ({"camera": "x" * 10_000}, "UNKNOWN_CAMERA"),
     ({"camera": "../front"}, "UNKNOWN_CAMERA"),
+    ({"scope": "x" * 10_000}, "UNKNOWN_SCOPE"),
+    ({"scope": "../memory"}, "UNKNOWN_SCOPE"),
+    # this process keeps no memory (memory.enabled false): refused before any model
+    ({"scope": "memory"}, "MEMORY_UNAVAILABLE"),
+    ({"scope": "memory", "question": "Where was I 5 blorps ago?"}, "MEMORY_UNAVAILABLE"),
 ]
 
 
@@ -193,6 +199,14 @@ def test_hostile_internal_requests_get_codes(world: AllInOne) -> None:
         assert (outcome.result.success, outcome.result.error_code) == (False, code), code
     assert run_goal(reason, Reason.Goal(perception="Frame 0: Observe: wall",
                                         options=OPTIONS)).result.success
+    # the memory services of a process that keeps no memory: a code, not a crash
+    stats = result_of(client(world, MemoryStats, "memory/stats").call_async(
+        MemoryStats.Request()), 10)
+    assert (stats.success, stats.error_code) == (False, "MEMORY_UNAVAILABLE")
+    assert "memory.enabled" in stats.error and "\n" not in stats.error
+    clear = result_of(client(world, MemoryClear, "memory/clear").call_async(
+        MemoryClear.Request(before=Time(sec=-5))), 10)
+    assert (clear.success, clear.error_code) == (False, "MEMORY_UNAVAILABLE")
     lifecycle = client(world, ChangeState, "perception/change_state")
     bogus = ChangeState.Request(transition=Transition(id=99))
     assert not result_of(lifecycle.call_async(bogus), 10).success
