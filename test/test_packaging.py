@@ -25,6 +25,7 @@ ROSDEP: dict[str, str] = {
     "rcl_interfaces": "rcl_interfaces",
     "builtin_interfaces": "builtin_interfaces",
     "std_msgs": "std_msgs",
+    "geometry_msgs": "geometry_msgs",
     "sensor_msgs": "sensor_msgs",
     "nav_msgs": "nav_msgs",
     "diagnostic_msgs": "diagnostic_msgs",

@@ -67,7 +67,7 @@ class Robot(AllInOne):
 
     @property
     def writer(self) -> Any:
-        return self.by_name["query_server"]._writer
+        return self.by_name["query_server"].memory_writer
 
     def ask_memory(self, question: str, options: list[str] | None = None,
                    scope: str = "memory") -> Any:

@@ -188,7 +188,7 @@ class QueryRunner:
                              f"{', '.join(SCOPES)}")
         if scope == SCOPE_MEMORY and self.memory is None:
             raise QueryError(MEMORY_UNAVAILABLE, "this server keeps no spatial memory "
-                             "(memory.enabled is false, or it is not the all-in-one)")
+                             "(memory.enabled is false)")
         return question, options, camera, scope
 
     def run(

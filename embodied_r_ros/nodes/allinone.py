@@ -28,10 +28,9 @@ from rclpy.parameter import Parameter
 from embodied_r_ros.agent.in_process_engine import LocalEngine
 from embodied_r_ros.agent.model_loading import describe_models
 from embodied_r_ros.core.config import Config
-from embodied_r_ros.core.streaming import KeyFrameNote
-from embodied_r_ros.memory.errors import SpatialMemoryError
 from embodied_r_ros.memory.service import MemoryReader, MemoryWriter
 from embodied_r_ros.nodes.frame_buffer import FrameBufferNode
+from embodied_r_ros.nodes.memory_services import open_writer
 from embodied_r_ros.nodes.params import load_node_config
 from embodied_r_ros.nodes.perception_node import PerceptionNode
 from embodied_r_ros.nodes.query_server import QueryServerNode
@@ -67,23 +66,13 @@ def record_memory(config: Config, perception: PerceptionNode,
                   buffers: Sequence[FrameBufferNode], logger: Any
                   ) -> tuple[MemoryWriter | None, str]:
     """The memory writer fed with the perception node's key-frame descriptions and the
-    buffers' poses, or None and why (memory off, or the store refused: logged, the nodes run
-    on without recording)."""
-    if not config.memory.enabled:
-        return None, "memory.enabled is false"
-    try:
-        writer = MemoryWriter(config)
-    except SpatialMemoryError as err:
-        logger.error(f"spatial memory not recorded: {err}")
-        return None, str(err)
-    poses = {b.camera_name: b.store.pose_at for b in buffers}
-
-    def store(note: KeyFrameNote) -> None:
-        writer.submit(note, note.image, poses.get(note.camera))
-
-    perception.note_listeners.append(store)
-    logger.info(f"recording the spatial memory of '{config.memory.robot}' in {writer.location}")
-    return writer, ""
+    buffers' poses (looked up when a row is written), or None and why."""
+    writer, why_not = open_writer(config, logger)
+    if writer is not None:
+        poses = {b.camera_name: b.store.pose_at for b in buffers}
+        perception.note_listeners.append(
+            lambda note: writer.submit(note, note.image, poses.get(note.camera)))
+    return writer, why_not
 
 
 def build_nodes(

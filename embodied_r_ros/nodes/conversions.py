@@ -16,6 +16,7 @@ from typing import Any, TypeVar
 import cv2
 import numpy as np
 from builtin_interfaces.msg import Time
+from geometry_msgs.msg import Pose as PoseMsg
 from nav_msgs.msg import Odometry
 from rosbags.image import ImageError, message_to_cvimage
 from sensor_msgs.msg import CompressedImage, Image
@@ -183,8 +184,22 @@ def compressed_jpeg_to_rgb(msg: CompressedImage, max_pixels: int = 4096 * 4096) 
 
 
 def odometry_to_pose(msg: Odometry) -> Pose:
-    p, q = msg.pose.pose.position, msg.pose.pose.orientation
+    return msg_to_pose(msg.pose.pose)
+
+
+def msg_to_pose(msg: PoseMsg) -> Pose:
+    """A ``geometry_msgs/Pose`` as the core's pose (roll dropped); raises ValueError for a
+    zero quaternion."""
+    p, q = msg.position, msg.orientation
     return Pose.from_quaternion((p.x, p.y, p.z), (q.x, q.y, q.z, q.w))
+
+
+def pose_to_msg(pose: Pose) -> PoseMsg:
+    msg = PoseMsg()
+    msg.position.x, msg.position.y, msg.position.z = pose.x, pose.y, pose.z
+    q = msg.orientation
+    q.x, q.y, q.z, q.w = pose.quaternion()
+    return msg
 
 
 def motion_to_msg(motion: Motion | None) -> Any:

@@ -41,6 +41,7 @@ from embodied_r_ros.nodes.conversions import (
     jpeg_to_compressed,
     motion_to_msg,
     odometry_to_pose,
+    pose_to_msg,
     rgb_to_image,
     stamp_of_cdr,
     stamp_to_sec,
@@ -296,10 +297,14 @@ class FrameBufferNode(Node):
                                     throttle_duration_sec=5.0)
             return
         if added.decision.sampled and self._stored_pub.get_subscription_count():
-            self._stored_pub.publish(self._stored_type(
+            stored = self._stored_type(
                 image=jpeg_to_compressed(added.jpeg, stamp, msg.header.frame_id),
                 keyframe=added.decision.keyframe,
-            ))
+            )
+            pose = self.store.pose_at(stamp)
+            if pose is not None:
+                stored.has_pose, stored.pose = True, pose_to_msg(pose)
+            self._stored_pub.publish(stored)
         if added.decision.keyframe and self._key_pub is not None:
             self._key_pub.publish(rgb_to_image(added.image, stamp, msg.header.frame_id))
 

@@ -13,13 +13,18 @@ background as they arrive: from the frame buffers of ``cameras`` (their
 The descriptions are cached, so a query mostly finds its window's ready; key frames' are
 published on ``~/descriptions`` to be recorded and watched. With ``memory.enabled`` key frames
 are described in the background whatever the mode (geometrically without a VLM), and each
-description also goes to the spatial memory's writer (``note_listeners``, in the all-in-one).
+description also goes to the spatial memory's writer: in separate processes this node writes
+the memory itself (each key frame with the pose its frame buffer sent with it) and serves
+``memory/stats`` and ``memory/clear``; in the all-in-one the query server's process does
+(``note_listeners``).
 
 Run alone: ``ros2 run embodied_r_ros perception_node --ros-args -p profile:=server``.
 """
 
 from __future__ import annotations
 
+import threading
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -31,13 +36,16 @@ from embodied_r_ros.agent.guard import guard_subscription
 from embodied_r_ros.core.cancel import CancelToken
 from embodied_r_ros.core.error_codes import BAD_REQUEST, CORRUPT_FRAME
 from embodied_r_ros.core.pipeline import EmbodiedR, QueryError, validate_query
+from embodied_r_ros.core.poses import Pose
 from embodied_r_ros.core.streaming import BackgroundDescriber, KeyFrameNote
 from embodied_r_ros.nodes.conversions import (
     compressed_jpeg_to_rgb,
     msg_to_motion,
+    msg_to_pose,
     sec_to_stamp,
     stamp_to_sec,
 )
+from embodied_r_ros.nodes.memory_services import MemoryServices, open_writer
 from embodied_r_ros.nodes.model_node import SUCCESS, ModelNode, model_status
 from embodied_r_ros.nodes.params import Spec, declare
 from embodied_r_ros.nodes.transport import stored_frames_topic
@@ -46,13 +54,16 @@ FEEDBACK_CHARS = 2000  # partial text in feedback is for humans; keep messages s
 MAX_GOAL_FRAMES = 256  # a window's key frames after the clamp; far more is a malformed goal
 MAX_JPEG_BYTES = 16 * 2**20
 MAX_TEXT_CHARS = 20_000  # question bound of an internal goal (the query server's is tighter)
+KEY_POSES_KEPT = 1024  # poses of key frames received and not yet written to the memory
+NOT_CONFIGURED = "the perception node is not configured"
 
 SPECS: tuple[Spec, ...] = (
     Spec("cameras", ["front"], "streaming mode, separate processes: the cameras whose stored "
          "frames (frames/<camera>/stored) are described as they arrive (read on configure)",
          read_only=False),
-    Spec("subscribe_frames", True, "streaming mode: subscribe to those topics (the "
-         "all-in-one hands frames over in-process instead)"),
+    Spec("subscribe_frames", True, "streaming mode or memory.enabled: subscribe to those topics "
+         "and, with the memory, write it (the all-in-one hands frames over in-process and "
+         "writes the memory itself instead)"),
 )
 
 
@@ -76,6 +87,12 @@ class PerceptionNode(ModelNode):
         self._inputs: list[Any] = []  # stored-frame subscriptions while configured to stream
         #: called with each key frame's description (on the describer's thread: only enqueue)
         self.note_listeners: list[Callable[[KeyFrameNote], None]] = []
+        #: stand-alone: this node writes the memory (opened on configure, closed on cleanup)
+        self.memory = (MemoryServices(self, None, NOT_CONFIGURED)
+                       if self.stream_params["subscribe_frames"] else None)
+        self._key_poses: OrderedDict[tuple[str, float], Pose] = OrderedDict()
+        self._poses_lock = threading.Lock()
+        self.note_listeners.append(self._record)
 
     # -- streaming perception ------------------------------------------------------------
 
@@ -92,7 +109,10 @@ class PerceptionNode(ModelNode):
 
     def on_configure(self, state: LifecycleState) -> TransitionCallbackReturn:
         result = super().on_configure(state)
-        if result == SUCCESS and self._streaming and self.stream_params["subscribe_frames"]:
+        if result == SUCCESS and self.memory is not None and self.config is not None:
+            self.memory.writer, why_not = open_writer(self.config, self.get_logger())
+            self.memory.why_not = why_not or NOT_CONFIGURED
+        if result == SUCCESS and self._describing and self.stream_params["subscribe_frames"]:
             from embodied_r_interfaces.msg import StoredFrame
 
             reliable = QoSProfile(depth=10, reliability=ReliabilityPolicy.RELIABLE)
@@ -112,7 +132,15 @@ class PerceptionNode(ModelNode):
         for sub in self._inputs:
             self.destroy_subscription(sub)
         self._inputs = []
+        self._close_memory()
         return result
+
+    def _close_memory(self) -> None:
+        if self.memory is not None:
+            self.memory.close()
+            self.memory.why_not = NOT_CONFIGURED
+        with self._poses_lock:
+            self._key_poses.clear()
 
     def on_activate(self, state: LifecycleState) -> TransitionCallbackReturn:
         pipeline = self.pipeline
@@ -129,6 +157,7 @@ class PerceptionNode(ModelNode):
 
     def _free(self) -> None:
         self._stop_describer()  # before the VLM it uses goes (cleanup, shutdown)
+        self._close_memory()  # after the describer: its last notes are written
         super()._free()
 
     def _stop_describer(self) -> None:
@@ -144,8 +173,31 @@ class PerceptionNode(ModelNode):
             self.describer.submit(camera, stamp, image, keyframe)
 
     def _on_stored(self, camera: str, msg: Any) -> None:
-        self.submit_frame(camera, stamp_to_sec(msg.image.header.stamp),
-                          compressed_jpeg_to_rgb(msg.image), bool(msg.keyframe))
+        stamp = stamp_to_sec(msg.image.header.stamp)
+        if msg.keyframe and msg.has_pose and self.memory is not None:
+            try:
+                pose = msg_to_pose(msg.pose)
+            except ValueError:  # a zero quaternion: the row is stored without a pose
+                pose = None
+            if pose is not None:
+                with self._poses_lock:
+                    self._key_poses[(camera, stamp)] = pose
+                    while len(self._key_poses) > KEY_POSES_KEPT:
+                        self._key_poses.popitem(last=False)
+        self.submit_frame(camera, stamp, compressed_jpeg_to_rgb(msg.image), bool(msg.keyframe))
+
+    def _pose_of(self, camera: str) -> Callable[[float], Pose | None]:
+        def lookup(stamp: float) -> Pose | None:
+            with self._poses_lock:
+                return self._key_poses.pop((camera, stamp), None)
+
+        return lookup
+
+    def _record(self, note: KeyFrameNote) -> None:
+        """A key frame's description into the memory this node writes (stand-alone)."""
+        writer = self.memory.writer if self.memory is not None else None
+        if writer is not None:
+            writer.submit(note, note.image, self._pose_of(note.camera))
 
     def _publish_note(self, note: KeyFrameNote) -> None:
         msg = self._note_type(
@@ -227,6 +279,13 @@ class PerceptionNode(ModelNode):
                       "descriptions_done": d.described, "descriptions_dropped": d.dropped,
                       "descriptions_failed": d.failed}
             statuses[0].values.extend(KeyValue(key=k, value=str(v)) for k, v in values.items())
+        if self.memory is not None:
+            from diagnostic_msgs.msg import KeyValue
+
+            memory, warning = self.memory.diagnostics()
+            statuses[0].values.extend(KeyValue(key=k, value=str(v)) for k, v in memory.items())
+            if warning:
+                statuses[0].message = f"{statuses[0].message}; {warning}"
         return statuses
 
     def close(self) -> None:

@@ -7,9 +7,11 @@ executor, so a query that runs for seconds never holds up frame ingestion. Stand
 (``ros2 run embodied_r_ros query_server``) it reaches the frame buffers, the perception node and
 the reasoning node over ROS; in the all-in-one process it calls them in-process.
 
-With ``memory.enabled`` (all-in-one) a request with ``scope: memory`` is answered from the spatial
-memory (:class:`~embodied_r_ros.memory.service.MemoryReader`), and the node serves
-``memory/stats`` and ``memory/clear`` for the memory this process writes.
+With ``memory.enabled`` a request with ``scope: memory`` is answered from the spatial memory
+(:class:`~embodied_r_ros.memory.service.MemoryReader`). In the all-in-one this process also
+writes the memory and serves ``memory/stats`` and ``memory/clear``; stand-alone it reads the
+memory the perception node writes (which serves those two), named by the same
+``profile``/``config_file``.
 
 Clients: the request and response queues are deep (``QUERY_QOS``, depth 256) so a burst is
 answered (or refused with ``BUSY``), never lost; a client should use the same depth on its side,
@@ -27,7 +29,6 @@ from rclpy.node import Node
 
 from embodied_r_ros.agent.guard import (
     GoalTokens,
-    fail,
     finish_goal,
     guard_execute,
     guard_service,
@@ -37,14 +38,18 @@ from embodied_r_ros.core.error_codes import (
     BACKEND_DOWN,
     BACKEND_FAILED,
     BACKEND_TIMEOUT,
-    BAD_REQUEST,
-    MEMORY_UNAVAILABLE,
 )
-from embodied_r_ros.memory.errors import SpatialMemoryError
-from embodied_r_ros.memory.service import MemoryWriter
-from embodied_r_ros.nodes.conversions import fill_query_response, sec_to_stamp, stamp_to_sec
+from embodied_r_ros.memory.service import MemoryReader, MemoryWriter
+from embodied_r_ros.nodes.conversions import fill_query_response
 from embodied_r_ros.nodes.diagnostics import OK, WARN, DiagnosticsPublisher, make_status
-from embodied_r_ros.nodes.params import CONFIG_SPECS, DIAGNOSTICS_SPEC, Spec, declare
+from embodied_r_ros.nodes.memory_services import MemoryServices
+from embodied_r_ros.nodes.params import (
+    CONFIG_SPECS,
+    DIAGNOSTICS_SPEC,
+    Spec,
+    declare,
+    load_node_config,
+)
 from embodied_r_ros.nodes.transport import QUERY_QOS
 
 FEEDBACK_CHARS = 2000
@@ -102,7 +107,7 @@ class QueryServerNode(Node):
     def __init__(self, node_name: str = "query_server", *, local: bool = False,
                  **kwargs: Any) -> None:
         super().__init__(node_name, **kwargs)
-        p = declare(self, SPECS + (CONFIG_SPECS if local else REMOTE_SPECS),
+        p = declare(self, SPECS + CONFIG_SPECS + (() if local else REMOTE_SPECS),
                     check=self._check, on_change=self._apply)
         self.params = p
         self.cameras: list[str] = [c for c in p["cameras"] if c]
@@ -114,8 +119,7 @@ class QueryServerNode(Node):
         self._remote: Any = None
         self._goals = GoalTokens()
         self._memory: MemorySource | None = None
-        self._writer: MemoryWriter | None = None
-        self._memory_why_not = "this query server keeps no spatial memory"
+        self._memory_services: MemoryServices | None = None
         if not local:
             from embodied_r_ros.nodes.remote_engine import RemoteEngine
 
@@ -127,7 +131,11 @@ class QueryServerNode(Node):
                 wait_sec=p["backend_wait_sec"],
                 window_timeout_sec=p["window_timeout_sec"],
             )
-            self.attach(self._remote)
+            # the memory the perception node writes, read here (SQLite: WAL readers beside
+            # its one writer; PostgreSQL: a second connection)
+            config = load_node_config(p)
+            self.attach(self._remote,
+                        memory=MemoryReader(config) if config.memory.enabled else None)
 
     def attach(self, engine: Engine, memory: MemorySource | None = None) -> None:
         """Start serving with ``engine`` (and ``memory`` for scope-memory questions); called
@@ -181,55 +189,12 @@ class QueryServerNode(Node):
     def serve_memory(self, writer: MemoryWriter | None, why_not: str) -> None:
         """Serve ``memory/stats`` and ``memory/clear`` for ``writer``, the memory this process
         writes (None: both answer ``MEMORY_UNAVAILABLE`` with ``why_not``); the node closes it."""
-        from embodied_r_interfaces.srv import MemoryClear, MemoryStats
+        self._memory_services = MemoryServices(self, writer, why_not)
 
-        self._writer = writer
-        self._memory_why_not = why_not
-        log = self.get_logger()
-        group = MutuallyExclusiveCallbackGroup()  # one store user at a time anyway
-        self.create_service(MemoryStats, "memory/stats",
-                            guard_service(log, "memory stats", self._on_memory_stats),
-                            callback_group=group)
-        self.create_service(MemoryClear, "memory/clear",
-                            guard_service(log, "memory clear", self._on_memory_clear),
-                            callback_group=group)
-
-    def _memory_failed(self, response: Any, message: str) -> Any:
-        return fail(response, MEMORY_UNAVAILABLE, message)
-
-    def _on_memory_stats(self, _request: Any, response: Any) -> Any:
-        if self._writer is None:
-            return self._memory_failed(response, self._memory_why_not)
-        try:
-            st = self._writer.stats()
-        except SpatialMemoryError as err:
-            return self._memory_failed(response, str(err))
-        response.success = True
-        response.robot, response.robots, response.rows = st.robot, st.robots, st.rows
-        if st.first is not None and st.last is not None:
-            response.first_stamp = sec_to_stamp(st.first)
-            response.last_stamp = sec_to_stamp(st.last)
-        response.span_sec = st.span_sec
-        response.size_bytes = st.size_bytes
-        response.recorded, response.failed, response.dropped = st.recorded, st.failed, st.dropped
-        response.location = st.location
-        return response
-
-    def _on_memory_clear(self, request: Any, response: Any) -> Any:
-        if self._writer is None:
-            return self._memory_failed(response, self._memory_why_not)
-        if request.before.sec < 0:
-            return fail(response, BAD_REQUEST, "before must be zero (every row) or a stamp "
-                        "after the epoch")
-        before = stamp_to_sec(request.before)
-        try:
-            response.deleted, response.rows = self._writer.clear(before if before > 0 else None)
-        except SpatialMemoryError as err:
-            return self._memory_failed(response, str(err))
-        self.get_logger().info(f"memory cleared: {response.deleted} rows deleted, "
-                               f"{response.rows} left")
-        response.success = True
-        return response
+    @property
+    def memory_writer(self) -> MemoryWriter | None:
+        """The memory this process writes (None: it writes none)."""
+        return self._memory_services.writer if self._memory_services else None
 
     def _check(self, name: str, value: Any) -> str | None:
         """Why a new value of a settable parameter is refused (None: it is not)."""
@@ -287,15 +252,11 @@ class QueryServerNode(Node):
         }
         level = WARN if s.failed and s.last_error_code in BACKEND_CODES else OK
         message = f"{s.served} queries, last {s.last_total_sec:.2f} s"
-        writer = self._writer
-        if writer is not None:  # counters only: no database read on the diagnostics timer
-            values.update({"memory_rows_recorded": writer.recorded,
-                           "memory_write_failures": writer.failed,
-                           "memory_key_frames_dropped": writer.dropped,
-                           "memory_last_error": writer.last_error})
-            if writer.failed or writer.dropped:
-                level = WARN
-                message += f"; memory: {writer.failed} writes failed, {writer.dropped} dropped"
+        if self._memory_services is not None:
+            memory, warning = self._memory_services.diagnostics()
+            values.update(memory)
+            if warning:
+                level, message = WARN, f"{message}; {warning}"
         return [make_status("embodied_r: query server", level, message, values,
                             self.get_fully_qualified_name())]
 
@@ -309,9 +270,8 @@ class QueryServerNode(Node):
         close_memory = getattr(self._memory, "close", None)
         if close_memory is not None:
             close_memory()
-        if self._writer is not None:
-            self._writer.close()
-            self._writer = None
+        if self._memory_services is not None:
+            self._memory_services.close()
 
 
 def main(args: Sequence[str] | None = None) -> int:

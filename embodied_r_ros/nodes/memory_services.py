@@ -1,0 +1,106 @@
+"""The spatial memory's ROS side in the process that writes it: the writer, the
+``memory/stats`` and ``memory/clear`` services, and the writer's diagnostics values.
+
+One process writes a memory. In the all-in-one that is the query server's process; in separate
+processes it is the perception node's, which describes the key frames the memory stores and
+receives them, with their poses, from the frame buffers. Either way the services keep their
+names under the node's namespace (``/embodied_r/memory/stats``), so a client does not need to
+know which layout runs.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
+from rclpy.node import Node
+
+from embodied_r_ros.agent.guard import fail, guard_service
+from embodied_r_ros.core.config import Config
+from embodied_r_ros.core.error_codes import BAD_REQUEST, MEMORY_UNAVAILABLE
+from embodied_r_ros.memory.errors import SpatialMemoryError
+from embodied_r_ros.memory.service import MemoryWriter
+from embodied_r_ros.nodes.conversions import sec_to_stamp, stamp_to_sec
+
+
+def open_writer(config: Config, logger: Any) -> tuple[MemoryWriter | None, str]:
+    """The memory's writer, or None and why (memory off, or the store refused: logged, the
+    node runs on without recording)."""
+    if not config.memory.enabled:
+        return None, "memory.enabled is false"
+    try:
+        writer = MemoryWriter(config)
+    except SpatialMemoryError as err:
+        logger.error(f"spatial memory not recorded: {err}")
+        return None, str(err)
+    logger.info(f"recording the spatial memory of '{config.memory.robot}' in {writer.location}")
+    return writer, ""
+
+
+class MemoryServices:
+    """``memory/stats`` and ``memory/clear`` on ``node`` for ``writer`` (None: both answer
+    ``MEMORY_UNAVAILABLE`` with ``why_not``); :meth:`close` closes the writer."""
+
+    def __init__(self, node: Node, writer: MemoryWriter | None, why_not: str) -> None:
+        from embodied_r_interfaces.srv import MemoryClear, MemoryStats
+
+        self.writer = writer
+        self.why_not = why_not
+        self._log = node.get_logger()
+        group = MutuallyExclusiveCallbackGroup()  # one store user at a time anyway
+        node.create_service(MemoryStats, "memory/stats",
+                            guard_service(self._log, "memory stats", self._on_stats),
+                            callback_group=group)
+        node.create_service(MemoryClear, "memory/clear",
+                            guard_service(self._log, "memory clear", self._on_clear),
+                            callback_group=group)
+
+    def _on_stats(self, _request: Any, response: Any) -> Any:
+        if self.writer is None:
+            return fail(response, MEMORY_UNAVAILABLE, self.why_not)
+        try:
+            st = self.writer.stats()
+        except SpatialMemoryError as err:
+            return fail(response, MEMORY_UNAVAILABLE, str(err))
+        response.success = True
+        response.robot, response.robots, response.rows = st.robot, st.robots, st.rows
+        if st.first is not None and st.last is not None:
+            response.first_stamp = sec_to_stamp(st.first)
+            response.last_stamp = sec_to_stamp(st.last)
+        response.span_sec = st.span_sec
+        response.size_bytes = st.size_bytes
+        response.recorded, response.failed, response.dropped = st.recorded, st.failed, st.dropped
+        response.location = st.location
+        return response
+
+    def _on_clear(self, request: Any, response: Any) -> Any:
+        if self.writer is None:
+            return fail(response, MEMORY_UNAVAILABLE, self.why_not)
+        if request.before.sec < 0:
+            return fail(response, BAD_REQUEST, "before must be zero (every row) or a stamp "
+                        "after the epoch")
+        before = stamp_to_sec(request.before)
+        try:
+            response.deleted, response.rows = self.writer.clear(before if before > 0 else None)
+        except SpatialMemoryError as err:
+            return fail(response, MEMORY_UNAVAILABLE, str(err))
+        self._log.info(f"memory cleared: {response.deleted} rows deleted, {response.rows} left")
+        response.success = True
+        return response
+
+    def diagnostics(self) -> tuple[dict[str, Any], str]:
+        """The writer's counters (no database read on a diagnostics timer) and a warning
+        ("" when there is none to give)."""
+        w = self.writer
+        if w is None:
+            return {}, ""
+        values = {"memory_rows_recorded": w.recorded, "memory_write_failures": w.failed,
+                  "memory_key_frames_dropped": w.dropped, "memory_last_error": w.last_error}
+        warning = (f"memory: {w.failed} writes failed, {w.dropped} dropped"
+                   if w.failed or w.dropped else "")
+        return values, warning
+
+    def close(self) -> None:
+        writer, self.writer = self.writer, None
+        if writer is not None:
+            writer.close()

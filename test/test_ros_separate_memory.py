@@ -1,0 +1,151 @@
+"""The spatial memory in the separate-process layout (the launch file's): the perception node
+writes every key frame with the pose its frame buffer sent along, and serves the stats and clear
+services; the stand-alone query server answers ``scope: memory`` questions from the same
+database, all over ROS topics, services and actions."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from media import pan_frames
+from ros_helpers import (
+    Spinner,
+    call,
+    feed,
+    frame_handled,
+    image_msg,
+    odom_msg,
+    pose_received,
+    require_ros,
+    ros_context,
+    wait_matched,
+    wait_until,
+)
+
+require_ros()
+
+import rclpy  # noqa: E402
+from nav_msgs.msg import Odometry  # noqa: E402
+from rclpy.parameter import Parameter  # noqa: E402
+from sensor_msgs.msg import Image  # noqa: E402
+
+from embodied_r_interfaces.srv import MemoryClear, MemoryStats, SpatialQuery  # noqa: E402
+from embodied_r_ros.memory import SqliteMemoryStore  # noqa: E402
+from embodied_r_ros.nodes.conversions import stamp_to_sec  # noqa: E402
+from embodied_r_ros.nodes.frame_buffer import FrameBufferNode  # noqa: E402
+from embodied_r_ros.nodes.perception_node import PerceptionNode  # noqa: E402
+from embodied_r_ros.nodes.query_server import QueryServerNode  # noqa: E402
+from embodied_r_ros.nodes.reasoning_node import ReasoningNode  # noqa: E402
+from embodied_r_ros.nodes.runtime import start_nodes  # noqa: E402
+from embodied_r_ros.nodes.transport import QUERY_QOS  # noqa: E402
+
+NS = "/sepmem"
+#: geometric perception (describes key frames without a model) and the tiny random LM
+CONFIG = """base: offline
+cache: {{enabled: false}}
+reasoning: {{model: {{model: tiny-qwen2, max_new_tokens: 8}}}}
+memory: {{enabled: true, path: "{path}", embedder: "off"}}
+"""
+T0 = 3000.0
+FRAMES = pan_frames(24, 24)
+STAMPS = [T0 + 0.5 * i for i in range(len(FRAMES))]  # 12 s; 1 fps sampling keeps every other
+
+
+class SeparateMemory:
+    """The four nodes as separate nodes (only ROS between them) and a tester."""
+
+    def __init__(self, ctx: Any, config: Path) -> None:
+        # the camera stamp filter off: the test feeds single frames at made-up stamps
+        params = [Parameter("profile", value="offline"),
+                  Parameter("config_file", value=str(config)),
+                  Parameter("stamp_filter", value=False)]
+        kw = {"context": ctx, "namespace": NS, "parameter_overrides": params}
+        self.buffer = FrameBufferNode(**kw)
+        self.perception = PerceptionNode(**kw)
+        self.reasoning = ReasoningNode(**kw)
+        start_nodes([self.perception, self.reasoning])
+        self.query = QueryServerNode(**kw)
+        t = self.tester = rclpy.create_node("tester", context=ctx)
+        self.spinner = Spinner(ctx, [self.buffer, self.perception, self.reasoning, self.query,
+                                     t], threads=10)
+        self.image = t.create_publisher(Image, f"{NS}/image", 10)
+        self.odom = t.create_publisher(Odometry, f"{NS}/odom", 10)
+        self.client = t.create_client(SpatialQuery, f"{NS}/query", qos_profile=QUERY_QOS)
+        self.stats_client = t.create_client(MemoryStats, f"{NS}/memory/stats")
+        self.clear_client = t.create_client(MemoryClear, f"{NS}/memory/clear")
+        wait_matched(self.image, [self.buffer.camera_subscriptions[0]])
+        wait_matched(self.odom, [self.buffer.odometry_subscription])
+
+    @property
+    def writer(self) -> Any:
+        assert self.perception.memory is not None
+        return self.perception.memory.writer
+
+    def stats(self) -> Any:
+        return call(self.stats_client, MemoryStats.Request())
+
+
+@pytest.fixture(scope="module")
+def separate(tiny_models_dir: Path, tmp_path_factory: pytest.TempPathFactory
+             ) -> Iterator[tuple[SeparateMemory, Path]]:
+    """The layout after a panning stream with odometry (0.1 m forward and 2 degrees left a
+    frame): every key frame stored by the perception node."""
+    tmp = tmp_path_factory.mktemp("separate-memory")
+    db = tmp / "memory.sqlite3"
+    config = tmp / "memory.yaml"
+    config.write_text(CONFIG.format(path=db))
+    with ros_context(__name__) as ctx:
+        s = SeparateMemory(ctx, config)
+        store = s.buffer.store
+        for i, t in enumerate(STAMPS):
+            feed(s.odom.publish, [odom_msg(t, 0.1 * i, 0.0, 2.0 * i)], pose_received(store))
+            feed(s.image.publish, [image_msg(FRAMES[i], t)], frame_handled(store))
+        keyframes = store.stats.keyframes
+        assert keyframes >= 3
+        wait_until(lambda: s.writer.recorded == keyframes, 30, "every key frame stored")
+        yield s, db
+        s.spinner.stop()
+
+
+def test_the_perception_node_writes_every_key_frame_with_the_pose_sent_along(
+        separate: tuple[SeparateMemory, Path]) -> None:
+    s, db = separate
+    with SqliteMemoryStore(db) as store:
+        rows = store.latest("robot", 100)
+    assert len(rows) == s.buffer.store.stats.keyframes
+    for row in rows:
+        i = STAMPS.index(row.stamp)
+        assert row.pose_source == "odometry" and row.pose is not None
+        assert row.pose.x == pytest.approx(0.1 * i)
+        assert row.pose.yaw_deg == pytest.approx(2.0 * i)
+        assert row.description and row.camera == "front"
+
+
+def test_the_stand_alone_query_server_answers_from_that_memory(
+        separate: tuple[SeparateMemory, Path]) -> None:
+    s, _ = separate
+    r = call(s.client, SpatialQuery.Request(question="What did I see at the start?",
+                                            options=["A. red", "B. blue"], scope="memory"))
+    assert r.success, r.error
+    stamps = [stamp_to_sec(f.stamp) for f in r.memory_frames]
+    assert stamps and stamps[0] == STAMPS[0] and set(stamps) <= set(STAMPS)
+    assert "latest" in r.memory_frames[-1].reasons
+    bad = call(s.client, SpatialQuery.Request(question="Where was I 5 blorps ago?",
+                                              scope="memory"))
+    assert (bad.success, bad.error_code) == (False, "BAD_TIME_PHRASE")
+
+
+def test_the_perception_node_serves_the_memory_stats(
+        separate: tuple[SeparateMemory, Path]) -> None:
+    s, db = separate
+    st = s.stats()
+    rows = s.buffer.store.stats.keyframes
+    assert st.success, st.error
+    assert (st.rows, st.recorded, st.failed, st.location) == (rows, rows, 0, str(db))
+    assert stamp_to_sec(st.first_stamp) == STAMPS[0]
+    status = s.perception.diagnostics()[0]
+    values = {kv.key: kv.value for kv in status.values}
+    assert values["memory_rows_recorded"] == str(rows)
