@@ -291,6 +291,12 @@ def model_card(summary: dict[str, Any], tables: str) -> str:
     check = summary.get("reference_check") or {}
     zero = (f"{int(grpo['zero_variance_groups/last'])} of {int(grpo['groups_seen/last'])}"
             if "groups_seen/last" in grpo else "-")
+    ablated = summary["minutes"].get("GRPO without consistency")
+    ablation = (
+        '- The ablation "without consistency": the same run up to the first stage with a '
+        "consistency weight\n  (its checkpoint), then the rest with that weight at 0: another "
+        f"{ablated} minutes." if ablated is not None
+        else "- No ablation without the consistency reward was run (`--no-ablation`).")
     return f"""# smollm2-135m-embodied-r
 
 A LoRA adapter (r {lora.r if lora else '-'}, alpha {lora.alpha if lora else '-'}, every linear
@@ -333,9 +339,7 @@ motions, colour regions), built by `embodied-r-train build` from each world's ro
   (no advantage, no gradient; their forward and backward pass skipped):
   {zero}. GRPO took {summary['minutes']['GRPO']} minutes.
 - Training time (SFT + GRPO): {summary['training_minutes']} minutes.
-- The ablation "without consistency": the same run up to the first stage with a consistency weight
-  (its checkpoint), then the rest with that weight at 0: another
-  {summary['minutes'].get('GRPO without consistency', '-')} minutes.
+{ablation}
 
 ## Evaluation (greedy, {cfg.eval.max_new_tokens} new tokens, {cfg.eval.backend}
 {cfg.eval.quantization if cfg.eval.backend != 'transformers' else ''}; 95 % bootstrap intervals)
