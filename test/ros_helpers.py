@@ -190,6 +190,24 @@ def feed(publish: Callable[[Any], None], msgs: Sequence[Any], arrived: Callable[
         wait_until(lambda m=msg: arrived(m), timeout, f"message {i} of {len(msgs)} to arrive")
 
 
+#: the all-in-one or the separate nodes with the spatial memory at ``{path}``: geometric
+#: perception (describes key frames without a model) and the tiny random LM
+MEMORY_CONFIG = """base: offline
+cache: {{enabled: false}}
+reasoning: {{model: {{model: tiny-qwen2, max_new_tokens: 8}}}}
+memory: {{enabled: true, path: "{path}", embedder: "off"}}
+"""
+
+
+def feed_with_odometry(odom: Callable[[Any], None], image: Callable[[Any], None], store: Any,
+                       frames: Sequence[Any], stamps: Sequence[float]) -> None:
+    """Each frame after an odometry pose at its stamp (0.1 m forward and 2 degrees left a
+    frame), each message once it is the frame buffer's ``store``'s latest."""
+    for i, t in enumerate(stamps):
+        feed(odom, [odom_msg(t, 0.1 * i, 0.0, 2.0 * i)], pose_received(store))
+        feed(image, [image_msg(frames[i], t)], frame_handled(store))
+
+
 def frame_handled(store: Any) -> Callable[[Any], bool]:
     """``arrived`` of :func:`feed` for camera frames: the frame buffer is done with the frame
     (stored, skipped or dropped), by its stamp."""

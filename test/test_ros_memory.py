@@ -12,13 +12,10 @@ from typing import Any, NamedTuple
 import pytest
 from media import pan_frames
 from ros_helpers import (
+    MEMORY_CONFIG,
     AllInOne,
     call,
-    feed,
-    frame_handled,
-    image_msg,
-    odom_msg,
-    pose_received,
+    feed_with_odometry,
     require_ros,
     result_of,
     ros_context,
@@ -39,12 +36,6 @@ from embodied_r_interfaces.srv import MemoryClear, MemoryStats, SpatialQuery  # 
 from embodied_r_ros.memory import SqliteMemoryStore  # noqa: E402
 from embodied_r_ros.nodes.conversions import stamp_to_sec  # noqa: E402
 
-#: geometric perception (describes key frames without a model) and the tiny random LM
-CONFIG = """base: offline
-cache: {{enabled: false}}
-reasoning: {{model: {{model: tiny-qwen2, max_new_tokens: 8}}}}
-memory: {{enabled: true, path: "{path}", embedder: "off"}}
-"""
 T0 = 2000.0
 FRAMES = pan_frames(24, 24)
 STAMPS = [T0 + 0.5 * i for i in range(len(FRAMES))]  # 12 s; 1 fps sampling keeps every other
@@ -83,7 +74,7 @@ class Robot(AllInOne):
 
 def write_config(directory: Path, db: Path) -> Path:
     path = directory / f"{db.stem}.yaml"
-    path.write_text(CONFIG.format(path=db))
+    path.write_text(MEMORY_CONFIG.format(path=db))
     return path
 
 
@@ -118,10 +109,7 @@ def fleet(tiny_models_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> It
 
 def record(robot: Robot) -> Robot:
     """``robot`` after a panning stream with odometry: every key frame stored."""
-    for i, t in enumerate(STAMPS):  # a pose at each frame: 0.1 m forward, 2 degrees left
-        feed(robot.odom.publish, [odom_msg(t, 0.1 * i, 0.0, 2.0 * i)],
-             pose_received(robot.store))
-        feed(robot.image.publish, [image_msg(FRAMES[i], t)], frame_handled(robot.store))
+    feed_with_odometry(robot.odom.publish, robot.image.publish, robot.store, FRAMES, STAMPS)
     keyframes = robot.store.stats.keyframes
     assert keyframes >= 3
     wait_until(lambda: robot.writer.recorded == keyframes, 30, "every key frame stored")

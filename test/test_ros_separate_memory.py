@@ -12,13 +12,10 @@ from typing import Any
 import pytest
 from media import pan_frames
 from ros_helpers import (
+    MEMORY_CONFIG,
     Spinner,
     call,
-    feed,
-    frame_handled,
-    image_msg,
-    odom_msg,
-    pose_received,
+    feed_with_odometry,
     require_ros,
     ros_context,
     wait_matched,
@@ -43,12 +40,6 @@ from embodied_r_ros.nodes.runtime import start_nodes  # noqa: E402
 from embodied_r_ros.nodes.transport import QUERY_QOS  # noqa: E402
 
 NS = "/sepmem"
-#: geometric perception (describes key frames without a model) and the tiny random LM
-CONFIG = """base: offline
-cache: {{enabled: false}}
-reasoning: {{model: {{model: tiny-qwen2, max_new_tokens: 8}}}}
-memory: {{enabled: true, path: "{path}", embedder: "off"}}
-"""
 T0 = 3000.0
 FRAMES = pan_frames(24, 24)
 STAMPS = [T0 + 0.5 * i for i in range(len(FRAMES))]  # 12 s; 1 fps sampling keeps every other
@@ -96,13 +87,11 @@ def separate(tiny_models_dir: Path, tmp_path_factory: pytest.TempPathFactory
     tmp = tmp_path_factory.mktemp("separate-memory")
     db = tmp / "memory.sqlite3"
     config = tmp / "memory.yaml"
-    config.write_text(CONFIG.format(path=db))
+    config.write_text(MEMORY_CONFIG.format(path=db))
     with ros_context(__name__) as ctx:
         s = SeparateMemory(ctx, config)
         store = s.buffer.store
-        for i, t in enumerate(STAMPS):
-            feed(s.odom.publish, [odom_msg(t, 0.1 * i, 0.0, 2.0 * i)], pose_received(store))
-            feed(s.image.publish, [image_msg(FRAMES[i], t)], frame_handled(store))
+        feed_with_odometry(s.odom.publish, s.image.publish, store, FRAMES, STAMPS)
         keyframes = store.stats.keyframes
         assert keyframes >= 3
         wait_until(lambda: s.writer.recorded == keyframes, 30, "every key frame stored")
