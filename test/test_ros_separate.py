@@ -46,11 +46,13 @@ ODOM_FROM = 6  # odometry (turning LEFT 15 deg/s) exists for the last frames onl
 
 
 class Separate:
-    def __init__(self, ctx: Any, cfg: str) -> None:
+    """The four nodes in namespace ``ns``, and a tester node that feeds and asks them."""
+
+    def __init__(self, ctx: Any, cfg: str, ns: str = NS) -> None:
         params = [Parameter("profile", value="offline"), Parameter("config_file", value=cfg),
                   Parameter("cameras", value=["front", "rear"]),
                   Parameter("backend_wait_sec", value=0.5)]
-        kw = {"context": ctx, "namespace": NS, "parameter_overrides": params}
+        kw = {"context": ctx, "namespace": ns, "parameter_overrides": params}
         self.buffer = FrameBufferNode(**kw)
         self.perception = PerceptionNode(**kw)
         self.reasoning = ReasoningNode(**kw)
@@ -59,9 +61,9 @@ class Separate:
         self.tester = rclpy.create_node("tester", context=ctx)
         self.spinner = Spinner(ctx, [self.buffer, self.perception, self.reasoning, self.query,
                                      self.tester], threads=10)
-        self.image = self.tester.create_publisher(Image, f"{NS}/image", 10)
-        self.odom = self.tester.create_publisher(Odometry, f"{NS}/odom", 10)
-        self.client = self.tester.create_client(SpatialQuery, f"{NS}/query",
+        self.image = self.tester.create_publisher(Image, f"{ns}/image", 10)
+        self.odom = self.tester.create_publisher(Odometry, f"{ns}/odom", 10)
+        self.client = self.tester.create_client(SpatialQuery, f"{ns}/query",
                                                 qos_profile=QUERY_QOS)
         wait_matched(self.image, [self.buffer.camera_subscriptions[0]])
         wait_matched(self.odom, [self.buffer.odometry_subscription])
@@ -73,7 +75,8 @@ class Separate:
 
 
 @pytest.fixture(scope="module")
-def sep(tiny_lm: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Separate]:
+def config(tiny_lm: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """The offline profile with the tiny LM behind an OpenAI-compatible endpoint."""
     lm = ChatGate(tiny_lm)
     cfg = tmp_path_factory.mktemp("cfg") / "geometric.yaml"
     cfg.write_text(f"""base: offline
@@ -81,16 +84,36 @@ cache: {{enabled: false}}
 reasoning:
   model: {{backend: openai, model: tiny-qwen2, base_url: "{lm.url}", max_new_tokens: 6}}
 """)
+    yield str(cfg)
+    lm.close()
+
+
+def feed_images(s: Separate, count: int) -> None:
+    """The first ``count`` frames, each waited on in the frame buffer's store."""
+    feed(s.image.publish, [image_msg(f, t) for f, t in zip(FRAMES[:count], STAMPS, strict=False)],
+         frame_handled(s.buffer.store))
+
+
+@pytest.fixture(scope="module")
+def sep(config: str) -> Iterator[Separate]:
+    """All four nodes up, fed the panning frames and, for the last of them, odometry."""
     with ros_context(__name__) as ctx:
-        s = Separate(ctx, str(cfg))
-        store = s.buffer.store
+        s = Separate(ctx, config)
         odoms = [odom_msg(t, 0.0, 0.0, 15.0 * (t - STAMPS[0])) for t in STAMPS[ODOM_FROM:]]
-        feed(s.odom.publish, odoms, pose_received(store))
-        feed(s.image.publish, [image_msg(f, t) for f, t in zip(FRAMES, STAMPS, strict=True)],
-             frame_handled(store))
+        feed(s.odom.publish, odoms, pose_received(s.buffer.store))
+        feed_images(s, len(FRAMES))
         yield s
         s.spinner.stop()
-    lm.close()
+
+
+@pytest.fixture
+def losing_peers(config: str) -> Iterator[Separate]:
+    """Nodes of their own, in their own namespace, for a test that takes peers away."""
+    with ros_context(f"{__name__}.peers") as ctx:
+        s = Separate(ctx, config, ns="/sep_peers")
+        feed_images(s, 4)
+        yield s
+        s.spinner.stop()
 
 
 def actions(perception: str) -> list[str]:
@@ -121,12 +144,13 @@ def test_visual_ego_motion_fills_in_without_odometry(sep: Separate) -> None:
     assert late and all(a.startswith("rotate left") for a in late), found
 
 
-def test_camera_without_a_buffer_and_missing_peers(sep: Separate) -> None:
-    r = sep.ask(camera="rear")  # no frame buffer serves it: a peer that is not there
+def test_camera_without_a_buffer_and_missing_peers(losing_peers: Separate) -> None:
+    s = losing_peers
+    r = s.ask(camera="rear")  # no frame buffer serves it: a peer that is not there
     assert not r.success and r.error_code == "BACKEND_DOWN" and "rear" in r.error
-    sep.spinner.remove(sep.reasoning)
-    r = sep.ask()
+    s.spinner.remove(s.reasoning)
+    r = s.ask()
     assert not r.success and r.error_code == "BACKEND_DOWN" and "reasoning" in r.error
-    sep.spinner.remove(sep.perception)
-    r = sep.ask()
+    s.spinner.remove(s.perception)
+    r = s.ask()
     assert not r.success and r.error_code == "BACKEND_DOWN" and "perception" in r.error
