@@ -18,6 +18,10 @@ from typing import Any
 import pytest
 
 LOCALHOST_ENV = {"ROS_AUTOMATIC_DISCOVERY_RANGE": "LOCALHOST"}
+#: how long a test waits for a service or action server to be discovered: DDS discovery of a
+#: process that is starting several nodes took over 10 s on two loaded cores, and a wait that
+#: succeeds returns as soon as the server is there
+DISCOVERY_SEC = 60.0
 
 
 def require_ros() -> None:
@@ -133,7 +137,7 @@ def result_of(future: Any, timeout: float = 30.0) -> Any:
 
 
 def call(client: Any, request: Any, timeout: float = 60.0) -> Any:
-    assert client.wait_for_service(timeout_sec=10.0), f"{client.srv_name} not available"
+    assert client.wait_for_service(timeout_sec=DISCOVERY_SEC), f"{client.srv_name} not available"
     return result_of(client.call_async(request), timeout)
 
 

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 import yaml
-from ros_helpers import AllInOne, require_ros, result_of, ros_context, wait_until
+from ros_helpers import DISCOVERY_SEC, AllInOne, require_ros, result_of, ros_context, wait_until
 
 require_ros()
 
@@ -214,7 +214,7 @@ def test_from_a_recording_to_a_trained_reasoner_answering_on_the_robot(
         # and over ROS the reasoning node's raw reply is that model's, not the base model's
         client = ActionClient(other.tester, Reason, "/mine/reasoning/reason")
         other.spinner.owned.append(client)
-        assert client.wait_for_server(timeout_sec=10)
+        assert client.wait_for_server(timeout_sec=DISCOVERY_SEC)
         goal = Reason.Goal(perception=res.perception, options=["A. left", "B. right"])
         handle = result_of(client.send_goal_async(goal))
         result = result_of(handle.get_result_async()).result

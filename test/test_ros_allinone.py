@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 from media import pan_frames
 from ros_helpers import (
+    DISCOVERY_SEC,
     AllInOne,
     feed,
     frame_handled,
@@ -187,7 +188,7 @@ def test_window_limits_the_key_frames(streamed: World) -> None:
 
 
 def test_action_uses_the_same_path_with_feedback(streamed: World) -> None:
-    assert streamed.action.wait_for_server(timeout_sec=10)
+    assert streamed.action.wait_for_server(timeout_sec=DISCOVERY_SEC)
     feedback: list[Any] = []
     goal = QueryAction.Goal(question="Which way did I turn?", options=OPTIONS)
     handle = result_of(streamed.action.send_goal_async(

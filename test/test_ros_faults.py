@@ -15,7 +15,15 @@ from typing import Any
 
 import pytest
 from media import pan_frames
-from ros_helpers import AllInOne, ChatGate, require_ros, result_of, ros_context, wait_until
+from ros_helpers import (
+    DISCOVERY_SEC,
+    AllInOne,
+    ChatGate,
+    require_ros,
+    result_of,
+    ros_context,
+    wait_until,
+)
 
 require_ros()
 
@@ -107,7 +115,7 @@ def test_cancel_drops_pending_vlm_calls_and_abandons_those_in_flight(
     world = start(ctx, tmp_path, "cancel", config(vlm.url, lm.url, concurrency=2))
     try:
         vlm.hold()
-        assert world.action.wait_for_server(timeout_sec=10)
+        assert world.action.wait_for_server(timeout_sec=DISCOVERY_SEC)
         before = vlm.requests
         goal = QueryAction.Goal(question="Which way did I turn?", options=OPTIONS)
         handle = result_of(world.action.send_goal_async(goal))

@@ -13,7 +13,15 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from ros_helpers import ChatGate, Spinner, require_ros, result_of, ros_context, write_config
+from ros_helpers import (
+    DISCOVERY_SEC,
+    ChatGate,
+    Spinner,
+    require_ros,
+    result_of,
+    ros_context,
+    write_config,
+)
 
 require_ros()
 
@@ -100,7 +108,7 @@ reasoning:
         assert node.trigger_configure() == SUCCESS and node.trigger_activate() == SUCCESS
         client = ActionClient(tester, Reason, "/deactivate_mid_goal/reason")
         spinner.owned.append(client)
-        assert client.wait_for_server(timeout_sec=10)
+        assert client.wait_for_server(timeout_sec=DISCOVERY_SEC)
         handle = result_of(client.send_goal_async(
             Reason.Goal(perception="Question: where?\nChoices:\nA. left\nB. right",
                         options=["A. left", "B. right"])), 30)

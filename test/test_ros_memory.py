@@ -12,6 +12,7 @@ from typing import Any, NamedTuple
 import pytest
 from media import pan_frames
 from ros_helpers import (
+    DISCOVERY_SEC,
     MEMORY_CONFIG,
     AllInOne,
     call,
@@ -173,7 +174,7 @@ def test_bad_scope_and_time_phrase_are_one_line_errors(recorded: Robot) -> None:
     assert (r.success, r.error_code) == (False, "BAD_TIME_PHRASE")
     assert "5 blorps ago" in r.error and "\n" not in r.error
     goal = QueryAction.Goal(question="Where was I 5 blorps ago?", scope="memory")
-    assert recorded.action.wait_for_server(timeout_sec=10)
+    assert recorded.action.wait_for_server(timeout_sec=DISCOVERY_SEC)
     handle = result_of(recorded.action.send_goal_async(goal))
     result = result_of(handle.get_result_async()).result
     assert (result.success, result.error_code) == (False, "BAD_TIME_PHRASE")

@@ -9,7 +9,15 @@ from typing import Any
 
 import numpy as np
 import pytest
-from ros_helpers import ChatGate, Spinner, require_ros, result_of, ros_context, write_config
+from ros_helpers import (
+    DISCOVERY_SEC,
+    ChatGate,
+    Spinner,
+    require_ros,
+    result_of,
+    ros_context,
+    write_config,
+)
 
 require_ros()
 
@@ -50,7 +58,7 @@ cache: {{enabled: false}}
         assert node.trigger_configure() == SUCCESS and node.trigger_activate() == SUCCESS
         client = ActionClient(tester, Perceive, "/perception_mid_goal/perceive")
         spinner.owned.append(client)
-        assert client.wait_for_server(timeout_sec=10)
+        assert client.wait_for_server(timeout_sec=DISCOVERY_SEC)
         frames = [jpeg_to_compressed(encode_jpeg(np.full((48, 64, 3), v, np.uint8)), t)
                   for t, v in ((1.0, 40), (2.0, 200))]
         goal = Perceive.Goal(question="Which way did I turn?", options=["A. left", "B. right"],

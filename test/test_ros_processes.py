@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 from media import pan_frames
 from ros_helpers import (
+    DISCOVERY_SEC,
     LOCALHOST_ENV,
     Spinner,
     call,
@@ -227,7 +228,7 @@ def test_a_perceive_goal_cancelled_there_ends_canceled_at_once(
     cluster: tuple[Cluster, Path], slow: PerceptionProcess
 ) -> None:
     c, _ = cluster
-    assert c.perceive.wait_for_server(timeout_sec=30)
+    assert c.perceive.wait_for_server(timeout_sec=DISCOVERY_SEC)
     goal = Perceive.Goal(
         question="Which way did I turn?", options=OPTIONS,
         key_frames=[jpeg_to_compressed(encode_jpeg(f), t) for f, t in zip(FRAMES, STAMPS,
@@ -255,7 +256,7 @@ def test_a_query_cancelled_mid_perception_cancels_the_remote_goal(
     cluster: tuple[Cluster, Path], slow: PerceptionProcess
 ) -> None:
     c, _ = cluster
-    assert c.action.wait_for_server(timeout_sec=10)
+    assert c.action.wait_for_server(timeout_sec=DISCOVERY_SEC)
     known = c.goals.known()
     qhandle = result_of(c.action.send_goal_async(
         QueryAction.Goal(question="Which way did I turn?", options=OPTIONS)), 30)

@@ -13,7 +13,15 @@ from typing import Any
 import numpy as np
 import pytest
 from media import pan_frames
-from ros_helpers import AllInOne, ChatGate, require_ros, result_of, ros_context, wait_until
+from ros_helpers import (
+    DISCOVERY_SEC,
+    AllInOne,
+    ChatGate,
+    require_ros,
+    result_of,
+    ros_context,
+    wait_until,
+)
 
 require_ros()
 
@@ -74,14 +82,14 @@ def world(tiny_models_dir: Path, lm: ChatGate,
 
 def client(world: AllInOne, kind: Any, name: str) -> Any:
     c = world.tester.create_client(kind, f"{NS}/{name}")
-    assert c.wait_for_service(timeout_sec=10)
+    assert c.wait_for_service(timeout_sec=DISCOVERY_SEC)
     return c
 
 
 def action(world: AllInOne, kind: Any, name: str) -> ActionClient:
     a = ActionClient(world.tester, kind, f"{NS}/{name}")
     world.spinner.owned.append(a)
-    assert a.wait_for_server(timeout_sec=10)
+    assert a.wait_for_server(timeout_sec=DISCOVERY_SEC)
     return a
 
 

@@ -102,7 +102,7 @@ def test_eval_runs_the_vl_checkpoint_text_only(dataset: Path, tiny_models_dir: P
 
 def test_the_reasoning_node_answers_with_the_vl_checkpoint(tiny_models_dir: Path,
                                                            tmp_path: Path) -> None:
-    from ros_helpers import Spinner, require_ros, result_of, ros_context
+    from ros_helpers import DISCOVERY_SEC, Spinner, require_ros, result_of, ros_context
 
     require_ros()
     from rclpy.action import ActionClient
@@ -127,7 +127,7 @@ def test_the_reasoning_node_answers_with_the_vl_checkpoint(tiny_models_dir: Path
             lm = node.pipeline.lm  # type: ignore[union-attr]
             assert type(lm.model).__name__ == "Qwen2ForCausalLM"
             action = ActionClient(tester, Reason, "/vl/reasoning/reason")
-            assert action.wait_for_server(timeout_sec=10.0)
+            assert action.wait_for_server(timeout_sec=DISCOVERY_SEC)
             goal = Reason.Goal(perception="Frame 0: Observe: a wall.\nQuestion: Where am I?\n"
                                "Choices:\nA. inside\nB. outside", options=["A. inside",
                                                                           "B. outside"])
