@@ -371,8 +371,8 @@ of {check.get('rows', '-')} ({_pct(check.get('rate'))} %); the untrained SmolLM2
 
 Use it as the reference of a GRPO run on this project's data (`rewards.reference: {{backend:
 transformers, model: smollm2-135m-embodied-r-reference}}`). It reads think texts written as
-this project's rationales are (a walk through the frames, then `So: B. option text`); it is no
-judge of free-form reasoning.
+this project's rationales are (the options as `text = letter`, a walk through the frames, then
+`So: text = letter.`); it is no judge of free-form reasoning.
 """
 
 
