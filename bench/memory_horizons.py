@@ -16,6 +16,12 @@ when the tour reaches its ask time (``now`` = ``t_ask``) in three ways:
   no ground truth): what the text allows at best. The oracle also reads the window text, for
   the window's ceiling.
 
+Questions are generated only where the text can decide them
+(:mod:`embodied_r_ros.sim.long_questions`: no shared colour left untold apart, no answer
+within the text's rounding of a boundary, the route back as the first turn towards where the
+object was last seen); the candidates skipped, by category and reason, are reported with the
+figures (``skipped``).
+
 Retrieval recall: for each object a question names, whether a frame that shows it clearly (the
 row's ``targets``) is among the frames retrieved. Accuracies carry 95 % bootstrap intervals.
 Targets: oracle >= 90 % at every horizon; memory >= window + 20 points at ``long``; recall >=
@@ -408,6 +414,16 @@ def markdown(figs: Mapping[str, Any], missed: Sequence[str], meta: Mapping[str, 
               f"{pct(split['unique_colour']['oracle'])} % (n {split['unique_colour']['n']}); "
               f"sharing a colour with another object: {pct(split['shared_colour']['oracle'])} % "
               f"(n {split['shared_colour']['n']}). The geometric perception names colours only."]
+    skipped = meta.get("skipped") or {}
+    if skipped:
+        lines += ["", "Candidates the generator skipped because the text cannot decide them "
+                  "(or for the question's own rules), by reason:", "",
+                  "| category | asked | skipped by reason |", "|---|---|---|"]
+        for cat, c in figs["by_category"].items():
+            reasons = skipped.get(cat, {})
+            lines.append(f"| {cat} | {c['questions']} | " + "; ".join(
+                f"{why} {n}" for why, n in sorted(reasons.items(), key=lambda x: -x[1]))
+                + " |")
     lines += ["", "Targets missed:" if missed else "Every target met.", ""]
     lines += [f"- {m}" for m in missed]
     return "\n".join(lines) + "\n"
@@ -485,8 +501,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         world = args.world or generate(args.seed, args.minutes, work / "world",
                                            args.small)
         done, ingest = run(args, world, work)
-        objects = json.loads((world / "world.json").read_text())["objects"]
-        colours = Counter(o["name"].split()[0] for o in objects)
+        built = json.loads((world / "world.json").read_text())
+        colours = Counter(o["name"].split()[0] for o in built["objects"])
+        skipped = built.get("questions_skipped", {})
     finally:
         shutil.rmtree(work, ignore_errors=True)
     figs = summarise(done, colours)
@@ -495,7 +512,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 f"{args.minutes:g} minutes", "questions": len(done),
                 "reasoned": sum(a.hit("memory") is not None for a in done),
                 "seconds": round(time.perf_counter() - started, 1),
-                "ingest": ingest}
+                "ingest": ingest, "skipped": skipped,
+                "skipped_total": {c: sum(r.values()) for c, r in skipped.items()}}
     print(markdown(figs, missed, manifest))
     if args.out is not None:
         write_all(args.out, figs, missed, manifest, done, args, argv)

@@ -79,10 +79,19 @@ def test_next_to_and_closer_use_the_located_objects() -> None:
                    ["A. the blue box", "B. the red box you saw about 17 minutes ago"]) == "B"
 
 
+def test_the_route_back_turns_towards_where_the_object_was_seen() -> None:
+    turns = ["A. Go straight ahead.", "B. Turn left.", "C. Turn right.", "D. Turn around."]
+    # the blue object was last seen from (0, -2); from (8, 0) facing back it is ahead, a
+    # little to the left (14 degrees)
+    assert _answer("route_back", "You want to go back to where you were when you last saw "
+                   "the blue box. Which way do you turn first to face that spot?", turns) == "A"
+    # the red seen last was seen from here: no turn; the one of 17 minutes ago from (0, -2)
+    assert _answer("route_back", "You want to go back to where you were when you last saw "
+                   "the red box you saw about 17 minutes ago. Which way do you turn first to "
+                   "face that spot?", turns) == "A"
+
+
 def test_what_the_text_cannot_carry_is_left_undecided() -> None:
-    route = solve_text("route_back", _text("You want to go back to the blue box. Which way?",
-                                            ["A. Turn left towards the doorway."]))
-    assert route.letter is None and "no rooms" in route.evidence
     unseen = solve_text("object_direction",
                         _text("Where is the green cone relative to you now?", QUADRANTS))
     assert unseen.letter is None and "no green" in unseen.evidence

@@ -79,17 +79,25 @@ def _about(rows: list[dict], category: str, frame: int, k: int) -> list[dict]:
 
 
 def test_direction_and_distance_of_hand_placed_objects(hand_rows) -> None:
-    # red box: 2.5 m ahead, 1.5 m left -> front-left, 2.9 m; blue sphere: behind right, 1.6 m
-    (box,) = _about(hand_rows, "object_direction", 240, BOX)
-    assert box["answer_text"] == "front-left" and box["horizon"] == "medium"
-    assert box["horizon_s"] == 230.0 and "the red box in room 1" in box["question"]
+    # blue sphere: behind right, 1.6 m
     (sphere,) = _about(hand_rows, "object_direction", 240, SPHERE)
     assert sphere["answer_text"] == "back-right" and sphere["horizon_s"] == 215.0
-    (far,) = _about(hand_rows, "object_distance", 240, BOX)
-    assert far["answer_text"] == "between 2 and 5 m"
     (near,) = _about(hand_rows, "object_distance", 240, SPHERE)
     assert near["answer_text"] == "less than 2 m"
     assert not _about(hand_rows, "object_direction", 240, CYLINDER)  # 5 deg: skipped
+
+
+def test_a_red_box_told_apart_by_its_time_has_its_direction_and_distance() -> None:
+    """The other red box shown at 200 s: the time of the first (4 minutes) sets it apart."""
+    world, sightings = _hand_world({**SIGHTED, 3: (200, 205)})
+    rows, _ = generate_long_questions(world, sightings, ALL)
+    # red box: 2.5 m ahead, 1.5 m left -> front-left, 2.9 m
+    (box,) = _about(rows, "object_direction", 240, BOX)
+    assert box["answer_text"] == "front-left" and box["horizon"] == "medium"
+    assert box["horizon_s"] == 230.0
+    assert "the red box you saw about 4 minutes ago" in box["question"]
+    (far,) = _about(rows, "object_distance", 240, BOX)
+    assert far["answer_text"] == "between 2 and 5 m"
 
 
 def test_how_long_ago_in_bands_with_the_horizon_it_needs(hand_rows) -> None:
@@ -104,22 +112,13 @@ def test_how_long_ago_in_bands_with_the_horizon_it_needs(hand_rows) -> None:
 
 
 def test_route_back_closer_and_next_to(hand_rows) -> None:
-    world, _ = _hand_world(SIGHTED)
-    door = world.plan.doors[0]
-    assert door.areas == (1, 0)
-    bearing = math.degrees(math.atan2(door.y - world.poses[0].y, door.x - world.poses[0].x))
-    assert 40 <= bearing <= 130  # the doorway is to the left of an east-facing camera
-    (route,) = _about(hand_rows, "route_back", 240, CONE)
-    assert route["answer_text"] == ("Turn left towards the doorway, go along the corridor "
-                                    "and into room 2.")
-    assert len(set(route["options"])) == 4
+    # the camera stands still: the spot it saw the cone from is where it is
+    assert not _about(hand_rows, "route_back", 240, CONE)
     pairs = [r for r in hand_rows if r["category"] == "closer" and r["frame"] == 240
-             and {t["object"] for t in r["targets"]} == {BOX, SPHERE}]
+             and {t["object"] for t in r["targets"]} == {SPHERE, CONE}]
     assert pairs and all(r["answer_text"] == "the blue sphere" for r in pairs)
-    (nxt,) = _about(hand_rows, "next_to", 240, BOX)
-    assert nxt["answer_text"] == "yellow cylinder"
-    assert [t["object"] for t in nxt["targets"]] == [BOX, CYLINDER]
-    assert nxt["horizon_s"] == 230.0  # the older of the two last sightings
+    # a camera that never moved saw every object along one bearing: the text places none
+    assert not [r for r in hand_rows if r["category"] == "next_to"]
 
 
 def test_did_you_see_asks_about_names(hand_rows) -> None:
@@ -135,16 +134,15 @@ def test_did_you_see_asks_about_names(hand_rows) -> None:
 
 
 def test_shared_names_say_which_one(hand_rows) -> None:
-    """Both red boxes were seen within minutes: only their rooms tell them apart."""
+    """Both red boxes were seen within a minute of each other and the text names no rooms:
+    only a question every red object answers alike (how long ago) asks about one."""
     about_boxes = [r for r in hand_rows if r["category"] != "seen"
                    and any(t["name"] == "red box" and t["reference"] for t in r["targets"])]
     assert about_boxes
+    assert {r["category"] for r in about_boxes} == {"last_seen"}
     for row in about_boxes:
         refs = [t["reference"] for t in row["targets"] if t["name"] == "red box"]
         assert all(ref.startswith("the red box in room ") for ref in refs)
-    # the route back would name the room it asks for: not asked
-    assert not [r for r in hand_rows if r["category"] == "route_back"
-                and r["targets"][0]["name"] == "red box"]
 
 
 def test_a_time_names_one_of_two_when_the_other_was_not_seen_then() -> None:
@@ -225,8 +223,15 @@ def test_answers_agree_with_the_manifest_geometry(small) -> None:
             nearest = r["targets"][int(np.argmin(dist))]["reference"]
             assert r["answer_text"] == nearest and abs(dist[0] - dist[1]) >= 0.5
         elif r["category"] == "route_back":
-            here = manifest["areas"][pose["area"]]["name"]
-            assert where[0]["area"] != here and r["answer_text"].endswith(f"{where[0]['area']}.")
+            first, last = r["why"]["spot_frames"]
+            spots = [frames[f] for f in r["targets"][0]["frames"] if first <= f <= last]
+            assert spots and last in r["targets"][0]["frames"]
+            for spot in spots:  # every frame of the last sighting calls for the same turn
+                rel = (math.degrees(math.atan2(spot["y"] - pose["y"], spot["x"] - pose["x"]))
+                       - pose["yaw_deg"] + 540.0) % 360.0 - 180.0
+                turn = ("Go straight ahead." if abs(rel) <= 20 else "Turn around."
+                        if abs(rel) >= 155 else "Turn left." if rel > 0 else "Turn right.")
+                assert r["answer_text"] == turn
         else:
             continue
         checked += 1

@@ -53,7 +53,7 @@ from embodied_r_ros.sim.writers import BagWriter, Mp4Writer, Topics, write_json,
 
 log = logging.getLogger(__name__)
 
-LONG_GENERATOR_VERSION = 1  # bump when the same spec would render differently
+LONG_GENERATOR_VERSION = 2  # bump when the same spec would render differently
 LONG_QUESTIONS = 20 * len(CATEGORIES)
 
 

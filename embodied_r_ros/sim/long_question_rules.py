@@ -76,5 +76,16 @@ def first_turn(bearing_deg: float) -> str | None:
     return None
 
 
+def nearest_turn(bearing_deg: float) -> str:
+    """The turn whose clear range of :func:`first_turn` is nearest a bearing: how a reader
+    decides a bearing that falls between two of them."""
+    a = abs(bearing_deg)
+    if a <= (_STRAIGHT_DEG + _SIDE_DEG[0]) / 2.0:
+        return TURNS[0]
+    if a < (_SIDE_DEG[1] + _AROUND_DEG) / 2.0:
+        return TURNS[1] if bearing_deg > 0 else TURNS[2]
+    return TURNS[3]
+
+
 def minutes_phrase(minutes: int) -> str:
     return "1 minute" if minutes == 1 else f"{minutes} minutes"

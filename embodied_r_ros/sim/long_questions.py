@@ -15,9 +15,34 @@ skipped, like answers near a decision boundary, and every skip is counted by rea
 Names: several objects may share a name ("red box"), so a question names an instance by its
 place ("the red box in room 3") or by when it was seen ("the red box you saw about 20 minutes
 ago", only when no other red box was seen around then); a name used once in the world is
-named plainly. A reference that would give the answer away is not used (the room, for the
-route back; the time, for how long ago). Did-you-see questions ask about a name, whose
-answer is the same for every instance.
+named plainly. A reference that would give the answer away is not used (the time, for how long
+ago).
+
+What the text can state: the memory is read as perception text (each retrieved frame's age,
+the motion between frames from odometry, the colour regions a frame shows), which names
+colours, not shapes, and no rooms. A question is asked only where that text can decide it
+(as :mod:`embodied_r_training.data.text_check` does for the short clips); the rest is
+skipped and counted by reason:
+
+- **shared colour**: another object of the same colour is in the memory (shown by then) and
+  nothing the text states tells the two apart: only the time of a reference can, when no
+  other object of the colour was seen within a minute of it (the text states ages in
+  seconds, the reference whole minutes). A room in a reference does not, as the text names
+  none. "How long ago" names no time (it would give the answer away): it is kept where every
+  object of the colour was last shown in the same band;
+- **near a boundary**: a distance, age or bearing within its band's margin
+  (:data:`~embodied_r_ros.sim.long_question_rules.DISTANCE_MARGIN`, ``AGE_MARGIN``, the
+  quadrant margin), each wider than the text's rounding (a decimetre, a second, a degree);
+- **the text cannot place it**: the text places an object only where bearings to it, stated
+  to a degree, cross wide enough (:data:`MIN_CROSSING_DEG`), which ``next_to`` needs for
+  both of its objects;
+- the **route back** through doorways is not in the text (no rooms, no doorways): it is asked
+  as the first turn towards the spot the robot last saw the object from, which the text
+  carries as the poses of its frames.
+
+Did-you-see questions ask about a name, whose answer is the same for every instance; the text
+answers for the colour, so a name whose colour was seen in the window by another object is
+skipped.
 """
 
 from __future__ import annotations
@@ -67,10 +92,19 @@ ASK_STEP_S = 15.0
 MIN_DIRECTION_M = 1.0  # nearer than this, a step changes the direction
 NEXT_TO_M = 2.5
 NEXT_TO_MARGIN_M = 0.5
-DOORWAY_M = 1.0  # this near a doorway, which area "here" is and the first turn are unclear
 WINDOWS_S: tuple[float, ...] = (60.0, 300.0, 600.0, 1200.0)
 WINDOW_MARGIN = (5.0, 0.05)  # seconds, and a share of the window
 TIME_REF_GAP_S = 60.0  # a sighting ends after a minute unseen
+#: a time reference tells an object from another of its colour when the other was not seen
+#: within this many minutes of the referenced one's sighting window (of +- half a minute)
+TIME_REF_SLACK_MIN = 1.0
+#: nearer than this to where the object was last seen from, the turn towards it is unclear
+NEAR_SPOT_M = 1.5
+#: the bearings the text states (to a degree) place an object only where the camera saw it
+#: from places whose rays to it cross at least this wide (the reader's own limit is 6)
+MIN_CROSSING_DEG = 12.0
+SHARED_COLOUR = "shared colour"
+UNPLACED = "the text cannot place it"
 CLOSER_PAIRS_PER_ASK = 30
 
 NAME, AREA, TIME = "name", "area", "time"
@@ -106,6 +140,11 @@ class _Generator:
         self.shared = {name for name, n in counts.items() if n > 1}
         self.names = [f"{c} {s}" for c in COLOURS for s in SHAPES]
         self._seen_by = {t: sightings.seen_by(t) for t in self.asks}
+        self.by_colour: dict[str, list[int]] = defaultdict(list)
+        for k, o in enumerate(world.objects):
+            self.by_colour[o.colour].append(k)
+        shares = sightings.visibility.shares
+        self._shown = [np.flatnonzero(shares[:, k] > 0.0) for k in range(len(world.objects))]
 
     # ---------------------------------------------------------------- helpers
     def skip(self, category: str, reason: str) -> None:
@@ -121,12 +160,46 @@ class _Generator:
         pose, obj = self.world.poses[t], self.world.objects[k]
         return math.hypot(obj.x - pose.x, obj.y - pose.y)
 
-    def _time_ref(self, k: int, t: int) -> str | None:
-        """"the X you saw about N minutes ago", when no other X was seen around then."""
+    def rivals(self, k: int, t: int) -> list[int]:
+        """The other objects of ``k``'s colour that the memory holds by frame ``t`` (shown at
+        all): the text names colours, not shapes, so it cannot tell them from ``k`` by name."""
+        colour = self.world.objects[k].colour
+        return [j for j in self.by_colour[colour] if j != k and self.s.any_in(j, 0, t)]
+
+    def last_shown(self, k: int, t: int) -> int | None:
+        """The latest frame up to ``t`` with any pixel of ``k``: a colour region the text may
+        state, clear or not."""
+        frames = self._shown[k]
+        i = int(np.searchsorted(frames, t, side="right"))
+        return int(frames[i - 1]) if i > 0 else None
+
+    def last_visit(self, k: int, t: int) -> tuple[int, int] | None:
+        """(first, last) clear frame of ``k``'s latest sighting up to ``t``."""
         visits = [v for v in self.s.visits(k, round(TIME_REF_GAP_S * self.rate)) if v[0] <= t]
-        if not visits:
+        last = self.s.last_clear(k, t)
+        return (visits[-1][0], min(visits[-1][1], last)) if visits and last is not None \
+            else None
+
+    def placeable(self, k: int, t: int) -> bool:
+        """Whether the frames of ``k``'s latest sighting up to ``t`` saw it from places
+        whose bearings cross wide enough for the text to place it."""
+        visit = self.last_visit(k, t)
+        if visit is None:
+            return False
+        obj = self.world.objects[k]
+        rays = [math.atan2(obj.y - p.y, obj.x - p.x)
+                for p in (self.world.poses[f] for f in self.s.clear_frames(k, *visit))]
+        spread = max(abs(math.degrees(math.atan2(math.sin(a - b), math.cos(a - b))))
+                     for a in rays for b in rays)
+        return spread >= MIN_CROSSING_DEG
+
+    def _time_ref(self, k: int, t: int, others: Sequence[int]) -> str | None:
+        """"the X you saw about N minutes ago", when none of ``others`` was shown within
+        :data:`TIME_REF_SLACK_MIN` of the minute it names."""
+        visit = self.last_visit(k, t)
+        if visit is None:
             return None
-        first, last = visits[-1][0], min(visits[-1][1], t)
+        first, last = visit
         minutes = round((t - (first + last) / 2.0) / self.rate / 60.0)
         if minutes < 1:
             return None
@@ -134,27 +207,37 @@ class _Generator:
         if not self.s.clear_in(k, math.ceil(t - (minutes + 0.5) * r),
                                math.floor(t - (minutes - 0.5) * r)):
             return None
-        slack = max(1.0, 0.25 * minutes)
-        lo = math.floor(t - (minutes + 0.5 + slack) * r)
-        hi = min(t, math.ceil(t - (minutes - 0.5 - slack) * r))
-        name = self.world.objects[k].name
-        if any(self.s.any_in(j, lo, hi) for j in self.world.instances(name) if j != k):
+        slack = 0.5 + TIME_REF_SLACK_MIN
+        lo = math.floor(t - (minutes + slack) * r)
+        hi = min(t, math.ceil(t - (minutes - slack) * r))
+        if any(self.s.any_in(j, lo, hi) for j in others):
             return None
+        name = self.world.objects[k].name
         return f"the {name} you saw about {minutes_phrase(minutes)} ago"
 
     def refer(self, k: int, t: int, allowed: frozenset[str],
-              rng: np.random.Generator) -> str | None:
-        """How a question names object ``k`` at frame ``t`` (module notes), or None."""
+              rng: np.random.Generator) -> tuple[str | None, str]:
+        """How a question names object ``k`` at frame ``t`` (module notes), or None and why.
+
+        With another object of its colour in the memory, only a time the text can check sets
+        it apart; otherwise a shared name is told apart by its room or its time."""
         obj = self.world.objects[k]
+        rivals = self.rivals(k, t)
+        if rivals:
+            when = self._time_ref(k, t, rivals) if TIME in allowed else None
+            return (when, "") if when else (None, SHARED_COLOUR)
         if obj.name not in self.shared:
-            return f"the {obj.name}" if NAME in allowed else None
+            return (f"the {obj.name}", "") if NAME in allowed else (None, "no reference")
         phrases = []
         if AREA in allowed:
             area = self.world.plan.areas[self.world.object_areas[k]]
             phrases.append(f"the {obj.name} in {area.name}")
-        if TIME in allowed and (when := self._time_ref(k, t)) is not None:
+        if TIME in allowed and (when := self._time_ref(k, t, self.world.instances(
+                obj.name))) is not None:
             phrases.append(when)
-        return phrases[int(rng.integers(0, len(phrases)))] if phrases else None
+        if not phrases:
+            return None, "only its room tells it apart"
+        return phrases[int(rng.integers(0, len(phrases)))], ""
 
     def target(self, k: int, t: int, reference: str | None, first: int = 0) -> dict[str, Any]:
         obj = self.world.objects[k]
@@ -198,7 +281,10 @@ class _Generator:
                 if answer is None:
                     self.skip(c, "near a quadrant edge")
                     continue
-                ref = self.refer(k, t, _ANY_REF, rng)
+                ref, why = self.refer(k, t, _ANY_REF, rng)
+                if ref is None:
+                    self.skip(c, why)
+                    continue
                 out.append(self.draft(
                     c, f"Where is {ref} relative to you now: to your front-left, front-right, "
                     "back-left, or back-right?",
@@ -216,7 +302,10 @@ class _Generator:
                 if answer is None:
                     self.skip(c, "near a distance band edge")
                     continue
-                ref = self.refer(k, t, _ANY_REF, rng)
+                ref, why = self.refer(k, t, _ANY_REF, rng)
+                if ref is None:
+                    self.skip(c, why)
+                    continue
                 out.append(self.draft(
                     c, f"How far is {ref} from you now, in a straight line to its centre "
                     "(through walls)?",
@@ -226,6 +315,9 @@ class _Generator:
         return self.pools(out)
 
     def last_seen(self, rng: np.random.Generator) -> list[list[Draft]]:
+        """How long ago: the text states the age of the newest frame showing the colour, so
+        with others of the colour in the memory the question is kept only when every one of
+        them was last shown in the same band (clear of its edges)."""
         c = "last_seen"
         out = []
         for t in self.asks:
@@ -243,7 +335,21 @@ class _Generator:
                 if answer is None:
                     self.skip(c, "near a time band edge")
                     continue
-                ref = self.refer(k, t, frozenset({NAME, AREA}), rng)
+                rivals = self.rivals(k, t)
+                if any(band_of((t - (self.last_shown(j, t) or 0)) / self.rate, AGE_BANDS,
+                               AGE_MARGIN) != answer for j in rivals):
+                    self.skip(c, SHARED_COLOUR)
+                    continue
+                obj = self.world.objects[k]
+                if rivals:  # every object of the colour gives this answer: name it as usual
+                    area = self.world.plan.areas[self.world.object_areas[k]].name
+                    ref: str | None = (f"the {obj.name} in {area}" if obj.name in self.shared
+                                       else f"the {obj.name}")
+                else:
+                    ref, why = self.refer(k, t, frozenset({NAME, AREA}), rng)
+                    if ref is None:
+                        self.skip(c, why)
+                        continue
                 out.append(self.draft(
                     c, f"How long ago did you last see {ref}?",
                     (answer, *[b[2] for b in AGE_BANDS if b[2] != answer]), t, age,
@@ -260,9 +366,14 @@ class _Generator:
         d1, j1 = near[0]
         if any(d < d1 + NEXT_TO_MARGIN_M for d, j in dist if j != j1):
             return None, "two objects about as near"
+        if objs[j1].colour == objs[k].colour:
+            return None, SHARED_COLOUR
         return j1, None
 
     def next_to(self, rng: np.random.Generator) -> list[list[Draft]]:
+        """Which object stood next to X: the text locates the options by their colours, so
+        a wrong option's colour must have no object in the memory about as near to X as the
+        neighbour, and the options' colours differ."""
         c = "next_to"
         objs = self.world.objects
         neighbours = {k: self._neighbour(k) for k in range(len(objs))}
@@ -277,16 +388,31 @@ class _Generator:
                 if j not in seen:
                     self.skip(c, "its neighbour not seen yet")
                     continue
+                if not (self.placeable(k, t) and self.placeable(j, t)):
+                    self.skip(c, UNPLACED)
+                    continue
                 near = objs[k].distance_to(objs[j]) + NEXT_TO_MARGIN_M
-                close = {o.name for o in objs if objs[k].distance_to(o) < near}
-                banned = close | {objs[k].name, objs[j].name}
-                # wrong options: names seen by now first, then names of nothing seen
-                seen_wrong = sorted({objs[i].name for i in seen} - banned)
-                other_wrong = sorted(set(self.names) - banned - set(seen_wrong))
-                picks = [seen_wrong[i] for i in rng.permutation(len(seen_wrong))[:3]]
-                picks += [other_wrong[i]
-                          for i in rng.permutation(len(other_wrong))[:3 - len(picks)]]
-                ref = self.refer(k, t, _ANY_REF, rng)
+                close = {o.colour for i, o in enumerate(objs) if i != k
+                         and self.s.any_in(i, 0, t) and objs[k].distance_to(o) < near}
+                banned = close | {objs[j].colour}
+                # wrong options: names seen by now first, then names of nothing seen; one a
+                # colour, each of a colour with nothing in the memory as near to X
+                seen_wrong = sorted({objs[i].name for i in seen} - {objs[j].name})
+                other_wrong = sorted(set(self.names) - set(seen_wrong) - {objs[j].name})
+                picks: list[str] = []
+                for pool in (seen_wrong, other_wrong):
+                    for i in rng.permutation(len(pool)):
+                        colour = pool[i].split()[0]
+                        if len(picks) < 3 and colour not in banned:
+                            picks.append(pool[i])
+                            banned = banned | {colour}
+                if len(picks) < 3:
+                    self.skip(c, "too few colours far from it")
+                    continue
+                ref, why = self.refer(k, t, _ANY_REF, rng)
+                if ref is None:
+                    self.skip(c, why)
+                    continue
                 out.append(self.draft(
                     c, f"Which object stood next to {ref} (the nearest to it)?",
                     (objs[j].name, *picks), t, max(self.age(k, t), self.age(j, t)),
@@ -295,6 +421,9 @@ class _Generator:
         return self.pools(out)
 
     def seen(self, rng: np.random.Generator) -> list[list[Draft]]:
+        """Did you see an X in a window: the text states the colours it saw, so a name is
+        asked only where its colour gives the same answer (seen clearly in the window, or no
+        object of the colour shown near it at all)."""
         c = "seen"
         out: list[Draft | None] = []
         present = {o.name for o in self.world.objects}
@@ -306,13 +435,19 @@ class _Generator:
                 margin = 0.0 if whole else max(WINDOW_MARGIN[0], WINDOW_MARGIN[1] * window)
                 start_yes = t - round((window - margin) * self.rate)
                 start_no = t - round((window + margin) * self.rate)
+                colour_no = {colour for colour in COLOURS
+                             if not any(self.s.any_in(j, start_no, t)
+                                        for j in self.by_colour.get(colour, ()))}
                 yes, no = [], []
                 for name in self.names:
                     inst = self.world.instances(name)
                     if any(self.s.clear_in(j, start_yes, t) for j in inst):
                         yes.append(name)
                     elif not any(self.s.any_in(j, start_no, t) for j in inst):
-                        no.append(name)
+                        if name.split()[0] in colour_no:
+                            no.append(name)
+                        else:
+                            self.skip(c, SHARED_COLOUR)
                     else:
                         self.skip(c, "seen only near the window's start")
                 minutes = round(window / 60.0)
@@ -346,57 +481,44 @@ class _Generator:
         return self.pools(out)
 
     # ---------------------------------------------------------------- Embodied-R
-    def _route_words(self, turn: str, here: int, goal: int) -> str:
-        plan = self.world.plan
-        names, area = [], here
-        for k in plan.route(here, goal):
-            area = plan.doors[k].other(area)
-            names.append(plan.areas[area].name)
-        head = turn[0].upper() + turn[1:]
-        if len(names) == 1:
-            return f"{head} towards the doorway and go through it into {names[0]}."
-        return (f"{head} towards the doorway, go along {', then '.join(names[:-1])} and into "
-                f"{names[-1]}.")
-
     def route_back(self, rng: np.random.Generator) -> list[list[Draft]]:
+        """The way back to an object, as far as the text carries it: the first turn towards
+        the spot the robot last saw it from (the text places its frames by the motions it
+        states; rooms and doorways it does not name). Every frame of that last sighting must
+        call for the same turn, so whichever of them the memory keeps decides it."""
         c = "route_back"
-        plan = self.world.plan
         out = []
         for t in self.asks:
             pose = self.world.poses[t]
-            here = plan.area_at(pose.x, pose.y)
-            if here is None or any(math.hypot(d.x - pose.x, d.y - pose.y) < DOORWAY_M
-                                   for d in plan.doors):
-                self.skip(c, "in a doorway")
-                continue
             for k in self._seen_by[t]:
-                goal = self.world.object_areas[k]
-                if goal == here:
-                    self.skip(c, "already in its area")
+                visit = self.last_visit(k, t)
+                assert visit is not None
+                if self.s.any_in(k, visit[1] + 1, t):
+                    self.skip(c, "glimpsed after its last clear sighting")
                     continue
-                door = plan.doors[plan.route(here, goal)[0]]
-                angle = bearing_deg(pose, (door.x, door.y))
-                turn = first_turn(angle)
-                if turn is None:
+                spots = [self.world.poses[f] for f in self.s.clear_frames(k, *visit)]
+                if min(math.hypot(p.x - pose.x, p.y - pose.y) for p in spots) < NEAR_SPOT_M:
+                    self.skip(c, "too near the spot")
+                    continue
+                turns = {first_turn(bearing_deg(pose, (p.x, p.y))) for p in spots}
+                if len(turns) != 1 or None in turns:
                     self.skip(c, "first turn near a boundary")
                     continue
-                ref = self.refer(k, t, frozenset({NAME, TIME}), rng)
+                (turn,) = turns
+                assert turn is not None
+                ref, why = self.refer(k, t, frozenset({NAME, TIME}), rng)
                 if ref is None:
-                    self.skip(c, "only its room tells it apart")
+                    self.skip(c, why)
                     continue
-                right = self._route_words(turn, here, goal)
-                wrong_turn = [self._route_words(x, here, goal) for x in TURNS if x != turn]
-                elsewhere = [a for a in range(len(plan.areas)) if a not in (here, goal)]
-                wrong_goal = [self._route_words(turn, here, a) for a in elsewhere]
-                order = rng.permutation(len(wrong_turn))
-                picks = [wrong_turn[i] for i in order[:1]]
-                picks += [wrong_goal[i] for i in rng.permutation(len(wrong_goal))[:2]]
-                picks += [wrong_turn[i] for i in order[1:]]
-                picks = list(dict.fromkeys(p for p in picks if p != right))[:3]
+                words = [f"{x[0].upper()}{x[1:]}." for x in TURNS]
+                right = words[TURNS.index(turn)]
+                angle = bearing_deg(pose, (spots[-1].x, spots[-1].y))
                 out.append(self.draft(
-                    c, f"You want to go back to {ref}. Which way gets you there from here?",
-                    (right, *picks), t, self.age(k, t), [self.target(k, t, ref)], "route",
-                    {"bearing_to_doorway_deg": round(angle, 2), "goal_area": goal}))
+                    c, f"You want to go back to where you were when you last saw {ref}. "
+                    "Which way do you turn first to face that spot?",
+                    (right, *[w for w in words if w != right]), t, self.age(k, t),
+                    [self.target(k, t, ref)], "first turn",
+                    {"bearing_to_spot_deg": round(angle, 2), "spot_frames": list(visit)}))
         return self.pools(out)
 
     def closer(self, rng: np.random.Generator) -> list[list[Draft]]:
@@ -411,8 +533,12 @@ class _Generator:
                 if first is None:
                     self.skip(c, "about as far")
                     continue
-                r1, r2 = self.refer(k1, t, _ANY_REF, rng), self.refer(k2, t, _ANY_REF, rng)
-                if r1 is None or r2 is None or r1 == r2:
+                (r1, why1), (r2, why2) = (self.refer(k1, t, _ANY_REF, rng),
+                                          self.refer(k2, t, _ANY_REF, rng))
+                if r1 is None or r2 is None:
+                    self.skip(c, why1 or why2)
+                    continue
+                if r1 == r2:
                     self.skip(c, "the two read the same")
                     continue
                 near, far = (r1, r2) if first == 0 else (r2, r1)

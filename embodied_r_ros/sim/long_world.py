@@ -118,11 +118,23 @@ def _object_size(rng: np.random.Generator, shape: str, scale: float
 
 
 def _names(rng: np.random.Generator, n_objects: int, shared: int) -> list[tuple[str, str]]:
-    """(colour, shape) of every object: ``shared`` names twice, the rest once each."""
-    combos = [(c, s) for c in COLOURS for s in SHAPES]
-    order = [combos[j] for j in rng.permutation(len(combos))]
-    distinct = order[: n_objects - shared]
-    return distinct[:shared] * 2 + distinct[shared:]
+    """(colour, shape) of every object: ``shared`` names twice, the rest once each, spread
+    evenly over the colours: the geometric perception names colours only, so the fewer objects
+    a colour has, the more questions its text can tell apart."""
+    colours = [list(COLOURS)[j] for j in rng.permutation(len(COLOURS))]
+    shapes = {c: [SHAPES[j] for j in rng.permutation(len(SHAPES))] for c in colours}
+    count = dict.fromkeys(colours, 0)
+
+    def take(colour: str, objects: int) -> tuple[str, str]:
+        count[colour] += objects
+        return colour, shapes[colour].pop()
+
+    twice = [take(colours[j % len(colours)], 2) for j in range(shared)]
+    once = []
+    for _ in range(n_objects - 2 * shared):
+        colour = min((c for c in colours if shapes[c]), key=lambda c: count[c])
+        once.append(take(colour, 1))
+    return twice * 2 + once
 
 
 def _area_slots(plan: FloorPlan, n_objects: int, rng: np.random.Generator) -> list[int]:
@@ -139,18 +151,19 @@ def _area_slots(plan: FloorPlan, n_objects: int, rng: np.random.Generator) -> li
 
 def _assign_areas(names: list[tuple[str, str]], slots: list[int],
                   rng: np.random.Generator) -> list[int]:
-    """An area per object such that objects sharing a name are in different areas."""
-    for _ in range(200):
-        order = [slots[j] for j in rng.permutation(len(slots))]
-        used: dict[tuple[str, str], set[int]] = {}
-        ok = True
-        for name, area in zip(names, order, strict=True):
-            if area in used.setdefault(name, set()):
-                ok = False
-                break
-            used[name].add(area)
-        if ok:
-            return order
+    """An area per object such that objects sharing a name are in different areas, and where
+    the areas allow, objects sharing a colour too (their text then differs by when each was
+    seen, the only thing it can tell them apart by)."""
+    for key in (lambda n: n[0], lambda n: n):
+        for _ in range(500):
+            order = [slots[j] for j in rng.permutation(len(slots))]
+            used: set[tuple[object, int]] = set()
+            for name, area in zip(names, order, strict=True):
+                if (key(name), area) in used:
+                    break
+                used.add((key(name), area))
+            else:
+                return order
     raise RuntimeError("could not spread objects sharing a name over different areas")
 
 

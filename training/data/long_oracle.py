@@ -6,16 +6,19 @@ from the previous selected frame, and what the frame shows. This reader uses exa
 never the world's ground truth: dead reckoning of the written motions (``dead_reckoning``), the
 stated ages, and the sightings of each colour. Its accuracy is what the text allows at best.
 
-What the text cannot carry is answered ``None`` and says why in its evidence:
+What the text cannot carry is answered ``None`` and says why in its evidence. The question
+generator (:mod:`embodied_r_ros.sim.long_questions`) asks only what the text can decide; the
+reader still has to find it:
 
-- the geometric perception names **colours**, not shapes: "the red box" is read as whichever red
-  object the text shows, and several objects often share a colour. Sightings of a colour are
-  grouped into visits (stated ages less than :data:`VISIT_GAP_S` apart), each visit located
-  (:class:`~embodied_r_training.data.oracle.Map`), and visits about one place merged into one
-  object; the object meant is the one seen about the time the question names ("the red box you
-  saw about 20 minutes ago"), else the one seen last;
+- the geometric perception names **colours**, not shapes: "the red box" is read as a red
+  object. A colour's bearing rays are grouped into objects by where they cross (a group
+  grows while its rays still cross at one place, within a visit: stated ages less than
+  :data:`VISIT_GAP_S` apart), groups placed about one spot are one object, and rays from a
+  single viewpoint join an object they pass through or stay a guess along the ray, which no
+  ``next_to`` answer uses. The object meant is the one seen about the time the question names
+  ("the red box you saw about 20 minutes ago"), else the one seen last;
 - it names **no rooms and no doorways**: "the red box in room 3" reads as the red box, and the
-  route back through doorways (``route_back``) is not in the text at all.
+  route back is the first turn towards the pose of the frame that last showed the object.
 """
 
 from __future__ import annotations
@@ -27,16 +30,24 @@ from dataclasses import dataclass
 from typing import Any
 
 from embodied_r_training.data.dead_reckoning import Pose2D, poses
-from embodied_r_training.data.oracle import Map, OracleAnswer, _letter_where, perception_of
+from embodied_r_training.data.oracle import OracleAnswer, _letter_where, perception_of
 
 from embodied_r_ros.core.perception_text import FrameText, PerceptionText, parse_perception
 from embodied_r_ros.core.poses import heading_deg, quadrant, wrap_deg
-from embodied_r_ros.sim.long_question_rules import AGE_BANDS, DISTANCE_BANDS
+from embodied_r_ros.sim.long_question_rules import AGE_BANDS, DISTANCE_BANDS, nearest_turn
 
-#: sightings of a colour whose stated ages are closer than this belong to one visit
+#: sightings of a colour whose stated ages are closer than this may belong to one visit
 VISIT_GAP_S = 45.0
-#: visits located closer than this are taken for one object
+#: places closer than this are taken for one object
 SAME_OBJECT_M = 2.0
+#: a bearing ray passing this near a place is a sighting of the object there
+RAY_GAP_M = 0.8
+#: rays of one place must cross at least this angle for it to be triangulated (the text rounds
+#: bearings to a degree: a narrower crossing would place it metres off)
+MIN_CROSSING_DEG = 6.0
+#: a place where no triangulation reaches: this far along the bearing ray
+ASSUMED_RANGE_M = 3.5
+MAX_RANGE_M = 15.0
 
 #: "the red box", "the red box in room 3", "the red box you saw about 20 minutes ago"
 _REF_RE = re.compile(r"the (\w+) (\w+)(?: in ((?:room \d+)|(?:the corridor)))?"
@@ -64,15 +75,55 @@ def references(text: str) -> list[Reference]:
 @dataclass(frozen=True)
 class Sighted:
     """One object as the text shows it: where (frame 0's floor frame, or None where the text
-    cannot place it) and the stated ages of the frames that show it."""
+    cannot place it), whether that place was triangulated (else guessed along one bearing),
+    and the stated ages of the frames that show it."""
 
     colour: str
     position: tuple[float, float] | None
     ages: tuple[float, ...]
+    triangulated: bool = True
+
+
+#: one bearing ray: the camera's place, the ray's direction (radians), and the frame
+Ray = tuple[tuple[float, float], float, FrameText]
+
+
+def triangulate(rays: Sequence[Ray]) -> tuple[float, float] | None:
+    """The least-squares crossing of ``rays``, where they cross wide enough to place it (in
+    front of every camera, within range, every ray within :data:`RAY_GAP_M`), else None."""
+    if len(rays) < 2:
+        return None
+    angles = [a for _, a, _ in rays]
+    spread = max(abs(math.degrees(wrap_rad(a - b))) for a in angles for b in angles)
+    if spread < MIN_CROSSING_DEG:
+        return None
+    a11 = a12 = a22 = b1 = b2 = 0.0
+    for (ox, oy), ang, _ in rays:
+        nx, ny = -math.sin(ang), math.cos(ang)
+        c = nx * ox + ny * oy
+        a11, a12, a22 = a11 + nx * nx, a12 + nx * ny, a22 + ny * ny
+        b1, b2 = b1 + nx * c, b2 + ny * c
+    det = a11 * a22 - a12 * a12
+    if abs(det) < 1e-6:
+        return None
+    q = ((b1 * a22 - b2 * a12) / det, (a11 * b2 - a12 * b1) / det)
+    return q if all(_fits(q, r) for r in rays) else None
+
+
+def _fits(q: tuple[float, float], ray: Ray) -> bool:
+    """Whether place ``q`` lies in front of ``ray``'s camera, in range, near the ray."""
+    (ox, oy), ang, _ = ray
+    ahead = (q[0] - ox) * math.cos(ang) + (q[1] - oy) * math.sin(ang)
+    aside = abs(-(q[0] - ox) * math.sin(ang) + (q[1] - oy) * math.cos(ang))
+    return 0.3 < ahead < MAX_RANGE_M and aside < RAY_GAP_M
+
+
+def wrap_rad(a: float) -> float:
+    return math.atan2(math.sin(a), math.cos(a))
 
 
 class Memory:
-    """The objects of one perception text: the colours' sightings in visits, located."""
+    """The objects of one perception text: each colour's bearing rays grouped into places."""
 
     def __init__(self, p: PerceptionText) -> None:
         self.p = p
@@ -86,36 +137,63 @@ class Memory:
             self._objects[colour] = self._locate(colour)
         return self._objects[colour]
 
+    def rays(self, colour: str) -> list[Ray]:
+        out = []
+        for i, f in enumerate(self.p.frames):
+            if colour in f.sightings:
+                pose = self.path[i]
+                out.append(((pose.x, pose.y),
+                            math.radians(pose.yaw + f.sightings[colour].bearing_deg), f))
+        return out
+
     def _locate(self, colour: str) -> list[Sighted]:
-        seen = [f for f in self.p.frames if colour in f.sightings]
-        visits: list[list[FrameText]] = []
-        for f in seen:
-            if visits and _age(visits[-1][-1]) - _age(f) <= VISIT_GAP_S:
-                visits[-1].append(f)
+        """Rays in time order join a group while the group's crossing stays consistent (a
+        visit: stated ages less than :data:`VISIT_GAP_S` apart; the same colour seen in
+        another room a few seconds later starts a new group); groups whose places agree, or
+        a lone viewpoint's rays passing through a placed group, are one object."""
+        groups: list[list[Ray]] = []
+        for ray in self.rays(colour):
+            last = groups[-1] if groups else None
+            if last is not None and _age(last[-1][2]) - _age(ray[2]) <= VISIT_GAP_S:
+                q = triangulate(last)
+                joined = [*last, ray]
+                if (q is None and (triangulate(joined) is not None
+                                   or _same_view(last, ray))) \
+                        or (q is not None and triangulate(joined) is not None):
+                    last.append(ray)
+                    continue
+            groups.append([ray])
+        placed: list[list[Ray]] = []
+        lone: list[list[Ray]] = []
+        for g in groups:
+            q = triangulate(g)
+            near = next((m for m in placed if q is not None
+                         and math.dist(triangulate(m) or q, q) < SAME_OBJECT_M
+                         and triangulate([*m, *g]) is not None), None)
+            if q is None:
+                lone.append(g)
+            elif near is None:
+                placed.append(g)
             else:
-                visits.append([f])
-        merged: list[tuple[list[tuple[float, float]], list[float]]] = []
-        unplaced: list[list[float]] = []
-        for visit in visits:
-            pos = Map(self.path, visit).position(colour)
-            ages = [_age(f) for f in visit]
-            if pos is None:
-                unplaced.append(ages)
-                continue
-            near = next((m for m in merged
-                         if math.dist(_mean(m[0]), pos) < SAME_OBJECT_M), None)
-            if near is None:
-                merged.append(([pos], ages))
+                near.extend(g)
+        out = []
+        for g in lone:  # one viewpoint: a sighting of a placed object its rays pass through
+            home = next((m for m in placed if triangulate([*m, *g]) is not None), None)
+            if home is not None:
+                home.extend(g)
             else:
-                near[0].append(pos)
-                near[1].extend(ages)
-        out = [Sighted(colour, _mean(pts), tuple(sorted(ages))) for pts, ages in merged]
-        out += [Sighted(colour, None, tuple(sorted(ages))) for ages in unplaced]
+                (ox, oy), ang, _ = g[-1]
+                out.append(Sighted(colour, (ox + ASSUMED_RANGE_M * math.cos(ang),
+                                            oy + ASSUMED_RANGE_M * math.sin(ang)),
+                                   tuple(sorted(_age(r[2]) for r in g)), triangulated=False))
+        for g in placed:
+            q = triangulate(g)
+            out.append(Sighted(colour, q, tuple(sorted(_age(r[2]) for r in g))))
         return sorted(out, key=lambda s: min(s.ages))
 
     def find(self, ref: Reference) -> Sighted | None:
         """The object ``ref`` means, as far as the text tells: seen about the time it names,
-        else seen last."""
+        else seen last; a triangulated place before a guessed one seen as late."""
         found = self.objects(ref.colour)
         if not found:
             return None
@@ -134,6 +212,19 @@ class Memory:
 
     def distance_now(self, pos: tuple[float, float]) -> float:
         return math.dist((self.now.x, self.now.y), pos)
+
+    def pose_at(self, age: float) -> Pose2D | None:
+        """The camera's pose at the frame of stated age ``age``."""
+        return next((pose for f, pose in zip(self.p.frames, self.path, strict=True)
+                     if f.age_s is not None and abs(f.age_s - age) < 0.5), None)
+
+
+def _same_view(group: Sequence[Ray], ray: Ray) -> bool:
+    """Whether ``ray`` comes from about the group's last viewpoint and points about the same
+    way: the camera turned in place, keeping the object in view."""
+    (ox, oy), ang, _ = group[-1]
+    return (math.dist((ox, oy), ray[0]) < 0.3
+            and abs(math.degrees(wrap_rad(ray[1] - ang))) < 45.0)
 
 
 def _age(f: FrameText) -> float:
@@ -217,6 +308,8 @@ def solve_next_to(p: PerceptionText) -> OracleAnswer:
         for other in memory.objects(colour):
             if other is obj or other.position is None:
                 continue
+            if not other.triangulated:  # one bearing places nothing: not a candidate
+                continue
             d = math.dist(other.position, obj.position)
             best = min(best, (d, letter)) if best else (d, letter)
     if best is None:
@@ -257,7 +350,29 @@ def solve_seen(p: PerceptionText) -> OracleAnswer:
 
 
 def solve_route_back(p: PerceptionText) -> OracleAnswer:
-    return OracleAnswer(None, "the text names no rooms and no doorways")
+    """The first turn towards where the camera was when it last saw the object (or saw it
+    about the time the question names): that frame's pose, dead reckoned from the text."""
+    ref = _first_ref(p)
+    if ref is None:
+        return OracleAnswer(None, "no object named")
+    memory = Memory(p)
+    obj = memory.find(ref)
+    if obj is None:
+        return OracleAnswer(None, f"no {ref.colour} object in the text")
+    if ref.minutes_ago is not None:
+        want = ref.minutes_ago * 60.0
+        near = min(obj.ages, key=lambda a: abs(a - want))
+        age = min(a for a in obj.ages if abs(a - near) <= VISIT_GAP_S)
+    else:
+        age = min(obj.ages)
+    spot = memory.pose_at(age)
+    if spot is None:
+        return OracleAnswer(None, "the frame cannot be placed")
+    bearing = memory.bearing_now((spot.x, spot.y))
+    turn = nearest_turn(bearing)
+    return OracleAnswer(_letter_where(p.options, lambda t: t.rstrip(".").lower() == turn),
+                        f"the spot of the frame {age:.0f} s old at about {bearing:.0f} degrees: "
+                        f"{turn}")
 
 
 def solve_closer(p: PerceptionText) -> OracleAnswer:
