@@ -90,6 +90,10 @@ def test_hits_are_picked_one_per_visit_newest_visit_first() -> None:
     hits = [TextHit(1, 10.0, 1.0), TextHit(2, 12.0, 3.0), TextHit(3, 500.0, 0.5),
             TextHit(4, 505.0, 0.7), TextHit(5, 900.0, 0.1)]
     assert by_visit(hits) == [5, 4, 2, 3, 1]
+    # one visit: the best view, then the view farthest in time from it, then by score
+    visit = [TextHit(1, 0.0, 0.5), TextHit(2, 5.0, 1.0), TextHit(3, 8.0, 0.9),
+             TextHit(4, 25.0, 0.2)]
+    assert by_visit(visit) == [2, 4, 3, 1]
     assert spread([(i, float(i)) for i in range(100)], 5) == [0, 25, 50, 74, 99]
     assert spread([(1, 0.0), (2, 1.0)], 5) == [1, 2]
 

@@ -10,7 +10,8 @@ picks its frames from the whole memory, in this order of priority:
    first, the rest spread evenly over the range; a range with nothing stored takes the frames
    nearest to it;
 3. frames whose description or objects match the question's **objects and attributes**
-   (full-text search), one per visit (a run of matches), newest visit first;
+   (full-text search), one per visit (a run of matches), newest visit first, then a second
+   view of each visit, the farthest in time from the first;
 4. frames whose description is **similar** to the question (the embedder, where installed);
 5. the most recent frames, until the budget is full (a question with no cue reads the last
    key frames, as the window does).
@@ -101,18 +102,31 @@ def spread(items: Sequence[tuple[int, float]], n: int) -> list[int]:
 
 def by_visit(hits: Sequence[TextHit], gap_s: float = VISIT_GAP_S) -> list[int]:
     """Hit ids ordered for picking: the best hit of each visit (hits less than ``gap_s``
-    apart), newest visit first, then each visit's second best, and so on."""
+    apart), newest visit first, then each visit's second pick, and so on. A visit's second
+    pick is its hit farthest in time from the best one: two views of an object from places
+    apart locate it (their bearings cross), where two adjacent frames barely differ."""
     visits: list[list[TextHit]] = []
     for hit in sorted(hits, key=lambda h: h.stamp):
         if visits and hit.stamp - visits[-1][-1].stamp <= gap_s:
             visits[-1].append(hit)
         else:
             visits.append([hit])
-    ranked = [sorted(v, key=lambda h: -h.score) for v in reversed(visits)]
+    ranked = [_visit_order(v) for v in reversed(visits)]
     out: list[int] = []
     for depth in range(max((len(v) for v in ranked), default=0)):
         out += [v[depth].id for v in ranked if depth < len(v)]
     return out
+
+
+def _visit_order(visit: Sequence[TextHit]) -> list[TextHit]:
+    """The best hit, the one farthest in time from it (the better of two as far), the rest by
+    score."""
+    ranked = sorted(visit, key=lambda h: -h.score)
+    if len(ranked) < 3:
+        return ranked
+    best = ranked[0]
+    far = max(ranked[1:], key=lambda h: (abs(h.stamp - best.stamp), h.score))
+    return [best, far, *(h for h in ranked[1:] if h is not far)]
 
 
 class Retriever:
