@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 from embodied_r_training.data.rationales import rationale
 from embodied_r_training.evaluation.steps import Steps, reply_steps, summarise
 from test_rationales import APPEARANCE
@@ -15,7 +16,8 @@ def reply(think: str, answer: str) -> str:
 
 
 def test_the_gold_completion_follows_every_step() -> None:
-    assert reply_steps(APPEARANCE, GOLD.completion) == Steps("appearance_order", True, True, True)
+    assert reply_steps(APPEARANCE, GOLD.completion) == Steps(
+        "appearance_order", True, True, True, notes_found=1.0, notes_wrong=0.0)
 
 
 def test_a_wrong_conclusion_over_the_right_walk() -> None:
@@ -30,12 +32,21 @@ def test_a_wrong_walk_with_a_lucky_answer() -> None:
     think = GOLD.think.replace(WALK, "Frame 0: red. Frame 1: blue. Frame 2: green.")
     steps = reply_steps(APPEARANCE, reply(think, GOLD.answer))
     assert steps.options and not steps.evidence and steps.right
+    # one of the three gold notes is there; two of the reply's three are not gold ones
+    assert steps.notes_found == pytest.approx(1 / 3) and steps.notes_wrong == pytest.approx(2 / 3)
+
+
+def test_an_extra_frame_note_is_counted_as_not_gold() -> None:
+    think = GOLD.think.replace(WALK, WALK + " Frame 3: blue.")
+    steps = reply_steps(APPEARANCE, reply(think, GOLD.answer))
+    assert not steps.evidence and steps.notes_found == 1.0
+    assert steps.notes_wrong == pytest.approx(1 / 4)
 
 
 def test_options_copied_wrong_and_no_think() -> None:
     think = GOLD.think.replace("= A;", "= B;", 1)
     assert reply_steps(APPEARANCE, reply(think, GOLD.answer)) == Steps(
-        "appearance_order", False, False, True)
+        "appearance_order", False, False, True, notes_found=1.0)
     assert reply_steps(APPEARANCE, "C") == Steps("appearance_order", False, False, True)
 
 

@@ -8,6 +8,9 @@ the row's own perception text):
 
 - ``options``: the reply opens with the gold options listing, character for character;
 - ``evidence``: what follows it up to the last ``So:`` is the gold walk, character for character;
+- ``notes``: the share of the gold walk's frame notes (``Frame 3: rotate left 25.``) the reply's
+  walk holds word for word, and the share of the reply's frame notes that are not gold ones
+  (a frame the question does not need, or one misread);
 - ``right``: the answer the official evaluation reads is the row's solution.
 
 Per category this gives the share of replies whose evidence is right, and of those, the share
@@ -27,6 +30,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import re
 import time
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
@@ -41,6 +45,7 @@ from tqdm import tqdm
 
 MAX_NEW_TOKENS = 320  # the evaluation's and the offline profile's reply budget
 CONCLUSION = " So: "
+_NOTE_RE = re.compile(r"Frame \d+: [^.]*(?:\.\d[^.]*)*\.")
 
 
 @dataclass(frozen=True)
@@ -51,6 +56,8 @@ class Steps:
     options: bool
     evidence: bool
     right: bool
+    notes_found: float = 0.0  # of the gold frame notes, the share the reply holds
+    notes_wrong: float = 0.0  # of the reply's frame notes, the share that are not gold ones
 
 
 def gold_parts(row: Mapping[str, Any]) -> tuple[str, str]:
@@ -77,7 +84,15 @@ def reply_steps(row: Mapping[str, Any], reply: str) -> Steps:
     head, sep, _ = body.rpartition(CONCLUSION)
     evidence = options and bool(sep) and head.strip() == walk
     right = answer_in(reply, row["options"], "official") == str(row["solution"]).strip()[:1]
-    return Steps(str(row.get("category", "")), options, evidence, right)
+    gold, said = frame_notes(walk), frame_notes(think.rpartition(CONCLUSION)[0])
+    found = sum(n in said for n in gold) / len(gold) if gold else 1.0
+    wrong = sum(n not in gold for n in said) / len(said) if said else 0.0
+    return Steps(str(row.get("category", "")), options, evidence, right, found, wrong)
+
+
+def frame_notes(text: str) -> list[str]:
+    """The ``Frame N: ...`` notes of a walk, each up to its full stop."""
+    return [m.group(0).strip() for m in _NOTE_RE.finditer(text)]
 
 
 def summarise(steps: Sequence[Steps]) -> dict[str, dict[str, Any]]:
@@ -100,6 +115,8 @@ def summarise(steps: Sequence[Steps]) -> dict[str, dict[str, Any]]:
             "right_given_evidence": (sum(s.right for s in copied) / len(copied)
                                      if copied else None),
             "right_without_evidence": sum(s.right and not s.evidence for s in group) / n,
+            "notes_found": sum(s.notes_found for s in group) / n,
+            "notes_wrong": sum(s.notes_wrong for s in group) / n,
         }
     return table
 
@@ -124,34 +141,33 @@ def _pct(x: float | None) -> str:
 
 
 def markdown(tables: Mapping[str, Mapping[str, Mapping[str, Any]]], data: str) -> str:
-    models = list(tables)
     lines = [
         "# Where the reasoner's replies go wrong: evidence or conclusion", "",
-        f"Rows: the `test` split of `{data}`; replies greedy on llama.cpp (float16 GGUF), "
+        f"Rows: the `test` split of {data}; replies greedy on llama.cpp (float16 GGUF), "
         f"{MAX_NEW_TOKENS} new tokens; answers read as the official evaluation reads them. "
         "Each reply is compared with the gold rationale of its row "
-        "(`embodied_r_training.evaluation.steps`).", "",
-        "- **evidence %**: replies whose options listing and frame walk are the gold ones, "
-        "character for character;",
-        "- **right | evidence %**: of those, the share whose answer is right (the conclusion "
-        "step alone);",
-        "- **right, evidence wrong %**: right answers reached over a walk that is not the gold "
-        "one (of all replies).", "",
-        "| Category | n | " + " | ".join(
-            f"{m} acc % | {m} evidence % | {m} right given evidence % | "
-            f"{m} right, evidence wrong %" for m in models) + " |",
-        "|---|---|" + "---|" * (4 * len(models)),
+        "(`embodied_r_training.evaluation.steps`):", "",
+        "- **options %**: replies that open with the gold options listing;",
+        "- **walk exact %**: replies whose frame walk is the gold one, character for character;",
+        "- **gold notes found %**: of the gold walk's frame notes (`Frame 3: rotate left 25.`), "
+        "the share the reply holds word for word (mean over replies);",
+        "- **notes not gold %**: of the reply's frame notes, the share that are not gold ones "
+        "(a frame the question does not need, or a misread one);",
+        "- **right given exact walk %**: of the replies with the gold walk, the share whose "
+        "answer is right: the conclusion step alone.",
     ]
-    for category in tables[models[0]]:
-        cells = []
-        for m in models:
-            t = tables[m][category]
-            cells += [_pct(t["accuracy"]), _pct(t["evidence_copied"]),
-                      f"{_pct(t['right_given_evidence'])} (of {t['evidence_copied_n']})",
-                      _pct(t["right_without_evidence"])]
-        n = tables[models[0]][category]["n"]
-        name = f"**{category}**" if category == "overall" else category
-        lines.append(f"| {name} | {n} | " + " | ".join(cells) + " |")
+    for model, table in tables.items():
+        lines += ["", f"## {model}", "",
+                  "| Category | n | accuracy % | options % | walk exact % | gold notes found % | "
+                  "notes not gold % | right given exact walk % |",
+                  "|---|---|---|---|---|---|---|---|"]
+        for category, t in table.items():
+            name = f"**{category}**" if category == "overall" else category
+            lines.append(
+                f"| {name} | {t['n']} | {_pct(t['accuracy'])} | {_pct(t['options_copied'])} | "
+                f"{_pct(t['evidence_copied'])} | {_pct(t['notes_found'])} | "
+                f"{_pct(t['notes_wrong'])} | {_pct(t['right_given_evidence'])} "
+                f"(of {t['evidence_copied_n']}) |")
     return "\n".join(lines) + "\n"
 
 
@@ -159,36 +175,49 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data", type=Path, required=True, help="a built dataset directory")
     parser.add_argument("--split", default="test")
-    parser.add_argument("--model", action="append", required=True,
+    parser.add_argument("--model", action="append", default=[],
                         help="LABEL=OFFLINE_MODEL, repeatable")
+    parser.add_argument("--replies", type=Path, default=None,
+                        help="score the replies of an earlier OUT.json again (no generation)")
     parser.add_argument("--limit", type=int, default=0, help="only the first N rows (0: all)")
+    parser.add_argument("--data-label", default=None,
+                        help="how the report names the dataset (default: its path)")
     parser.add_argument("--out", type=Path, required=True,
                         help="writes OUT.md and OUT.json (the replies included)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-    models = []
+    rows = load_rows(args.data, args.split)[: args.limit or None]
+    earlier = json.loads(args.replies.read_text())["models"] if args.replies else {}
+    models = [(label, m["model"]) for label, m in earlier.items()]
     for spec in args.model:
         label, sep, name = spec.partition("=")
         if not sep or not label or not name:
             parser.error(f"--model {spec!r}: expected LABEL=OFFLINE_MODEL")
         models.append((label, name))
-    rows = load_rows(args.data, args.split)[: args.limit or None]
+    if not models:
+        parser.error("name a --model or give --replies")
     record: dict[str, Any] = {"data": str(args.data), "split": args.split, "rows": len(rows),
                               "models": {}}
     tables = {}
     for label, name in models:
         start = time.perf_counter()
-        replies = generate(name, [r["prompt"] for r in rows])
+        if label in earlier:
+            by_id = {r["id"]: r["reply"] for r in earlier[label]["replies"]}
+            replies = [by_id[r.get("id")] for r in rows]
+            seconds = earlier[label]["seconds"]
+        else:
+            replies = generate(name, [r["prompt"] for r in rows])
+            seconds = round(time.perf_counter() - start, 1)
         steps = [reply_steps(r, reply) for r, reply in zip(rows, replies, strict=True)]
         tables[label] = summarise(steps)
         record["models"][label] = {
-            "model": name, "seconds": round(time.perf_counter() - start, 1),
-            "table": tables[label],
+            "model": name, "seconds": seconds, "table": tables[label],
             "replies": [{"id": r.get("id"), "reply": reply, **asdict(s)}
                         for r, reply, s in zip(rows, replies, steps, strict=True)]}
         args.out.with_suffix(".json").write_text(json.dumps(record, indent=1))
-    args.out.with_suffix(".md").write_text(markdown(tables, str(args.data)))
-    print(markdown(tables, str(args.data)))
+    report = markdown(tables, args.data_label or f"`{args.data}`")
+    args.out.with_suffix(".md").write_text(report)
+    print(report)
     return 0
 
 
