@@ -64,6 +64,7 @@ from embodied_r_ros.sim.long_question_rules import (
     TURNS,
     band_of,
     clearly_closer,
+    crossing_deg,
     first_turn,
     horizon_of,
     minutes_phrase,
@@ -189,9 +190,7 @@ class _Generator:
         obj = self.world.objects[k]
         rays = [math.atan2(obj.y - p.y, obj.x - p.x)
                 for p in (self.world.poses[f] for f in self.s.clear_frames(k, *visit))]
-        spread = max(abs(math.degrees(math.atan2(math.sin(a - b), math.cos(a - b))))
-                     for a in rays for b in rays)
-        return spread >= MIN_CROSSING_DEG
+        return crossing_deg(rays) >= MIN_CROSSING_DEG
 
     def _time_ref(self, k: int, t: int, others: Sequence[int]) -> str | None:
         """"the X you saw about N minutes ago", when none of ``others`` was shown within

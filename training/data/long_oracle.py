@@ -34,7 +34,12 @@ from embodied_r_training.data.oracle import OracleAnswer, _letter_where, percept
 
 from embodied_r_ros.core.perception_text import FrameText, PerceptionText, parse_perception
 from embodied_r_ros.core.poses import heading_deg, quadrant, wrap_deg
-from embodied_r_ros.sim.long_question_rules import AGE_BANDS, DISTANCE_BANDS, nearest_turn
+from embodied_r_ros.sim.long_question_rules import (
+    AGE_BANDS,
+    DISTANCE_BANDS,
+    crossing_deg,
+    nearest_turn,
+)
 
 #: sightings of a colour whose stated ages are closer than this may belong to one visit
 VISIT_GAP_S = 45.0
@@ -93,9 +98,7 @@ def triangulate(rays: Sequence[Ray]) -> tuple[float, float] | None:
     front of every camera, within range, every ray within :data:`RAY_GAP_M`), else None."""
     if len(rays) < 2:
         return None
-    angles = [a for _, a, _ in rays]
-    spread = max(abs(math.degrees(wrap_rad(a - b))) for a in angles for b in angles)
-    if spread < MIN_CROSSING_DEG:
+    if crossing_deg([a for _, a, _ in rays]) < MIN_CROSSING_DEG:
         return None
     a11 = a12 = a22 = b1 = b2 = 0.0
     for (ox, oy), ang, _ in rays:
@@ -116,10 +119,6 @@ def _fits(q: tuple[float, float], ray: Ray) -> bool:
     ahead = (q[0] - ox) * math.cos(ang) + (q[1] - oy) * math.sin(ang)
     aside = abs(-(q[0] - ox) * math.sin(ang) + (q[1] - oy) * math.cos(ang))
     return 0.3 < ahead < MAX_RANGE_M and aside < RAY_GAP_M
-
-
-def wrap_rad(a: float) -> float:
-    return math.atan2(math.sin(a), math.cos(a))
 
 
 class Memory:
@@ -154,25 +153,23 @@ class Memory:
         groups: list[list[Ray]] = []
         for ray in self.rays(colour):
             last = groups[-1] if groups else None
-            if last is not None and _age(last[-1][2]) - _age(ray[2]) <= VISIT_GAP_S:
-                q = triangulate(last)
-                joined = [*last, ray]
-                if (q is None and (triangulate(joined) is not None
-                                   or _same_view(last, ray))) \
-                        or (q is not None and triangulate(joined) is not None):
-                    last.append(ray)
-                    continue
+            if last is not None and _age(last[-1][2]) - _age(ray[2]) <= VISIT_GAP_S and (
+                    triangulate([*last, ray]) is not None
+                    or (triangulate(last) is None and _same_view(last, ray))):
+                last.append(ray)
+                continue
             groups.append([ray])
         placed: list[list[Ray]] = []
         lone: list[list[Ray]] = []
         for g in groups:
             q = triangulate(g)
-            near = next((m for m in placed if q is not None
-                         and math.dist(triangulate(m) or q, q) < SAME_OBJECT_M
-                         and triangulate([*m, *g]) is not None), None)
             if q is None:
                 lone.append(g)
-            elif near is None:
+                continue
+            near = next((m for m in placed
+                         if math.dist(triangulate(m) or q, q) < SAME_OBJECT_M
+                         and triangulate([*m, *g]) is not None), None)
+            if near is None:
                 placed.append(g)
             else:
                 near.extend(g)
@@ -224,7 +221,7 @@ def _same_view(group: Sequence[Ray], ray: Ray) -> bool:
     way: the camera turned in place, keeping the object in view."""
     (ox, oy), ang, _ = group[-1]
     return (math.dist((ox, oy), ray[0]) < 0.3
-            and abs(math.degrees(wrap_rad(ray[1] - ang))) < 45.0)
+            and abs(wrap_deg(math.degrees(ray[1] - ang))) < 45.0)
 
 
 def _age(f: FrameText) -> float:

@@ -243,12 +243,17 @@ def rationale(row: Mapping[str, Any], *, letter: bool = True) -> Rationale:
     writer = _WRITERS.get(str(row.get("category")))
     evidence = writer(perception_of(row), text) if writer else ""
     if letter:
-        listing = "; ".join(f"{option} = {key}" for key, option in options.items())
-        notes = f"Options: {listing}. {evidence}".rstrip()
+        notes = f"{options_listing(row['options'])} {evidence}".rstrip()
         return Rationale(f"{notes} So: {text} = {choice}.", f"{choice}. {text}",
                          solve(row).letter == choice)
     think = f"{evidence} So: {text}" if evidence else f"So: {text}"
     return Rationale(think, text, solve(row).letter == choice)
+
+
+def options_listing(options: Sequence[str]) -> str:
+    """How a rationale with the letter opens: ``Options: text = A; ...; text = D.``"""
+    listing = "; ".join(f"{text} = {key}" for key, text in parse_options(options))
+    return f"Options: {listing}."
 
 
 def completion(row: Mapping[str, Any], *, letter: bool = True) -> str:

@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from embodied_r_training.data.dataset_files import load_rows
-from embodied_r_training.data.rationales import rationale
+from embodied_r_training.data.rationales import options_listing, rationale
 from embodied_r_training.evaluation.scoring import answer_in
 from tqdm import tqdm
 
@@ -62,10 +62,7 @@ class Steps:
 
 def gold_parts(row: Mapping[str, Any]) -> tuple[str, str]:
     """The gold think text's options listing (with its full stop) and its walk."""
-    from embodied_r_ros.core.reasoning import parse_options
-
-    listing = "Options: " + "; ".join(f"{text} = {key}" for key, text in
-                                      parse_options(row["options"])) + "."
+    listing = options_listing(row["options"])
     head, _, _ = rationale(row).think.rpartition(CONCLUSION)
     if not head.startswith(listing):
         raise ValueError(f"row {row.get('id')}: the gold think text does not open with the "
@@ -80,11 +77,10 @@ def reply_steps(row: Mapping[str, Any], reply: str) -> Steps:
     listing, walk = gold_parts(row)
     think = (extract_think(reply) or "").strip()
     options = think.startswith(listing)
-    body = think[len(listing):] if options else ""
-    head, sep, _ = body.rpartition(CONCLUSION)
-    evidence = options and bool(sep) and head.strip() == walk
+    head, sep, _ = think.rpartition(CONCLUSION)
+    evidence = options and bool(sep) and head[len(listing):].strip() == walk
     right = answer_in(reply, row["options"], "official") == str(row["solution"]).strip()[:1]
-    gold, said = frame_notes(walk), frame_notes(think.rpartition(CONCLUSION)[0])
+    gold, said = frame_notes(walk), frame_notes(head)
     found = sum(n in said for n in gold) / len(gold) if gold else 1.0
     wrong = sum(n not in gold for n in said) / len(said) if said else 0.0
     return Steps(str(row.get("category", "")), options, evidence, right, found, wrong)
