@@ -176,3 +176,15 @@ def test_an_object_seen_from_one_place_only_is_not_placed_next_to_another() -> N
     (red,) = memory.objects("red")
     assert not red.triangulated
     assert solve_text("next_to", text).letter == "B"
+
+
+def test_an_object_walked_towards_is_placed_from_rays_that_only_cross_together() -> None:
+    """A red object at (8, 0) seen while walking towards it: each step's ray crosses the
+    last one by less than the text can triangulate, all three together by about 8 degrees.
+    They are one object, placed where they cross, not three guesses along the rays."""
+    rows = [_row(0.0, 0.0, 0.3, 0.0, _seen(-2.15)), _row(3.0, 2.0, 0.5, 0.0, _seen(-4.76)),
+            _row(6.0, 4.0, 0.7, 0.0, _seen(-9.93))]
+    text = memory_perception_text(rows, format_question("Where is the red box?", ["A. x"]))
+    (red,) = Memory(parse_perception(text)).objects("red")
+    assert red.triangulated and red.ages == (0.0, 3.0, 6.0)
+    assert red.position == pytest.approx((8.0, 0.0), abs=0.6)

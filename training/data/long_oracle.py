@@ -12,8 +12,9 @@ reader still has to find it:
 
 - the geometric perception names **colours**, not shapes: "the red box" is read as a red
   object. A colour's bearing rays are grouped into objects by where they cross (a group
-  grows while its rays still cross at one place, within a visit: stated ages less than
-  :data:`VISIT_GAP_S` apart), groups placed about one spot are one object, and rays from a
+  grows while its rays still cross at one place, or while a ray only runs along its last
+  one: the camera turned in place or walked towards the object; within a visit: stated ages
+  less than :data:`VISIT_GAP_S` apart), groups placed about one spot are one object, and rays from a
   single viewpoint join an object they pass through or stay a guess along the ray, which no
   ``next_to`` answer uses. The object meant is the one seen about the time the question names
   ("the red box you saw about 20 minutes ago"), else the one seen last;
@@ -155,7 +156,7 @@ class Memory:
             last = groups[-1] if groups else None
             if last is not None and _age(last[-1][2]) - _age(ray[2]) <= VISIT_GAP_S and (
                     triangulate([*last, ray]) is not None
-                    or (triangulate(last) is None and _same_view(last, ray))):
+                    or (triangulate(last) is None and _along(last, ray))):
                 last.append(ray)
                 continue
             groups.append([ray])
@@ -216,12 +217,18 @@ class Memory:
                      if f.age_s is not None and abs(f.age_s - age) < 0.5), None)
 
 
-def _same_view(group: Sequence[Ray], ray: Ray) -> bool:
-    """Whether ``ray`` comes from about the group's last viewpoint and points about the same
-    way: the camera turned in place, keeping the object in view."""
+def _along(group: Sequence[Ray], ray: Ray) -> bool:
+    """Whether ``ray`` adds no crossing yet but contradicts nothing: from about the group's
+    last viewpoint, pointing about the same way (the camera turned in place, keeping the
+    object in view), or from a place on the last ray, pointing along it (the camera moved
+    towards or away from the object)."""
     (ox, oy), ang, _ = group[-1]
-    return (math.dist((ox, oy), ray[0]) < 0.3
-            and abs(wrap_deg(math.degrees(ray[1] - ang))) < 45.0)
+    (px, py), b, _ = ray
+    turn = abs(wrap_deg(math.degrees(b - ang)))
+    if math.dist((ox, oy), (px, py)) < 0.3:
+        return turn < 45.0
+    aside = abs(-(px - ox) * math.sin(ang) + (py - oy) * math.cos(ang))
+    return turn < MIN_CROSSING_DEG and aside < RAY_GAP_M
 
 
 def _age(f: FrameText) -> float:
