@@ -41,7 +41,7 @@ import sys
 import tempfile
 import time
 from collections import Counter, defaultdict
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -49,25 +49,19 @@ from typing import Any
 import numpy as np
 from _figures import add_json_option, write_figures
 from embodied_r_training.data.long_oracle import solve_text
-from tqdm import tqdm
 
-from embodied_r_ros.agent.frame_store import FrameStore
-from embodied_r_ros.core.bags import BagReader
-from embodied_r_ros.core.config import Config, load_config
+from embodied_r_ros.core.config import load_config
 from embodied_r_ros.core.intervals import bootstrap_ci, paired_difference
-from embodied_r_ros.core.odometry import pose_near
 from embodied_r_ros.core.pipeline import EmbodiedR, QueryError
-from embodied_r_ros.core.poses import Pose
 from embodied_r_ros.core.reasoning import format_question
-from embodied_r_ros.memory import MemoryRecorder, Retriever, SqliteMemoryStore
-from embodied_r_ros.memory.factory import embedder_for, retriever_for
+from embodied_r_ros.memory import Retriever, SqliteMemoryStore
+from embodied_r_ros.memory.factory import retriever_for
+from embodied_r_ros.memory.replay import TourRobot, world_questions
 
 log = logging.getLogger("memory_horizons")
 
 HORIZONS = ("short", "medium", "long")
 METHODS = ("window", "memory", "oracle", "window_oracle")
-#: the frame-buffer node's default buffer (``buffer_sec`` of ``frame_buffer``)
-BUFFER_SEC = 300.0
 ORACLE_TARGET = 0.90
 GAIN_TARGET = 0.20
 RECALL_TARGET = 0.95
@@ -110,77 +104,6 @@ def generate(seed: int, minutes: float, out: Path, small: bool = False) -> Path:
     return out
 
 
-def frames_of(world: Path) -> tuple[Iterator[tuple[np.ndarray, float]], list[tuple[float, Pose]]]:
-    """The bag's camera frames (lazily) and its odometry track."""
-    manifest = json.loads((world / "world.json").read_text())
-    topics = manifest["topics"]
-    reader = BagReader(world / "bag").open()
-    track = reader.read_poses(topics["odom"])
-
-    def images() -> Iterator[tuple[np.ndarray, float]]:
-        try:
-            yield from reader.iter_images(topics["compressed"] if topics.get("compressed")
-                                          in reader.topics else topics["image"])
-        finally:
-            reader.close()
-
-    return images(), track
-
-
-class Robot:
-    """The frame buffer and the memory writer, fed the tour in time order."""
-
-    def __init__(self, config: Config, pipeline: EmbodiedR, store: SqliteMemoryStore,
-                 track: list[tuple[float, Pose]]) -> None:
-        self.config = config
-        self.pipeline = pipeline
-        self.buffer = FrameStore(config.keyframes, buffer_sec=BUFFER_SEC,
-                                 odom_tolerance_sec=config.perception.odom_tolerance_sec)
-        self.recorder = MemoryRecorder(store, config.memory.robot,
-                                       embedder=embedder_for(config),
-                                       thumbnail_side=config.memory.thumbnail_side)
-        self.track_t = [t for t, _ in track]
-        self.track_p = [p for _, p in track]
-        self.buffer.on_frame = self._on_frame
-        self.ingest_sec = 0.0
-        self.keyframes = 0
-
-    def pose(self, stamp: float) -> Pose | None:
-        return pose_near(self.track_t, self.track_p, stamp,
-                         self.config.perception.odom_tolerance_sec)
-
-    def add(self, image: np.ndarray, stamp: float) -> None:
-        pose = self.pose(stamp)
-        if pose is not None:
-            self.buffer.add_pose(stamp, pose)
-        if self.buffer.wants(stamp):
-            self.buffer.add(image, stamp)
-        else:
-            self.buffer.skip(stamp)
-
-    def _on_frame(self, stamp: float, image: np.ndarray, keyframe: bool) -> None:
-        """A key frame: described question-agnostically by the profile's perception (the
-        geometric one describes a frame alone) and recorded with its odometry pose."""
-        if not keyframe:
-            return
-        t0 = time.perf_counter()
-        assert self.pipeline.perceiver is not None
-        described = self.pipeline.perceiver.describe([image], [stamp], "")
-        pose = self.pose(stamp)
-        self.recorder.record(stamp, described.frames[0].observation,
-                             pose=pose, pose_source="odometry" if pose else None, image=image)
-        self.ingest_sec += time.perf_counter() - t0
-        self.keyframes += 1
-
-
-def window_text(robot: Robot, question: str, options: Sequence[str]
-                ) -> tuple[str, list[float]]:
-    """Today's query: the key-frame budget of the whole buffer, perceived as the node does."""
-    w = robot.buffer.window(0.0)
-    result = robot.pipeline.perceive_window(w.decoded(), w.stamps, question, options, w.motions)
-    return result.text, w.stamps
-
-
 def covered(stamps: Sequence[float], targets: Sequence[Mapping[str, Any]]) -> list[bool]:
     """Per target with frames: whether one of ``stamps`` is a frame showing it."""
     have = {round(s * 1e3) for s in stamps}
@@ -194,36 +117,15 @@ def run(args: argparse.Namespace, world: Path, work: Path
     config = load_config("offline", overrides={"memory": {
         "enabled": True, "path": str(work / "memory.sqlite3"),
         "embedder": "off" if args.no_embedder else "auto"}})
-    rows = [json.loads(line) for line in (world / "questions.jsonl").read_text().splitlines()]
-    rows.sort(key=lambda r: (r["stamp_ns"], r["id"]))
+    rows = world_questions(world)
     if args.limit:
         rows = rows[:: max(1, len(rows) // args.limit)][: args.limit]
     reasoned = reasoner_subset(rows, args.reasoner)
     pipeline = EmbodiedR(config, load_models=bool(reasoned))
     store = SqliteMemoryStore(config.memory.path, writable=True, max_mb=config.memory.max_mb)
-    images, track = frames_of(world)
-    robot = Robot(config, pipeline, store, track)
+    robot = TourRobot.for_world(world, config, pipeline, store)
     retriever: Retriever = retriever_for(config, store, robot.recorder.embedder)
-    done: list[Answered] = []
-    pending = iter(rows)
-    row = next(pending, None)
-    bar = tqdm(total=len(rows), desc="questions", disable=None)
-    for image, stamp in images:
-        while row is not None and row["stamp_ns"] / 1e9 < stamp - 1e-6:
-            done.append(answer(row, robot, retriever, row["id"] in reasoned))
-            bar.update()
-            row = next(pending, None)
-        if row is None:
-            break
-        robot.add(image, stamp)
-    while row is not None:  # asked at the last frame
-        done.append(answer(row, robot, retriever, row["id"] in reasoned))
-        bar.update()
-        row = next(pending, None)
-    bar.close()
-    robot.recorder.close()
-    log.info("%d key frames recorded, %.3f s of perception and writing each",
-             robot.keyframes, robot.ingest_sec / max(robot.keyframes, 1))
+    done = robot.play(rows, lambda row, r: answer(row, r, retriever, row["id"] in reasoned))
     ingest = {"keyframes": robot.keyframes,
               "ingest_s_per_keyframe": round(robot.ingest_sec / max(robot.keyframes, 1), 4),
               "store_mb": round(Path(config.memory.path).stat().st_size / 2**20, 2)}
@@ -253,7 +155,7 @@ def reasoner_subset(rows: Sequence[Mapping[str, Any]], per_horizon: int) -> set[
     return chosen
 
 
-def answer(row: dict[str, Any], robot: Robot, retriever: Retriever,
+def answer(row: dict[str, Any], robot: TourRobot, retriever: Retriever,
            reason: bool) -> Answered:
     question, options = row["question"], row["options"]
     out = Answered(row)
@@ -266,7 +168,7 @@ def answer(row: dict[str, Any], robot: Robot, retriever: Retriever,
     memory = sel.text(format_question(question, options),
                       layout=robot.config.perception.frame_layout)
     try:
-        window, stamps = window_text(robot, question, options)
+        window, stamps = robot.window_text(question, options)
     except QueryError as exc:
         window, stamps = "", []
         out.notes.append(f"window: {exc}")

@@ -54,7 +54,10 @@ def perception_pipeline(config: Config) -> EmbodiedR:
     return EmbodiedR(config, vlm=vlm, load_models=False)
 
 
-def _manifest(config: Config, pipeline: EmbodiedR, kind: str, **extra: Any) -> dict[str, Any]:
+def perception_manifest(config: Config, pipeline: EmbodiedR, kind: str, **extra: Any
+                        ) -> dict[str, Any]:
+    """What a dataset's manifest records of the perception its rows were written with (the
+    prompt layout training and evaluation check)."""
     return {
         "kind": kind,
         "profile": config.name,
@@ -140,7 +143,7 @@ def build_from_bag(
                 camera = info.to_config(camera)
         pipeline = perception_pipeline(config)
         frames_for = BagFrames(reader, pipeline, image_topic, odom_topic, camera)
-        manifest = _manifest(
+        manifest = perception_manifest(
             config, pipeline, "bag", bag=str(Path(bag).resolve()), image_topic=image_topic,
             odom_topic=odom_topic, motion="odometry" if odom_topic else "visual",
             rejected_rows=rejected,
@@ -199,7 +202,7 @@ def import_benchmark(
     splits = _preflight(samples, splits)
     routed = benchmark_config(config, robust=robust, report_motion=report_motion)
     pipeline = perception_pipeline(routed)
-    manifest = _manifest(routed, pipeline, benchmark, root=str(Path(root).resolve()),
+    manifest = perception_manifest(routed, pipeline, benchmark, root=str(Path(root).resolve()),
                          motion="visual", import_report=report.to_dict(),
                          reply_reading=routed.perception.reply_reading,
                          question_text="formatted" if robust else "benchmark")

@@ -33,6 +33,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from embodied_r_training.data.long_rationales import long_think
 from embodied_r_training.data.oracle import (
     Map,
     build_map,
@@ -228,7 +229,9 @@ _WRITERS = {
 
 
 def rationale(row: Mapping[str, Any], *, letter: bool = True) -> Rationale:
-    """The cold-start completion of a built row; it always concludes the row's solution.
+    """The cold-start completion of a built row; it always concludes the row's solution. A
+    long world's memory question (``world: long``) walks through the frames showing the
+    colours it names (:mod:`~embodied_r_training.data.long_rationales`).
 
     ``letter``: the conclusion and the answer tag read ``"B. option text"`` (else just the
     option text). A think text that names its letter is one any reference LM reads (the
@@ -240,14 +243,17 @@ def rationale(row: Mapping[str, Any], *, letter: bool = True) -> Rationale:
     if choice not in options:
         raise ValueError(f"row {row.get('id')}: solution {row['solution']!r} is not an option")
     text = options[choice]
-    writer = _WRITERS.get(str(row.get("category")))
-    evidence = writer(perception_of(row), text) if writer else ""
+    if row.get("world") == "long":
+        evidence, supported = long_think(row)
+    else:
+        writer = _WRITERS.get(str(row.get("category")))
+        evidence = writer(perception_of(row), text) if writer else ""
+        supported = solve(row).letter == choice
     if letter:
         notes = f"{options_listing(row['options'])} {evidence}".rstrip()
-        return Rationale(f"{notes} So: {text} = {choice}.", f"{choice}. {text}",
-                         solve(row).letter == choice)
+        return Rationale(f"{notes} So: {text} = {choice}.", f"{choice}. {text}", supported)
     think = f"{evidence} So: {text}" if evidence else f"So: {text}"
-    return Rationale(think, text, solve(row).letter == choice)
+    return Rationale(think, text, supported)
 
 
 def options_listing(options: Sequence[str]) -> str:

@@ -53,15 +53,22 @@ def answer_in(completion: str, options: Sequence[str], mode: AnswerMode) -> str:
 
 def baseline_completions(name: str, rows: Sequence[dict[str, Any]]) -> list[str]:
     """What a rule answers, written as a completion (``first-option``: A; ``oracle``: the
-    perception-text solver's letter)."""
+    perception-text solver's letter, the long world's for its memory questions)."""
+    from embodied_r_training.data import long_oracle
     from embodied_r_training.data.oracle import answer_letter
 
     from embodied_r_ros.core.reasoning import parse_options
+    from embodied_r_ros.core.rewards import prompt_text
 
     out = []
     for row in rows:
         options = dict(parse_options(row["options"]))
-        letter = next(iter(options)) if name == "first-option" else answer_letter(row)
+        if name == "first-option":
+            letter = next(iter(options))
+        elif row.get("world") == "long":
+            letter = long_oracle.answer_letter(str(row["category"]), prompt_text(row["prompt"]))
+        else:
+            letter = answer_letter(row)
         out.append(f"<think>{name}</think>\n<answer>{letter}. {options.get(letter, '')}</answer>")
     return out
 

@@ -1,0 +1,78 @@
+"""Training rows from a long world: the replay through the robot's memory, the two texts, the
+splits by world, and the cold-start think texts of memory questions."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from embodied_r_training.data import long_oracle
+from embodied_r_training.data.dataset_files import load_rows
+from embodied_r_training.data.long_oracle import solve_text
+from embodied_r_training.data.long_rows import make_world, world_rows, write_sets
+from embodied_r_training.data.rationales import rationale
+from embodied_r_training.evaluation.scoring import baseline_completions
+
+from embodied_r_ros.core.reasoning import parse_options
+from embodied_r_ros.core.rewards import prompt_text
+
+
+@pytest.fixture(scope="module")
+def rows(tmp_path_factory: pytest.TempPathFactory) -> list[dict]:
+    work = tmp_path_factory.mktemp("long-rows")
+    world = make_world(5, work / "world", small=True)
+    return world_rows(world, "long-seed5", work)
+
+
+def test_every_question_gives_a_memory_row_and_a_window_row(rows: list[dict]) -> None:
+    by_question: dict[str, dict[str, dict]] = {}
+    for r in rows:
+        by_question.setdefault(r["source"], {})[r["text_source"]] = r
+    assert len(by_question) >= 20
+    assert all(set(pair) == {"memory", "window"} for pair in by_question.values())
+    for pair in by_question.values():
+        memory, window = pair["memory"], pair["window"]
+        assert memory["solution"] == window["solution"] and memory["id"] != window["id"]
+        text = prompt_text(memory["prompt"])
+        assert "s before the last key frame" in text and memory["question_block"] in text
+
+
+def test_sets_split_by_world_and_horizon(rows: list[dict], tmp_path: Path) -> None:
+    other = [{**r, "id": r["id"].replace("seed5", "seed9"), "scene": "long-seed9"} for r in rows]
+    info = write_sets([*rows, *other], ["long-seed9"], tmp_path, test_horizons=["medium"])
+    for source in ("memory", "window"):
+        test = load_rows(tmp_path / source, "test")
+        train = load_rows(tmp_path / source, "train")
+        assert test and all(r["scene"] == "long-seed9" and r["horizon"] == "medium"
+                            and r["text_source"] == source for r in test)
+        assert train and all(r["scene"] == "long-seed5" for r in train)
+        assert info[source] == {"train": len(train), "test": len(test)}
+    manifest = json.loads((tmp_path / "memory" / "manifest.json").read_text())
+    assert manifest["text_source"] == "memory" and manifest["test_horizons"] == ["medium"]
+
+
+def test_a_memory_rationale_walks_the_named_colours_and_concludes_the_solution(
+        rows: list[dict]) -> None:
+    memory = [r for r in rows if r["text_source"] == "memory"]
+    supported = 0
+    for r in memory:
+        why = rationale(r)
+        text = dict(parse_options(r["options"]))[r["solution"]]
+        assert why.think.startswith("Options: ")
+        assert why.think.endswith(f"So: {text} = {r['solution']}.")
+        assert why.answer == f"{r['solution']}. {text}"
+        found = solve_text(r["category"], prompt_text(r["prompt"]))
+        assert why.supported == (found.letter == r["solution"])
+        supported += why.supported
+    assert supported >= 0.8 * len(memory)
+    walked = [rationale(r).think for r in memory if r["category"] == "last_seen"]
+    assert walked and all(" s ago): " in t for t in walked)
+
+
+def test_the_oracle_baseline_reads_a_memory_row_with_the_long_reader(rows: list[dict]) -> None:
+    memory = [r for r in rows if r["text_source"] == "memory"][:30]
+    letters = [c.split("<answer>")[1][0] for c in baseline_completions("oracle", memory)]
+    assert letters == [long_oracle.answer_letter(r["category"], prompt_text(r["prompt"]))
+                       for r in memory]
+    assert sum(a == r["solution"] for a, r in zip(letters, memory, strict=True)) >= 24
