@@ -50,13 +50,13 @@ import numpy as np
 from _figures import add_json_option, write_figures
 from embodied_r_training.data.long_oracle import solve_text
 
+from embodied_r_ros.agent.replay import TourRobot, world_questions
 from embodied_r_ros.core.config import load_config
 from embodied_r_ros.core.intervals import bootstrap_ci, paired_difference
 from embodied_r_ros.core.pipeline import EmbodiedR, QueryError
 from embodied_r_ros.core.reasoning import format_question
 from embodied_r_ros.memory import Retriever, SqliteMemoryStore
 from embodied_r_ros.memory.factory import retriever_for
-from embodied_r_ros.memory.replay import TourRobot, world_questions
 
 log = logging.getLogger("memory_horizons")
 

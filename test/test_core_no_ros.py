@@ -3,8 +3,9 @@ imports point one way, from the top of each layer cake down:
 
 * ``embodied_r_ros``: ``core`` < ``agent`` (the ROS-free runtime) < ``nodes``; ``sim``,
   ``serving`` and ``memory`` stand on the core alone; none of them uses the training package;
-* ``embodied_r_training``: ``data`` < ``rl`` < ``evaluation`` < the CLI, the export and the
-  training demo on top; ``recipe`` and ``plots`` are leaves every layer may use.
+* ``embodied_r_training``: ``data`` < ``rl`` < ``evaluation`` < the CLI, the export, the long
+  world's rows (they replay a world through the runtime) and the training demo on top;
+  ``recipe`` and ``plots`` are leaves every layer may use.
 """
 
 from __future__ import annotations
@@ -24,7 +25,8 @@ CORE_DIR = Path(core.__file__).parent
 PACKAGE_DIR = CORE_DIR.parent  # embodied_r_ros
 TRAINING = "embodied_r_training"
 TRAINING_DIR = PACKAGE_DIR.parent / "training"  # installs as the package embodied_r_training
-TRAINING_TOP = (f"{TRAINING}.cli", f"{TRAINING}.export", f"{TRAINING}.train_demo")
+TRAINING_TOP = (f"{TRAINING}.cli", f"{TRAINING}.export", f"{TRAINING}.train_demo",
+                f"{TRAINING}.long_rows")
 #: package -> the packages it must not import (the one-way rule)
 FORBIDDEN = {
     "embodied_r_ros.core": ("embodied_r_ros.agent", "embodied_r_ros.nodes", "embodied_r_ros.sim",

@@ -10,9 +10,9 @@ import pytest
 from embodied_r_training.data import long_oracle
 from embodied_r_training.data.dataset_files import load_rows
 from embodied_r_training.data.long_oracle import solve_text
-from embodied_r_training.data.long_rows import make_world, world_rows, write_sets
 from embodied_r_training.data.rationales import rationale
 from embodied_r_training.evaluation.scoring import baseline_completions
+from embodied_r_training.long_rows import make_world, world_rows, write_sets
 
 from embodied_r_ros.core.reasoning import parse_options
 from embodied_r_ros.core.rewards import prompt_text

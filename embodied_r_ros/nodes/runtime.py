@@ -136,6 +136,11 @@ def spin_nodes(nodes: Sequence[Node], context: Context, num_threads: int | None 
         executor.spin()
     except (KeyboardInterrupt, ExternalShutdownException):
         pass
+    except RuntimeError:  # rcl's RCLError
+        # a signal shut the context down between the executor's ok() check and its building
+        # the next wait set ("the given context is not valid"): a stop like any other
+        if context.ok():
+            raise
     finally:
         start = time.monotonic()
         # the reverse of the start order: queries stop (their models' work cancelled) before

@@ -3,7 +3,7 @@
 Each seed becomes a long world (``embodied-r world --long``: rooms off a corridor, a 30-minute
 tour, questions labelled by horizon), played through the frame buffer, the ``offline``
 perception and a memory in a temporary directory, with the embedder where it is installed, as
-on the robot (:mod:`embodied_r_ros.memory.replay`). Each question, when the tour reaches its
+on the robot (:mod:`embodied_r_ros.agent.replay`). Each question, when the tour reaches its
 ask time, gives a row from the frames the memory's
 :class:`~embodied_r_ros.memory.Retriever` selects (``text_source: memory``) and, with
 ``window``, a row from the key-frame budget of the frame buffer alone (``text_source:
@@ -16,7 +16,7 @@ think text with :mod:`embodied_r_training.data.long_rationales`. Splits are by w
 ``test`` seeds' rows are ``test`` (``--test-horizons``: only those horizons), every other row
 ``train``.
 
-``python -m embodied_r_training.data.long_rows --train 41 42 43 --test 23 --test-horizons long
+``python -m embodied_r_training.long_rows --train 41 42 43 --test 23 --test-horizons long
 --out DIR``
 """
 
@@ -36,12 +36,12 @@ from embodied_r_training.data.builders import perception_manifest
 from embodied_r_training.data.dataset_files import write_table
 from embodied_r_training.data.splits import Splits
 
+from embodied_r_ros.agent.replay import TourRobot, world_questions
 from embodied_r_ros.core.config import load_config
 from embodied_r_ros.core.pipeline import EmbodiedR, QueryError
 from embodied_r_ros.core.reasoning import format_question
 from embodied_r_ros.memory import SqliteMemoryStore
 from embodied_r_ros.memory.factory import retriever_for
-from embodied_r_ros.memory.replay import TourRobot, world_questions
 from embodied_r_ros.sim.long_generate import generate_long_world
 from embodied_r_ros.sim.long_world import LONG_SPEC, SMALL_LONG_SPEC, LongWorldSpec
 
