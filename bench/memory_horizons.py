@@ -123,7 +123,7 @@ def run(args: argparse.Namespace, world: Path, work: Path
     reasoned = reasoner_subset(rows, args.reasoner)
     pipeline = EmbodiedR(config, load_models=bool(reasoned))
     store = SqliteMemoryStore(config.memory.path, writable=True, max_mb=config.memory.max_mb)
-    robot = TourRobot.for_world(world, config, pipeline, store)
+    robot = TourRobot(world, config, pipeline, store)
     retriever: Retriever = retriever_for(config, store, robot.recorder.embedder)
     done = robot.play(rows, lambda row, r: answer(row, r, retriever, row["id"] in reasoned))
     ingest = {"keyframes": robot.keyframes,

@@ -66,7 +66,7 @@ def world_rows(world: Path, scene: str, work: Path, window: bool = True
     pipeline = EmbodiedR(config, load_models=False)
     store = SqliteMemoryStore(config.memory.path, writable=True, max_mb=config.memory.max_mb)
     try:
-        robot = TourRobot.for_world(world, config, pipeline, store)
+        robot = TourRobot(world, config, pipeline, store)
         retriever = retriever_for(config, store, robot.recorder.embedder)
 
         def ask(q: dict[str, Any], r: TourRobot) -> list[dict[str, Any]]:
@@ -106,7 +106,7 @@ def _row(q: dict[str, Any], scene: str, source: str, text: str, block: str,
         "text_source": source,
         "horizon": q["horizon"],
         "horizon_s": q["horizon_s"],
-        "perception_model": "geometric",
+        "perception_model": pipeline.perceiver.model_id if pipeline.perceiver else "",
         "prompt_version": pipeline.prompts.version,
     }
 

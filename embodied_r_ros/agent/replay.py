@@ -32,9 +32,6 @@ from embodied_r_ros.memory.store import MemoryStore
 
 log = logging.getLogger(__name__)
 
-#: the frame-buffer node's default buffer (``buffer_sec`` of ``frame_buffer``)
-BUFFER_SEC = 300.0
-
 T = TypeVar("T")
 
 
@@ -64,32 +61,24 @@ def world_questions(world: Path) -> list[dict[str, Any]]:
 
 
 class TourRobot:
-    """The frame buffer and the memory writer, fed the tour in time order."""
+    """The frame buffer (the frame-buffer node's default 300 s) and the memory writer, at the
+    start of ``world``'s tour; :meth:`play` feeds it the tour in time order."""
 
-    def __init__(self, config: Config, pipeline: EmbodiedR, store: MemoryStore,
-                 track: list[tuple[float, Pose]]) -> None:
+    def __init__(self, world: Path, config: Config, pipeline: EmbodiedR,
+                 store: MemoryStore) -> None:
         self.config = config
         self.pipeline = pipeline
-        self.buffer = FrameStore(config.keyframes, buffer_sec=BUFFER_SEC,
+        self.buffer = FrameStore(config.keyframes,
                                  odom_tolerance_sec=config.perception.odom_tolerance_sec)
         self.recorder = MemoryRecorder(store, config.memory.robot,
                                        embedder=embedder_for(config),
                                        thumbnail_side=config.memory.thumbnail_side)
+        self._images, track = world_frames(world)
         self.track_t = [t for t, _ in track]
         self.track_p = [p for _, p in track]
         self.buffer.on_frame = self._on_frame
         self.ingest_sec = 0.0
         self.keyframes = 0
-        self._images: Iterator[tuple[np.ndarray, float]] = iter(())
-
-    @classmethod
-    def for_world(cls, world: Path, config: Config, pipeline: EmbodiedR,
-                  store: MemoryStore) -> TourRobot:
-        """A robot at the start of ``world``'s tour."""
-        images, track = world_frames(world)
-        robot = cls(config, pipeline, store, track)
-        robot._images = images
-        return robot
 
     def play(self, rows: Sequence[dict[str, Any]],
              ask: Callable[[dict[str, Any], TourRobot], T]) -> list[T]:

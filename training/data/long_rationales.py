@@ -41,14 +41,13 @@ def colour_walk(p: PerceptionText, colours: Sequence[str]) -> str:
     return " ".join(notes) if notes else "No frame shows the colours named."
 
 
-def long_think(row: Mapping[str, Any]) -> tuple[str, bool]:
+def long_think(row: Mapping[str, Any], choice: str) -> tuple[str, bool]:
     """The walk and the rule reader's conclusion for a long-world row, and whether that
-    conclusion is the row's solution."""
+    conclusion is ``choice``, the row's solution."""
     p = perception_of(row)
     solver = SOLVERS.get(str(row.get("category")))
     walk = colour_walk(p, named_colours(row))
     if solver is None:
         return walk, False
     found = solver(p)
-    return f"{walk} {found.evidence[:1].upper()}{found.evidence[1:]}.", (
-        found.letter == str(row["solution"]).strip()[:1].upper())
+    return f"{walk} {found.evidence[:1].upper()}{found.evidence[1:]}.", found.letter == choice

@@ -244,7 +244,7 @@ def rationale(row: Mapping[str, Any], *, letter: bool = True) -> Rationale:
         raise ValueError(f"row {row.get('id')}: solution {row['solution']!r} is not an option")
     text = options[choice]
     if row.get("world") == "long":
-        evidence, supported = long_think(row)
+        evidence, supported = long_think(row, choice)
     else:
         writer = _WRITERS.get(str(row.get("category")))
         evidence = writer(perception_of(row), text) if writer else ""
