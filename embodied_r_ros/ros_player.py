@@ -27,6 +27,7 @@ from rclpy.node import Node
 from rclpy.qos import QoSProfile, ReliabilityPolicy
 from rosbags.highlevel import AnyReader
 
+from embodied_r_ros.nodes.signal_stop import await_signal_shutdown
 from embodied_r_ros.nodes.transport import use_large_frame_transport
 
 log = logging.getLogger(__name__)
@@ -212,7 +213,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 break
         player.flush()
     except KeyboardInterrupt:
-        pass
+        await_signal_shutdown(node.context)
     finally:
         player.close()
         node.destroy_node()

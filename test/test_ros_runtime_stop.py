@@ -1,8 +1,12 @@
 """A stop signal may shut the ROS context down while the executor builds its next wait set;
 rcl then raises "the given context is not valid". That is a stop, not a failure: the nodes
-close and the process exits 0. The same error with the context still up is a real one."""
+close and the process exits 0. The same error with the context still up is a real one.
+rclpy's signal thread wakes the executor before it shuts the context down: the nodes are
+closed and destroyed only once that shutdown is over, never while it runs."""
 
 from __future__ import annotations
+
+import threading
 
 import pytest
 import rclpy
@@ -50,3 +54,30 @@ def test_the_same_error_with_the_context_up_is_raised(monkeypatch: pytest.Monkey
         assert closed == ["only"]  # closed on the way out all the same
     finally:
         rclpy.try_shutdown(context=context)
+
+
+def test_nodes_are_destroyed_only_after_the_signal_shutdown(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    context = Context()
+    rclpy.init(context=context)
+    seen: list[tuple[str, bool]] = []  # (what, was the context up)
+    node = rclpy.create_node("stopping", context=context)
+    node.close = lambda: seen.append(("close", context.ok()))  # type: ignore[attr-defined]
+    destroy = node.destroy_node
+
+    def destroy_node() -> None:
+        seen.append(("destroy", context.ok()))
+        destroy()
+
+    node.destroy_node = destroy_node  # type: ignore[method-assign]
+
+    def spin(self: MultiThreadedExecutor) -> None:
+        # rclpy's signal thread: the executor is woken (here: interrupted) first, rcl shuts
+        # the context down a moment later (rcl_shutdown only, as that thread does: no Python
+        # clean-up that would destroy the nodes first)
+        threading.Timer(0.3, context.handle.shutdown).start()
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(MultiThreadedExecutor, "spin", spin)
+    spin_nodes([node], context)
+    assert seen == [("close", False), ("destroy", False)]

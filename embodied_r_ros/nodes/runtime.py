@@ -27,6 +27,7 @@ from rclpy.node import Node
 from embodied_r_ros.agent.guard import one_line
 from embodied_r_ros.core.config import ConfigError
 from embodied_r_ros.nodes.model_node import StartError
+from embodied_r_ros.nodes.signal_stop import await_signal_shutdown
 from embodied_r_ros.nodes.transport import return_large_buffers_to_the_os
 
 log = logging.getLogger(__name__)
@@ -135,7 +136,7 @@ def spin_nodes(nodes: Sequence[Node], context: Context, num_threads: int | None 
     try:
         executor.spin()
     except (KeyboardInterrupt, ExternalShutdownException):
-        pass
+        await_signal_shutdown(context)  # before any node is closed or destroyed
     except RuntimeError:  # rcl's RCLError
         # a signal shut the context down between the executor's ok() check and its building
         # the next wait set ("the given context is not valid"): a stop like any other

@@ -16,8 +16,8 @@ reader still has to find it:
   one: the camera turned in place or walked towards the object; within a visit: stated ages
   less than :data:`VISIT_GAP_S` apart), groups placed about one spot are one object, and rays
   from a single viewpoint join an object they pass through or stay a guess along the ray,
-  which no ``next_to`` answer uses. The object meant is the one seen about the time the question names
-  ("the red box you saw about 20 minutes ago"), else the one seen last;
+  which no ``next_to`` answer uses. The object meant is the one seen about the time the
+  question names ("the red box you saw about 20 minutes ago"), else the one seen last;
 - it names **no rooms and no doorways**: "the red box in room 3" reads as the red box, and the
   route back is the first turn towards the pose of the frame that last showed the object.
 """
