@@ -10,6 +10,7 @@ import pytest
 from embodied_r_training.data import long_oracle
 from embodied_r_training.data.dataset_files import load_rows
 from embodied_r_training.data.long_oracle import solve_text
+from embodied_r_training.data.long_rationales import FRAMES_PER_OBJECT
 from embodied_r_training.data.rationales import rationale
 from embodied_r_training.evaluation.scoring import baseline_completions
 from embodied_r_training.long_rows import make_world, world_rows, write_sets
@@ -52,7 +53,7 @@ def test_sets_split_by_world_and_horizon(rows: list[dict], tmp_path: Path) -> No
     assert manifest["text_source"] == "memory" and manifest["test_horizons"] == ["medium"]
 
 
-def test_a_memory_rationale_walks_the_named_colours_and_concludes_the_solution(
+def test_a_memory_rationale_notes_the_frames_it_rests_on_and_concludes_the_solution(
         rows: list[dict]) -> None:
     memory = [r for r in rows if r["text_source"] == "memory"]
     supported = 0
@@ -66,8 +67,13 @@ def test_a_memory_rationale_walks_the_named_colours_and_concludes_the_solution(
         assert why.supported == (found.letter == r["solution"])
         supported += why.supported
     assert supported >= 0.8 * len(memory)
-    walked = [rationale(r).think for r in memory if r["category"] == "last_seen"]
-    assert walked and all(" s ago): " in t for t in walked)
+    # the walk notes only the frames the conclusion rests on (a colour shows in up to 20 of
+    # 32 frames; a walk over all of them outgrew the replies' 320 new tokens)
+    last = [rationale(r).think for r in memory if r["category"] == "last_seen"]
+    assert last and all(t.count(" s ago): ") == 1 for t in last)
+    asked = [rationale(r).think for r in memory
+             if r["category"] in ("object_direction", "object_distance", "route_back")]
+    assert asked and all(1 <= t.count(" s ago): ") <= FRAMES_PER_OBJECT for t in asked)
 
 
 def test_the_oracle_baseline_reads_a_memory_row_with_the_long_reader(rows: list[dict]) -> None:

@@ -200,6 +200,15 @@ class Memory:
             return min(found, key=lambda s: min(abs(a - want) for a in s.ages))
         return found[0]
 
+    def visit_ages(self, obj: Sighted, ref: Reference) -> tuple[float, ...]:
+        """The stated ages of ``obj``'s frames that ``ref`` points at: the visit about the
+        time it names (ages within :data:`VISIT_GAP_S` of the nearest one), else all."""
+        if ref.minutes_ago is None:
+            return obj.ages
+        want = ref.minutes_ago * 60.0
+        near = min(obj.ages, key=lambda a: abs(a - want))
+        return tuple(a for a in obj.ages if abs(a - near) <= VISIT_GAP_S)
+
     def last_seen_s(self, colour: str) -> float | None:
         """The stated age of the newest frame showing ``colour``."""
         ages = [a for s in self.objects(colour) for a in s.ages]
@@ -363,12 +372,7 @@ def solve_route_back(p: PerceptionText) -> OracleAnswer:
     obj = memory.find(ref)
     if obj is None:
         return OracleAnswer(None, f"no {ref.colour} object in the text")
-    if ref.minutes_ago is not None:
-        want = ref.minutes_ago * 60.0
-        near = min(obj.ages, key=lambda a: abs(a - want))
-        age = min(a for a in obj.ages if abs(a - near) <= VISIT_GAP_S)
-    else:
-        age = min(obj.ages)
+    age = min(memory.visit_ages(obj, ref))
     spot = memory.pose_at(age)
     if spot is None:
         return OracleAnswer(None, "the frame cannot be placed")
