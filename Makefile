@@ -53,10 +53,8 @@ $(STAMP): $(REQS) setup.py tools/setup_ros.py $(LLAMA_ONLY) $(IFACES)
 
 test: setup
 	@# two workers (or one per CPU), a test file per worker: most tests wait on processes, DDS
-	@# discovery and sockets, so a serial run left the cores half idle. Files go out in the
-	@# order test/conftest.py gives them (those with slow tests first), not by test count,
-	@# which sent the long files with few tests out last
-	$(PY) -m pytest -q -n auto --dist loadfile --no-loadscope-reorder test
+	@# discovery and sockets, so a serial run left the cores half idle
+	$(PY) -m pytest -q -n auto --dist loadfile test
 
 demo: setup
 	$(PY) -m embodied_r_ros.demo

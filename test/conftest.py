@@ -18,17 +18,7 @@ from embodied_r_ros.core.config import ModelConfig
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line("markers", "slow: runs for many seconds (a real model conversion, "
-                                       "generation, training or build)")
-
-
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Modules with a slow test first, each kept whole and in order: ``make test`` hands whole
-    modules to its workers in this order (``--dist loadfile --no-loadscope-reorder``), so the
-    long ones start early and the many short ones fill in after them, instead of one long
-    module running alone at the end."""
-    slow = {item.module for item in items if item.get_closest_marker("slow") is not None}
-    items.sort(key=lambda item: item.module not in slow)  # stable: order within kept
+    config.addinivalue_line("markers", "slow: runs for many seconds (real model conversion)")
 
 
 @pytest.fixture(scope="session", autouse=True)

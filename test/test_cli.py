@@ -57,7 +57,6 @@ def test_keyframes_on_an_image_folder_every_frame(tmp_path: Path) -> None:
     assert out["timestamps"][1] == pytest.approx(out["indices"][1] / 5.0)
 
 
-@pytest.mark.slow
 def test_ask_with_the_tiny_profile(video: Path, tmp_path: Path) -> None:
     cfg = tmp_path / "tiny.yaml"
     cfg.write_text(f"base: tiny\ncache:\n  dir: {tmp_path / 'cache'}\n")

@@ -33,7 +33,6 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return out
 
 
-@pytest.mark.slow
 def test_ask_about_a_video(world: Path, tmp_path: Path, tiny_models_dir: Path) -> None:
     output = run(recipes()["ask-video"], {"VIDEO": str(world / "video.mp4"), "PROFILE": "tiny"},
                  tmp_path, timeout=120)
@@ -42,7 +41,6 @@ def test_ask_about_a_video(world: Path, tmp_path: Path, tiny_models_dir: Path) -
         assert part in output, output
 
 
-@pytest.mark.slow
 def test_run_on_a_robot_and_ask_over_the_service(world: Path, tmp_path: Path,
                                                  tiny_models_dir: Path) -> None:
     from ros_helpers import LOCALHOST_ENV, domain_id, require_ros

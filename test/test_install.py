@@ -44,7 +44,6 @@ def target(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return out
 
 
-@pytest.mark.slow
 def test_a_pip_install_answers_from_another_directory(target: Path, tmp_path: Path) -> None:
     video = write_video(tmp_path / "pan.mp4", pan_frames(24, 8), fps=8.0)
     work = tmp_path / "elsewhere"
@@ -89,7 +88,6 @@ def colcon_install(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return ws / "install"
 
 
-@pytest.mark.slow
 def test_colcon_builds_both_packages_and_installs_the_share_files(colcon_install: Path) -> None:
     share = colcon_install / "embodied_r_ros" / "share" / "embodied_r_ros"
     for name in ("package.xml", "launch/embodied_r.launch.py", "config/ros_params.yaml",
@@ -106,7 +104,6 @@ def ctx() -> Iterator[Any]:
         yield context
 
 
-@pytest.mark.slow
 def test_the_colcon_installed_executable_answers_a_query(
     colcon_install: Path, ctx: Any, tiny_models_dir: Path, tmp_path: Path
 ) -> None:

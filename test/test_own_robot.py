@@ -160,7 +160,6 @@ def test_the_robot_and_build_prompt_the_lm_byte_for_byte_across_an_odometry_gap(
     assert "visual" in sources and "odometry" in sources, sources
 
 
-@pytest.mark.slow
 def test_from_a_recording_to_a_trained_reasoner_answering_on_the_robot(
     recording: Path, config_file: Path, robot: Robot, tmp_path: Path, tiny_models_dir: Path,
 ) -> None:

@@ -294,7 +294,6 @@ def _reference(name: str) -> ChatBackend:
                                       device="cpu", batch_size=32), text_only=True)
 
 
-@pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_the_shipped_reference_reads_the_gold_rationales_and_the_untrained_model_does_not(
     built_rows: tuple[dict, ...], smollm2_dir: Path,

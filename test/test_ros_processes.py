@@ -36,9 +36,6 @@ from ros_helpers import (
 
 require_ros()
 
-#: each test starts its own node processes (many seconds), and some kill or pause them
-pytestmark = pytest.mark.slow
-
 import rclpy  # noqa: E402
 from action_msgs.msg import GoalStatus, GoalStatusArray  # noqa: E402
 from rclpy.action import ActionClient  # noqa: E402

@@ -14,7 +14,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
 import torch
 from embodied_r_training.rl.policy import local_model
 from safetensors.torch import load_file
@@ -32,7 +31,6 @@ def torchrun(*args: str, cwd: Path) -> str:
     return proc.stdout
 
 
-@pytest.mark.slow
 def test_two_process_full_fine_tuning_saves_every_weight(dataset: Path, tmp_path: Path,
                                                          tiny_models_dir: Path) -> None:
     out = tmp_path / "run"
@@ -47,7 +45,6 @@ def test_two_process_full_fine_tuning_saves_every_weight(dataset: Path, tmp_path
     assert sum(not torch.equal(final[k], initial[k]) for k in final) > len(final) // 2
 
 
-@pytest.mark.slow
 def test_two_process_lora_keeps_the_adapter_and_merges_it(dataset: Path, tmp_path: Path,
                                                           tiny_models_dir: Path) -> None:
     from peft import PeftModel
