@@ -53,8 +53,10 @@ $(STAMP): $(REQS) setup.py tools/setup_ros.py $(LLAMA_ONLY) $(IFACES)
 
 test: setup
 	@# two workers (or one per CPU), a test file per worker: most tests wait on processes, DDS
-	@# discovery and sockets, so a serial run left the cores half idle
-	$(PY) -m pytest -q -n auto --dist loadfile test
+	@# discovery and sockets, so a serial run left the cores half idle. One OpenMP thread per
+	@# process: torch's pool takes every core by default, so two model tests at once (one per
+	@# worker) would run twice as many spinning threads as there are cores
+	OMP_NUM_THREADS=1 $(PY) -m pytest -q -n auto --dist loadfile test
 
 demo: setup
 	$(PY) -m embodied_r_ros.demo
