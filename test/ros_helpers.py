@@ -97,6 +97,22 @@ class Spinner:
         self.executor.add_node(node)
         return node
 
+    def action_client(self, kind: Any, name: str) -> Any:
+        """An action client for ``name`` on a node of its own, spun from here on. rclpy's
+        ``ActionClient`` registers with its node before it has made its lock, so a client
+        built on a node this executor already spins can be called half built (AttributeError
+        ``_lock``), which ends the spin; this node joins the executor once the client is whole.
+        """
+        import rclpy
+        from rclpy.action import ActionClient
+
+        node = rclpy.create_node(f"action_client_{id(self):x}_{len(self.owned)}",
+                                 context=self.executor.context)
+        client = ActionClient(node, kind, name)
+        self.owned.append(client)
+        self.add(node)
+        return client
+
     def remove(self, node: Any) -> None:
         self.executor.remove_node(node)
         self.nodes.remove(node)
@@ -306,14 +322,15 @@ class AllInOne:
         self.nodes = start_nodes(build_nodes(ctx, namespace, unfiltered))
         self.by_name = {n.get_name(): n for n in self.nodes}
         self.tester = rclpy.create_node("tester", namespace=namespace, context=ctx)
-        self.spinner = Spinner(ctx, [*self.nodes, self.tester], threads=threads)
         t = self.tester
         self.image = t.create_publisher(Image, f"{namespace}/image", 10)
         self.compressed = t.create_publisher(CompressedImage, f"{namespace}/image/compressed", 10)
         from embodied_r_ros.nodes.transport import QUERY_QOS
 
         self.query = t.create_client(SpatialQuery, f"{namespace}/query", qos_profile=QUERY_QOS)
+        # built before the tester spins (see Spinner.action_client)
         self.action = ActionClient(t, QueryAction, f"{namespace}/query")
+        self.spinner = Spinner(ctx, [*self.nodes, self.tester], threads=threads)
         self.spinner.owned.append(self.action)
         self._request = SpatialQuery.Request
         raw, compressed = self.by_name["frame_buffer"].camera_subscriptions

@@ -169,7 +169,6 @@ def test_from_a_recording_to_a_trained_reasoner_answering_on_the_robot(
     import torch
     from doc_recipes import recipes, run
     from embodied_r_training.rl.policy import local_model
-    from rclpy.action import ActionClient
     from safetensors.torch import load_file
 
     from embodied_r_interfaces.action import Reason
@@ -212,8 +211,7 @@ def test_from_a_recording_to_a_trained_reasoner_answering_on_the_robot(
         mine_says = parse_reasoning(raw, ["A. left", "B. right"], "tag")
         assert (res.answer, res.reasoning) == (mine_says.answer, mine_says.think)
         # and over ROS the reasoning node's raw reply is that model's, not the base model's
-        client = ActionClient(other.tester, Reason, "/mine/reasoning/reason")
-        other.spinner.owned.append(client)
+        client = other.spinner.action_client(Reason, "/mine/reasoning/reason")
         assert client.wait_for_server(timeout_sec=DISCOVERY_SEC)
         goal = Reason.Goal(perception=res.perception, options=["A. left", "B. right"])
         handle = result_of(client.send_goal_async(goal))

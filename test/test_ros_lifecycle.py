@@ -26,7 +26,6 @@ from ros_helpers import (
 require_ros()
 
 from action_msgs.msg import GoalStatus  # noqa: E402
-from rclpy.action import ActionClient  # noqa: E402
 from rclpy.node import Node  # noqa: E402
 from rclpy.parameter import Parameter  # noqa: E402
 
@@ -106,8 +105,7 @@ reasoning:
     spinner = Spinner(ctx, [node, tester])
     try:
         assert node.trigger_configure() == SUCCESS and node.trigger_activate() == SUCCESS
-        client = ActionClient(tester, Reason, "/deactivate_mid_goal/reason")
-        spinner.owned.append(client)
+        client = spinner.action_client(Reason, "/deactivate_mid_goal/reason")
         assert client.wait_for_server(timeout_sec=DISCOVERY_SEC)
         handle = result_of(client.send_goal_async(
             Reason.Goal(perception="Question: where?\nChoices:\nA. left\nB. right",

@@ -22,7 +22,6 @@ from ros_helpers import (
 require_ros()
 
 from action_msgs.msg import GoalStatus  # noqa: E402
-from rclpy.action import ActionClient  # noqa: E402
 from rclpy.node import Node  # noqa: E402
 from rclpy.parameter import Parameter  # noqa: E402
 
@@ -56,8 +55,7 @@ cache: {{enabled: false}}
     spinner = Spinner(ctx, [node, tester])
     try:
         assert node.trigger_configure() == SUCCESS and node.trigger_activate() == SUCCESS
-        client = ActionClient(tester, Perceive, "/perception_mid_goal/perceive")
-        spinner.owned.append(client)
+        client = spinner.action_client(Perceive, "/perception_mid_goal/perceive")
         assert client.wait_for_server(timeout_sec=DISCOVERY_SEC)
         frames = [jpeg_to_compressed(encode_jpeg(np.full((48, 64, 3), v, np.uint8)), t)
                   for t, v in ((1.0, 40), (2.0, 200))]

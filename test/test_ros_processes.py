@@ -168,13 +168,14 @@ class Cluster:
         start_nodes([self.reasoning])
         self.tester = rclpy.create_node("tester", context=ctx)
         self.goals = GoalWatch(self.tester)
-        self.spinner = Spinner(ctx, [self.buffer, self.reasoning, self.query, self.tester],
-                               threads=12)
         self.image = self.tester.create_publisher(Image, f"{NS}/image", 10)
         self.client = self.tester.create_client(SpatialQuery, f"{NS}/query",
                                                 qos_profile=QUERY_QOS)
+        # built before the tester spins (see Spinner.action_client)
         self.action = ActionClient(self.tester, QueryAction, f"{NS}/query")
         self.perceive = ActionClient(self.tester, Perceive, PERCEIVE)
+        self.spinner = Spinner(ctx, [self.buffer, self.reasoning, self.query, self.tester],
+                               threads=12)
         self.spinner.owned += [self.action, self.perceive]
         wait_matched(self.image, [self.buffer.camera_subscriptions[0]])
         feed(self.image.publish, [image_msg(f, t) for f, t in zip(FRAMES, STAMPS, strict=True)],

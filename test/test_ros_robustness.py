@@ -87,8 +87,7 @@ def client(world: AllInOne, kind: Any, name: str) -> Any:
 
 
 def action(world: AllInOne, kind: Any, name: str) -> ActionClient:
-    a = ActionClient(world.tester, kind, f"{NS}/{name}")
-    world.spinner.owned.append(a)
+    a = world.spinner.action_client(kind, f"{NS}/{name}")
     assert a.wait_for_server(timeout_sec=DISCOVERY_SEC)
     return a
 

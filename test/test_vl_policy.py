@@ -105,7 +105,6 @@ def test_the_reasoning_node_answers_with_the_vl_checkpoint(tiny_models_dir: Path
     from ros_helpers import DISCOVERY_SEC, Spinner, require_ros, result_of, ros_context
 
     require_ros()
-    from rclpy.action import ActionClient
     from rclpy.parameter import Parameter
 
     from embodied_r_interfaces.action import Reason
@@ -126,7 +125,7 @@ def test_the_reasoning_node_answers_with_the_vl_checkpoint(tiny_models_dir: Path
         try:
             lm = node.pipeline.lm  # type: ignore[union-attr]
             assert type(lm.model).__name__ == "Qwen2ForCausalLM"
-            action = ActionClient(tester, Reason, "/vl/reasoning/reason")
+            action = spinner.action_client(Reason, "/vl/reasoning/reason")
             assert action.wait_for_server(timeout_sec=DISCOVERY_SEC)
             goal = Reason.Goal(perception="Frame 0: Observe: a wall.\nQuestion: Where am I?\n"
                                "Choices:\nA. inside\nB. outside", options=["A. inside",
