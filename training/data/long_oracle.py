@@ -340,6 +340,13 @@ def window_s(question: str) -> float | None:
     return 60.0 * (float(m.group(1)) if m.group(1) else 1.0)
 
 
+def asked_colour(question: str) -> str | None:
+    """The colour a "did you see a red box ..." question asks about (None: another question,
+    or none named)."""
+    m = re.match(r"Did you see an? (\w+) ", question)
+    return m.group(1) if m else None
+
+
 def solve_seen(p: PerceptionText) -> OracleAnswer:
     window = window_s(p.question)
     if window is None:
@@ -351,12 +358,12 @@ def solve_seen(p: PerceptionText) -> OracleAnswer:
         return age is not None and age <= window
 
     if p.question.startswith("Did you see"):
-        m = re.match(r"Did you see an? (\w+) ", p.question)
-        if m is None:
+        colour = asked_colour(p.question)
+        if colour is None:
             return OracleAnswer(None, "no object named")
-        word = "yes" if seen(m.group(1)) else "no"
+        word = "yes" if seen(colour) else "no"
         return OracleAnswer(_letter_where(p.options, lambda t: t == word),
-                            f"{m.group(1)} {'' if word == 'yes' else 'not '}in the window")
+                            f"{colour} {'' if word == 'yes' else 'not '}in the window")
     letter = _letter_where(p.options, lambda t: seen(t.split()[0]))
     return OracleAnswer(letter, "the first option whose colour the window shows" if letter
                         else "no option's colour in the window")

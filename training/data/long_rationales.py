@@ -16,11 +16,16 @@ did not. The rationale is ``supported`` where the rule reader reaches the row's 
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from embodied_r_training.data.long_oracle import SOLVERS, Memory, Sighted, references
+from embodied_r_training.data.long_oracle import (
+    SOLVERS,
+    Memory,
+    Sighted,
+    asked_colour,
+    references,
+)
 from embodied_r_training.data.oracle import perception_of
 
 from embodied_r_ros.core.colors import COLOUR_NAMES
@@ -55,11 +60,12 @@ def answer_ages(p: PerceptionText, category: str) -> list[float]:
     ref = refs[0] if refs else None
     obj = memory.find(ref) if ref is not None else None
     if category in ("last_seen", "seen"):
-        if category == "seen" and not p.question.startswith("Did you see"):
-            colours = _option_colours(p)
+        if category == "last_seen":
+            colours = [ref.colour] if ref else []
+        elif (asked := asked_colour(p.question)) is not None:
+            colours = [asked]
         else:
-            m = re.match(r"Did you see an? (\w+) ", p.question)
-            colours = [m.group(1)] if m else [ref.colour] if ref else []
+            colours = _option_colours(p)
         return [a for c in colours if (a := memory.last_seen_s(c)) is not None]
     if category == "closer":
         ages: list[float] = []
