@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import pytest
 from embodied_r_training.data.long_oracle import (
-    Memory,
     references,
     solve_text,
     window_s,
@@ -15,6 +14,7 @@ from embodied_r_ros.core.perception_text import parse_perception
 from embodied_r_ros.core.poses import Pose
 from embodied_r_ros.core.reasoning import format_question
 from embodied_r_ros.memory import MemoryRow, memory_perception_text
+from embodied_r_ros.memory.places import ObjectMap
 
 
 def _row(stamp: float, x: float, y: float, yaw: float, view: str) -> MemoryRow:
@@ -45,7 +45,7 @@ QUADRANTS = ["A. front-left", "B. front-right", "C. back-left", "D. back-right"]
 
 
 def test_objects_of_one_colour_are_told_apart_by_when_they_were_seen() -> None:
-    memory = Memory(parse_perception(_text("Where is the red box?", QUADRANTS)))
+    memory = ObjectMap(parse_perception(_text("Where is the red box?", QUADRANTS)))
     reds = memory.objects("red")
     assert len(reds) == 2
     old = next(o for o in reds if min(o.ages) > 900)

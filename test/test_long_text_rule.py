@@ -6,12 +6,13 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from embodied_r_training.data.long_oracle import Memory, solve_text
+from embodied_r_training.data.long_oracle import solve_text
 
 from embodied_r_ros.core.perception_text import parse_perception
 from embodied_r_ros.core.poses import Pose
 from embodied_r_ros.core.reasoning import format_question
 from embodied_r_ros.memory import MemoryRow, memory_perception_text
+from embodied_r_ros.memory.places import ObjectMap
 from embodied_r_ros.sim.camera import PinholeCamera
 from embodied_r_ros.sim.floor_plan import make_floor_plan
 from embodied_r_ros.sim.long_question_rules import (
@@ -150,7 +151,7 @@ def test_two_objects_of_a_colour_seen_seconds_apart_in_two_places_stay_two() -> 
     rows = [_row(0.0, 0.0, 0.0, 0.0, _seen(26.6)), _row(5.0, 0.0, -2.0, 0.0, _seen(45.0)),
             _row(20.0, 10.0, 0.0, 0.0, _seen(-26.6)), _row(25.0, 10.0, 2.0, 0.0, _seen(-45.0))]
     text = memory_perception_text(rows, format_question("Where is the red box?", ["A. x"]))
-    reds = Memory(parse_perception(text)).objects("red")
+    reds = ObjectMap(parse_perception(text)).objects("red")
     assert len(reds) == 2 and all(r.triangulated for r in reds)
     places = sorted(r.position for r in reds if r.position is not None)
     assert places[0] == pytest.approx((4.0, 2.0), abs=0.2)
@@ -172,7 +173,7 @@ def test_an_object_seen_from_one_place_only_is_not_placed_next_to_another() -> N
     options = ["A. red cone", "B. green box"]
     text = memory_perception_text(rows, format_question(
         "Which object stood next to the blue box (the nearest to it)?", options))
-    memory = Memory(parse_perception(text))
+    memory = ObjectMap(parse_perception(text))
     (red,) = memory.objects("red")
     assert not red.triangulated
     assert solve_text("next_to", text).letter == "B"
@@ -185,6 +186,6 @@ def test_an_object_walked_towards_is_placed_from_rays_that_only_cross_together()
     rows = [_row(0.0, 0.0, 0.3, 0.0, _seen(-2.15)), _row(3.0, 2.0, 0.5, 0.0, _seen(-4.76)),
             _row(6.0, 4.0, 0.7, 0.0, _seen(-9.93))]
     text = memory_perception_text(rows, format_question("Where is the red box?", ["A. x"]))
-    (red,) = Memory(parse_perception(text)).objects("red")
+    (red,) = ObjectMap(parse_perception(text)).objects("red")
     assert red.triangulated and red.ages == (0.0, 3.0, 6.0)
     assert red.position == pytest.approx((8.0, 0.0), abs=0.6)

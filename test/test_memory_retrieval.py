@@ -7,8 +7,8 @@ import math
 from pathlib import Path
 
 import pytest
-from embodied_r_training.data.dead_reckoning import poses as reckoned_poses
 
+from embodied_r_ros.core.dead_reckoning import poses as reckoned_poses
 from embodied_r_ros.core.perception_text import parse_perception
 from embodied_r_ros.core.poses import Pose
 from embodied_r_ros.core.reasoning import format_question

@@ -8,9 +8,9 @@ import math
 import random
 
 import pytest
-from embodied_r_training.data.dead_reckoning import poses
 
 from embodied_r_ros.core.actions import Motion
+from embodied_r_ros.core.dead_reckoning import poses
 from embodied_r_ros.core.perception import FrameDescription
 from embodied_r_ros.core.perception_text import (
     TEXT_PRECISION,

@@ -200,17 +200,20 @@ def assemble(
     report_motion: bool = True,
     prompts: PromptSet | None = None,
     layout: FrameLayout = "timed",
+    notes: str = "",
 ) -> str:
     """The reasoning LM's user message in the official code's shape: the instruction, the
     frame lines wrapped in ``<`` and ``>`` after ``Video content:``, then the question
     (``VLM_perception_API.py`` of Embodied-R.code). On the robot route of the timed layout each
-    line states its frame's age."""
+    line states its frame's age. ``notes`` (what a memory derives from the frames) go between
+    the frames and the question."""
     p = prompts or default_prompts()
     timed = layout == "timed" and robot_route(frames, report_motion)
     last = frames[-1].stamp if frames else 0.0
     lines = "\n".join(frame_line(i, f, report_motion, last - f.stamp if timed else None)
                       for i, f in enumerate(frames))
-    return f"{p.lm_instruction}\nVideo content:\n<\n{p.preamble}\n{lines}\n>\n{question_block}"
+    video = f"{p.lm_instruction}\nVideo content:\n<\n{p.preamble}\n{lines}\n>\n"
+    return f"{video}{notes}\n{question_block}" if notes else f"{video}{question_block}"
 
 
 # -- reading ------------------------------------------------------------------------------------

@@ -42,6 +42,13 @@ def heading_deg(a: Sequence[float], b: Sequence[float]) -> float:
     return math.degrees(math.atan2(b[1] - a[1], b[0] - a[0]))
 
 
+def crossing_deg(directions_rad: Sequence[float]) -> float:
+    """The widest angle between any two of ``directions_rad`` (bearing rays to one object):
+    how well the rays place it where they cross."""
+    return max((abs(wrap_deg(math.degrees(a - b))) for a in directions_rad
+                for b in directions_rad), default=0.0)
+
+
 def quadrant(bearing: float) -> str:
     """Egocentric quadrant of a bearing (left > 0): front-left, front-right, back-left or
     back-right. A bearing of exactly +-180 is wrapped first, so it is back-left either way."""

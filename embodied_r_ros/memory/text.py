@@ -19,6 +19,7 @@ from embodied_r_ros.core.perception import FrameDescription, MotionSource, lm_ac
 from embodied_r_ros.core.perception_text import FrameLayout, assemble, describe_motion
 from embodied_r_ros.core.poses import relative_motion
 from embodied_r_ros.core.prompts import PromptSet
+from embodied_r_ros.memory.places import places_text
 from embodied_r_ros.memory.store import MemoryRow
 
 UNKNOWN_MOTION = "an unknown motion"
@@ -63,6 +64,11 @@ def memory_perception_text(rows: Sequence[MemoryRow], question_block: str,
                            adjacent: Sequence[bool] | None = None,
                            report_motion: bool = True) -> str:
     """The reasoner's user message for ``rows`` (see :func:`frames_from_rows`), written by the
-    one writer of perception text, :func:`~embodied_r_ros.core.perception_text.assemble`."""
-    return assemble(frames_from_rows(rows, layout, adjacent), question_block, report_motion,
-                    prompts, layout)
+    one writer of perception text, :func:`~embodied_r_ros.core.perception_text.assemble`,
+    with where the named objects are now after the frames
+    (:func:`~embodied_r_ros.memory.places.places_text`)."""
+    frames = frames_from_rows(rows, layout, adjacent)
+    text = assemble(frames, question_block, report_motion, prompts, layout)
+    notes = places_text(text)
+    return assemble(frames, question_block, report_motion, prompts, layout, notes) if notes \
+        else text

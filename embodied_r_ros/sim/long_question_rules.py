@@ -10,8 +10,6 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from embodied_r_ros.core.poses import wrap_deg
-
 #: (label, from, to) in seconds between the question and the oldest sighting it needs
 HORIZONS: tuple[tuple[str, float, float], ...] = (
     ("short", 0.0, 120.0), ("medium", 120.0, 900.0), ("long", 900.0, math.inf))
@@ -87,13 +85,6 @@ def nearest_turn(bearing_deg: float) -> str:
     if a < (_SIDE_DEG[1] + _AROUND_DEG) / 2.0:
         return TURNS[1] if bearing_deg > 0 else TURNS[2]
     return TURNS[3]
-
-
-def crossing_deg(directions_rad: Sequence[float]) -> float:
-    """The widest angle between any two of ``directions_rad`` (bearing rays to one object):
-    how well the rays place it where they cross."""
-    return max((abs(wrap_deg(math.degrees(a - b))) for a in directions_rad
-                for b in directions_rad), default=0.0)
 
 
 def minutes_phrase(minutes: int) -> str:

@@ -55,6 +55,7 @@ from typing import Any
 
 import numpy as np
 
+from embodied_r_ros.core.poses import crossing_deg
 from embodied_r_ros.sim import question_rows
 from embodied_r_ros.sim.long_question_rules import (
     AGE_BANDS,
@@ -64,7 +65,6 @@ from embodied_r_ros.sim.long_question_rules import (
     TURNS,
     band_of,
     clearly_closer,
-    crossing_deg,
     first_turn,
     horizon_of,
     minutes_phrase,

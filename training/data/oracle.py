@@ -20,9 +20,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from embodied_r_training.data.dead_reckoning import Pose2D, pose_at_age, poses
-
 from embodied_r_ros.core.actions import ACTIONS
+from embodied_r_ros.core.dead_reckoning import Pose2D, pose_at_age, poses
 from embodied_r_ros.core.perception_text import (
     FrameText,
     PerceptionText,

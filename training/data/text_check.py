@@ -15,7 +15,6 @@ import math
 from typing import Any
 
 from embodied_r_training.data.bag_source import BagFrames
-from embodied_r_training.data.dead_reckoning import poses
 from embodied_r_training.data.oracle import (
     SOLVERS,
     bearing_from_last,
@@ -29,6 +28,7 @@ from embodied_r_training.data.oracle import (
 from embodied_r_training.data.samples import Sample, SkipSample
 
 from embodied_r_ros.core.config import Config
+from embodied_r_ros.core.dead_reckoning import poses
 from embodied_r_ros.core.perception import FrameDescription
 from embodied_r_ros.core.perception_text import (
     NOTHING_IN_VIEW,

@@ -1,0 +1,84 @@
+"""A memory text states where the objects a question names are now: the dead reckoning and
+triangulation over frames minutes apart done once, by the memory, from the text's own frames."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from embodied_r_ros.core.poses import Pose
+from embodied_r_ros.core.reasoning import format_question
+from embodied_r_ros.memory import MemoryRow, memory_perception_text
+from embodied_r_ros.memory.places import OBJECTS_PER_COLOUR, PLACES_HEADING
+
+
+def _row(stamp: float, x: float, y: float, yaw: float, view: str) -> MemoryRow:
+    return MemoryRow(stamp=stamp, description=view, pose=Pose(x, y, 0.0, yaw),
+                     pose_source="odometry")
+
+
+def _places(text: str) -> list[str]:
+    """The places block's lines, between the frames and the question."""
+    _, _, after = text.partition("\n>\n")
+    block, _, _ = after.partition("Question:")
+    lines = block.strip().splitlines()
+    assert lines and lines[0] == PLACES_HEADING
+    return lines[1:]
+
+
+#: a red object at (4, 2) and a blue one at (4, 3.5), each seen from (0, 0) and (0, -2); 1000 s
+#: later the robot stands at (8, 0) facing back (-x) and sees another red object
+ROWS = [
+    _row(0.0, 0.0, 0.0, 0.0, "I see a small red object to the left (27 degrees left); "
+         "a small blue object to the left (41 degrees left)."),
+    _row(10.0, 0.0, -2.0, 0.0, "I see a small red object to the left (45 degrees left); "
+         "a small blue object to the left (54 degrees left)."),
+    _row(1000.0, 8.0, 0.0, 180.0, "I see a small red object to the left (30 degrees left)."),
+]
+
+
+def test_an_object_seen_long_ago_is_placed_relative_to_the_robot_now() -> None:
+    text = memory_perception_text(ROWS, format_question(
+        "Which object stood next to the red box you saw about 17 minutes ago?",
+        ["A. blue cone", "B. yellow sphere"]))
+    lines = _places(text)
+    old = next(line for line in lines if "red object seen 16 min ago" in line)  # 990 s
+    # (4, 2) from (8, 0) facing -x: 4.5 m away, 27 degrees to the right
+    m = re.search(r"now (\d+\.\d) m away, front-right \((\d+) degrees right\)", old)
+    assert m is not None, old
+    assert float(m.group(1)) == pytest.approx(4.47, abs=0.2)
+    assert int(m.group(2)) == pytest.approx(27, abs=3)
+    near = re.search(r"nearest named: blue (\d+\.\d) m", old)
+    assert near is not None and float(near.group(1)) == pytest.approx(1.5, abs=0.2)
+    assert "- blue last seen 990 s ago." in lines  # a colour only the options name
+    assert "- yellow: in none of these frames." in lines
+    new = next(line for line in lines if "red object seen 0 s ago" in line)
+    assert "guessed from one view" in new  # one bearing places nothing
+    assert "seen from about here" in new
+
+
+def test_the_object_seen_about_the_time_asked_is_listed_among_many_of_its_colour() -> None:
+    """Six red objects seen from one place at six times, each in another direction: the
+    block lists the newest and those seen nearest the "about 10 minutes ago" asked for."""
+    rows = [_row(1200.0 - 120.0 * k, 0.0, 0.0, 0.0,
+                 f"I see a small red object to the left ({10 + 15 * k} degrees left).")
+            for k in range(6)]
+    rows.sort(key=lambda r: r.stamp)
+    text = memory_perception_text(rows, format_question(
+        "Where is the red box you saw about 10 minutes ago relative to you now?",
+        ["A. front-left", "B. back-left"]))
+    red = [line for line in _places(text) if line.startswith("- red object")]
+    assert len(red) == OBJECTS_PER_COLOUR
+    assert "seen 0 s ago" in red[0]
+    assert any("seen 10 min ago" in line for line in red)  # 600 s before the last frame
+
+
+def test_free_text_descriptions_give_no_places_block() -> None:
+    """A VLM's free text names objects without bearings: nothing to place them by, and
+    saying that they are in no frame would be false."""
+    rows = [_row(0.0, 0.0, 0.0, 0.0, "A red car is parked near a tree."),
+            _row(60.0, 2.0, 0.0, 0.0, "A red car is parked near a tree, closer now.")]
+    text = memory_perception_text(rows, format_question("Where is the red car?", ["A. left"]))
+    assert PLACES_HEADING not in text
+    assert "\n>\nQuestion: Where is the red car?" in text
