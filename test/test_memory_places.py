@@ -60,7 +60,8 @@ def test_an_object_seen_long_ago_is_placed_relative_to_the_robot_now() -> None:
 
 def test_the_object_seen_about_the_time_asked_is_listed_among_many_of_its_colour() -> None:
     """Six red objects seen from one place at six times, each in another direction: the
-    block lists the newest and those seen nearest the "about 10 minutes ago" asked for."""
+    block leads with the one seen nearest the "about 10 minutes ago" asked for, and keeps the
+    newest."""
     rows = [_row(1200.0 - 120.0 * k, 0.0, 0.0, 0.0,
                  f"I see a small red object to the left ({10 + 15 * k} degrees left).")
             for k in range(6)]
@@ -70,8 +71,13 @@ def test_the_object_seen_about_the_time_asked_is_listed_among_many_of_its_colour
         ["A. front-left", "B. back-left"]))
     red = [line for line in _places(text) if line.startswith("- red object")]
     assert len(red) == OBJECTS_PER_COLOUR
-    assert "seen 0 s ago" in red[0]
-    assert any("seen 10 min ago" in line for line in red)  # 600 s before the last frame
+    assert "seen 10 min ago" in red[0]  # 600 s before the last frame
+    assert any("seen 0 s ago" in line for line in red)
+    # a last-seen question's options are ranges, no moment: the newest leads
+    text = memory_perception_text(rows, format_question(
+        "How long ago did you last see the red box?",
+        ["A. less than 1 minute ago", "B. between 1 and 5 minutes ago"]))
+    assert "seen 0 s ago" in _places(text)[0]
 
 
 def test_free_text_descriptions_give_no_places_block() -> None:

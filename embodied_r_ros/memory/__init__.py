@@ -5,8 +5,9 @@ description, the objects it names, a thumbnail) in a :class:`MemoryStore`: SQLit
 (:class:`SqliteMemoryStore`), PostgreSQL for a fleet writing to one server
 (:class:`PostgresMemoryStore`). A question then selects at most the key-frame budget from the
 whole memory (:class:`Retriever`) and :func:`memory_perception_text` writes the perception text
-the reasoner reads, with every frame's age and the motion between the selected frames from
-their poses. The layer stands on ``core`` alone and imports no ROS.
+the reasoner reads, with every frame's age, the motion between the selected frames from
+their poses, and where the objects the question names are now (:mod:`.places`). The layer
+stands on ``core`` alone and imports no ROS.
 """
 
 from embodied_r_ros.memory.errors import SpatialMemoryError

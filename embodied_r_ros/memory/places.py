@@ -49,6 +49,8 @@ HERE_M = 0.5
 OBJECTS_PER_COLOUR = 3
 #: other named objects a line lists as near an object
 NEARBY_PER_OBJECT = 3
+#: time phrases that name a range, not a moment
+_RANGE_WORDS = ("between", "more", "longer", "less", "fewer")
 PLACES_HEADING = "Named objects, placed from the frames above, relative to you now:"
 
 
@@ -282,22 +284,25 @@ def colour_line(m: ObjectMap, colour: str) -> str:
 
 
 def named_ages(text: str) -> list[float]:
-    """The ages that phrases such as "about 10 minutes ago" in ``text`` name, in seconds (not
-    "in the last 10 minutes"; none where a phrase cannot be read: retrieval has refused such a
-    question already)."""
+    """The ages that phrases such as "about 10 minutes ago" in ``text`` name, in seconds: not
+    ranges ("in the last 10 minutes", "between 1 and 5 minutes ago", a last-seen question's
+    options), and none where a phrase cannot be read (retrieval has refused such a question
+    already)."""
     try:
         specs = parse_time_phrases(text)
     except SpatialMemoryError:
         return []
     return [-(s.lo_s + s.hi_s) / 2.0 for s in specs
-            if s.anchor == "now" and math.isfinite(s.lo_s) and s.hi_s < 0.0 and s.share == 0.0]
+            if s.anchor == "now" and s.hi_s < 0.0 and s.share == 0.0
+            and not s.phrase.startswith(_RANGE_WORDS)]
 
 
 def places_lines(m: ObjectMap, question: str, options: Sequence[str]) -> list[str]:
     """The lines of :func:`places_text`: up to :data:`OBJECTS_PER_COLOUR` object lines for
-    each colour the question names (or that it is in no frame): the one seen last, then those
-    seen nearest a time the question names, else the newest; a last-seen line for each colour
-    only the options name."""
+    each colour the question names (or that it is in no frame): those seen nearest a time the
+    question names first (the object it asks about leads), and always the one seen last;
+    without a time, the newest first. A last-seen line for each colour only the options
+    name."""
     text = " ".join([question, *options])
     asked = named_colours(question)
     named = named_colours(text)
@@ -312,8 +317,10 @@ def places_lines(m: ObjectMap, question: str, options: Sequence[str]) -> list[st
         if colour not in asked or not found:
             lines.append(colour_line(m, colour))
             continue
-        chosen = [found[0], *sorted(found[1:], key=relevance)][:OBJECTS_PER_COLOUR]
-        lines += [object_line(m, obj, named) for obj in chosen]
+        chosen = sorted(found, key=relevance)[:OBJECTS_PER_COLOUR - 1]
+        chosen += [found[0]] if found[0] not in chosen else []
+        chosen += sorted((o for o in found if o not in chosen), key=relevance)
+        lines += [object_line(m, obj, named) for obj in chosen[:OBJECTS_PER_COLOUR]]
     return lines
 
 
