@@ -10,7 +10,7 @@ import pytest
 from embodied_r_ros.core.poses import Pose
 from embodied_r_ros.core.reasoning import format_question
 from embodied_r_ros.memory import MemoryRow, memory_perception_text
-from embodied_r_ros.memory.places import OBJECTS_PER_COLOUR, PLACES_HEADING
+from embodied_r_ros.memory.places import OBJECTS_PER_COLOUR, PLACES_HEADING, colour_times
 
 
 def _row(stamp: float, x: float, y: float, yaw: float, view: str) -> MemoryRow:
@@ -88,3 +88,31 @@ def test_free_text_descriptions_give_no_places_block() -> None:
     text = memory_perception_text(rows, format_question("Where is the red car?", ["A. left"]))
     assert PLACES_HEADING not in text
     assert "\n>\nQuestion: Where is the red car?" in text
+
+
+def test_a_time_phrase_belongs_to_the_colour_named_before_it() -> None:
+    question = ("Which is closer to you now: the cyan cone you saw about 18 minutes ago or the "
+                "red sphere you saw about 1 minute ago?")
+    assert colour_times([question]) == {"cyan": [1080.0], "red": [60.0]}
+    # an option's unreadable phrase costs that option's times only; ranges name no moment
+    assert colour_times(["Where is the red box you saw about 10 minutes ago?",
+                         "A. the blue one seen 5 blorps ago",
+                         "B. between 1 and 5 minutes ago"]) == {"red": [600.0]}
+
+
+@pytest.mark.parametrize("case", ["a row without a pose", "the paper layout"])
+def test_no_places_where_the_text_leaves_a_motion_or_an_age_unknown(case: str) -> None:
+    """After "an unknown motion" the robot's place now is unknown, and without ages so is
+    when it saw what: a block would state false places, so there is none."""
+    rows = list(ROWS)
+    layout = "timed"
+    if case == "a row without a pose":
+        rows.insert(2, MemoryRow(stamp=500.0, description=ROWS[0].description))
+    else:
+        layout = "paper"
+    question = format_question("Where is the red box you saw about 17 minutes ago?",
+                               ["A. front-left", "B. front-right"])
+    assert PLACES_HEADING in memory_perception_text(ROWS, question)
+    text = memory_perception_text(rows, question, layout=layout)
+    assert PLACES_HEADING not in text
+    assert ("an unknown motion" in text) == (case == "a row without a pose")

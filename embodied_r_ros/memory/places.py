@@ -11,8 +11,8 @@ imply.
 
 :class:`ObjectMap` groups a colour's bearing rays into objects by where they cross (a group
 grows while its rays still cross at one place, or while a ray only runs along its last one:
-the camera turned in place or walked towards the object; within a visit: stated ages less
-than :data:`VISIT_GAP_S` apart); groups placed about one spot are one object, and rays from a
+the camera turned in place or walked towards the object; within a visit: stated ages at most
+:data:`VISIT_GAP_S` apart); groups placed about one spot are one object, and rays from a
 single viewpoint join an object they pass through or stay a guess along the ray. Only colours
 are read: the geometric perception names colours, not shapes, and a VLM's free text gives no
 bearings, so no line is written for it.
@@ -21,6 +21,7 @@ bearings, so no line is written for it.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -49,16 +50,15 @@ HERE_M = 0.5
 OBJECTS_PER_COLOUR = 3
 #: other named objects a line lists as near an object
 NEARBY_PER_OBJECT = 3
-#: time phrases that name a range, not a moment
-_RANGE_WORDS = ("between", "more", "longer", "less", "fewer")
+_WORD_RE = re.compile(r"[a-z]+")
 PLACES_HEADING = "Named objects, placed from the frames above, relative to you now:"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Sighted:
     """One object as the text shows it: where (frame 0's floor frame), whether that place was
     triangulated (else guessed along one bearing), and the stated ages of the frames that
-    show it."""
+    show it. Two are the same object only if they are one instance."""
 
     colour: str
     position: tuple[float, float] | None
@@ -115,7 +115,7 @@ class ObjectMap:
         return self._objects[colour]
 
     def rays(self, colour: str) -> list[Ray]:
-        out = []
+        out: list[Ray] = []
         for i, f in enumerate(self.p.frames):
             if colour in f.sightings:
                 pose = self.path[i]
@@ -151,7 +151,7 @@ class ObjectMap:
                 placed.append(g)
             else:
                 near.extend(g)
-        out = []
+        out: list[Sighted] = []
         for g in lone:  # one viewpoint: a sighting of a placed object its rays pass through
             home = next((m for m in placed if triangulate([*m, *g]) is not None), None)
             if home is not None:
@@ -234,8 +234,7 @@ def _age(f: FrameText) -> float:
 
 def named_colours(text: str) -> list[str]:
     """The colour words of ``text`` (a question and its options), in order, each once."""
-    words = text.lower().replace(",", " ").replace("?", " ").replace(".", " ").split()
-    return list(dict.fromkeys(w for w in words if w in COLOUR_NAMES))
+    return list(dict.fromkeys(w for w in _WORD_RE.findall(text.lower()) if w in COLOUR_NAMES))
 
 
 def _ago(age_s: float) -> str:
@@ -283,18 +282,35 @@ def colour_line(m: ObjectMap, colour: str) -> str:
     return f"- {colour} last seen {age:.0f} s ago."
 
 
-def named_ages(text: str) -> list[float]:
-    """The ages that phrases such as "about 10 minutes ago" in ``text`` name, in seconds: not
-    ranges ("in the last 10 minutes", "between 1 and 5 minutes ago", a last-seen question's
-    options), and none where a phrase cannot be read (retrieval has refused such a question
-    already)."""
+def _moments(text: str) -> list[tuple[str, float]]:
+    """The moments that phrases such as "about 10 minutes ago" in ``text`` name, each with the
+    phrase, in seconds before now: not ranges ("in the last 10 minutes", "between 1 and 5
+    minutes ago", a last-seen question's options), and none where a phrase cannot be read
+    (retrieval refuses such a question)."""
     try:
         specs = parse_time_phrases(text)
     except SpatialMemoryError:
         return []
-    return [-(s.lo_s + s.hi_s) / 2.0 for s in specs
-            if s.anchor == "now" and s.hi_s < 0.0 and s.share == 0.0
-            and not s.phrase.startswith(_RANGE_WORDS)]
+    return [(s.phrase, -(s.lo_s + s.hi_s) / 2.0) for s in specs
+            if s.anchor == "now" and math.isfinite(s.lo_s) and s.hi_s < 0.0 and s.share == 0.0
+            and not s.phrase.startswith("between")]
+
+
+def colour_times(texts: Sequence[str]) -> dict[str, list[float]]:
+    """The moments each colour is named at: in each of ``texts`` (a question, its options), a
+    time phrase belongs to the colour named last before it ("the cyan cone you saw about 18
+    minutes ago or the red sphere you saw about 1 minute ago": cyan 1080 s, red 60 s)."""
+    out: dict[str, list[float]] = {}
+    for text in texts:
+        low = " ".join(text.lower().split())
+        colours = [(m.start(), m.group(0)) for m in _WORD_RE.finditer(low)
+                   if m.group(0) in COLOUR_NAMES]
+        for phrase, age in _moments(text):
+            at = low.find(phrase)
+            before = [c for pos, c in colours if pos < at]
+            if at >= 0 and before:
+                out.setdefault(before[-1], []).append(age)
+    return out
 
 
 def places_lines(m: ObjectMap, question: str, options: Sequence[str]) -> list[str]:
@@ -303,13 +319,13 @@ def places_lines(m: ObjectMap, question: str, options: Sequence[str]) -> list[st
     question names first (the object it asks about leads), and always the one seen last;
     without a time, the newest first. A last-seen line for each colour only the options
     name."""
-    text = " ".join([question, *options])
     asked = named_colours(question)
-    named = named_colours(text)
-    ages = named_ages(text)
+    named = named_colours(" ".join([question, *options]))
+    times = colour_times([question, *options])
 
     def relevance(obj: Sighted) -> float:
-        return min((abs(a - t) for a in obj.ages for t in ages), default=min(obj.ages))
+        return min((abs(a - t) for a in obj.ages for t in times.get(obj.colour, [])),
+                   default=min(obj.ages))
 
     lines: list[str] = []
     for colour in named:
@@ -318,17 +334,29 @@ def places_lines(m: ObjectMap, question: str, options: Sequence[str]) -> list[st
             lines.append(colour_line(m, colour))
             continue
         chosen = sorted(found, key=relevance)[:OBJECTS_PER_COLOUR - 1]
-        chosen += [found[0]] if found[0] not in chosen else []
-        chosen += sorted((o for o in found if o not in chosen), key=relevance)
+        chosen += [found[0]] if all(o is not found[0] for o in chosen) else []
+        chosen += sorted((o for o in found if all(o is not c for c in chosen)), key=relevance)
         lines += [object_line(m, obj, named) for obj in chosen[:OBJECTS_PER_COLOUR]]
     return lines
 
 
+def reckonable(p: PerceptionText) -> bool:
+    """Whether the text states every frame's age and every motion between its frames: a frame
+    after "an unknown motion" (a row without a pose) or without an age (the ``paper`` layout)
+    or an action without its amount leaves where the robot is now, or when it saw what,
+    unknown."""
+    return all(f.age_s is not None for f in p.frames) and all(
+        f.parts or (f.action is not None and f.amount is not None) for f in p.frames[1:])
+
+
 def places_text(user_text: str) -> str:
     """The block :func:`~embodied_r_ros.core.perception_text.assemble` writes after the frames
-    of ``user_text``: empty where it names no colour, or where its frames carry no bearings."""
+    of ``user_text``: empty where neither the question nor its options name a colour, where its
+    frames carry no bearings, or where they are not :func:`reckonable`."""
     p = parse_perception(user_text)
     if not any(f.sightings for f in p.frames):  # free text: no bearings to place anything by
+        return ""
+    if not reckonable(p):
         return ""
     lines = places_lines(ObjectMap(p), p.question, [text for _, text in p.options])
     return "\n".join([PLACES_HEADING, *lines]) if lines else ""

@@ -124,19 +124,13 @@ def solve_next_to(p: PerceptionText) -> OracleAnswer:
     obj, why = _placed(memory, ref)
     if obj is None or obj.position is None:
         return OracleAnswer(None, why)
-    best: tuple[float, str] | None = None
-    for letter, text in p.options:
-        colour = text.split()[0]
-        for other in memory.objects(colour):
-            if other is obj or other.position is None:
-                continue
-            if not other.triangulated:  # one bearing places nothing: not a candidate
-                continue
-            d = math.dist(other.position, obj.position)
-            best = min(best, (d, letter)) if best else (d, letter)
-    if best is None:
+    # one bearing places nothing: only triangulated objects are candidates
+    near = memory.nearby(obj, [text.split()[0] for _, text in p.options])
+    if not near:
         return OracleAnswer(None, "no option's object placed")
-    return OracleAnswer(best[1], f"an option's colour {best[0]:.1f} m from the {ref.colour}")
+    d, other = near[0]
+    letter = _letter_where(p.options, lambda t: t.split()[0] == other.colour)
+    return OracleAnswer(letter, f"an option's colour {d:.1f} m from the {ref.colour}")
 
 
 def window_s(question: str) -> float | None:
