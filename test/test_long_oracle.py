@@ -9,32 +9,16 @@ from embodied_r_training.data.long_oracle import (
     solve_text,
     window_s,
 )
+from memory_rows import TWO_VISITS
 
 from embodied_r_ros.core.perception_text import parse_perception
-from embodied_r_ros.core.poses import Pose
 from embodied_r_ros.core.reasoning import format_question
-from embodied_r_ros.memory import MemoryRow, memory_perception_text
+from embodied_r_ros.memory import memory_perception_text
 from embodied_r_ros.memory.places import ObjectMap
 
 
-def _row(stamp: float, x: float, y: float, yaw: float, view: str) -> MemoryRow:
-    return MemoryRow(stamp=stamp, description=view, pose=Pose(x, y, 0.0, yaw),
-                     pose_source="odometry")
-
-
-#: a red object at (4, 2) and a blue one at (4, 3.5) seen twice at the start; 16 minutes later
-#: the robot is at (8, 0) facing back and sees another red object 30 degrees to its left
-ROWS = [
-    _row(0.0, 0.0, 0.0, 0.0, "I see a small red object to the left (27 degrees left); "
-         "a small blue object to the left (41 degrees left)."),
-    _row(10.0, 0.0, -2.0, 0.0, "I see a small red object to the left (45 degrees left); "
-         "a small blue object to the left (54 degrees left)."),
-    _row(1000.0, 8.0, 0.0, 180.0, "I see a small red object to the left (30 degrees left)."),
-]
-
-
 def _text(question: str, options: list[str]) -> str:
-    return memory_perception_text(ROWS, format_question(question, options))
+    return memory_perception_text(TWO_VISITS, format_question(question, options))
 
 
 def _answer(category: str, question: str, options: list[str]) -> str | None:

@@ -7,11 +7,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from embodied_r_training.data.long_oracle import solve_text
+from memory_rows import odometry_row as _row
 
 from embodied_r_ros.core.perception_text import parse_perception
 from embodied_r_ros.core.poses import Pose
 from embodied_r_ros.core.reasoning import format_question
-from embodied_r_ros.memory import MemoryRow, memory_perception_text
+from embodied_r_ros.memory import memory_perception_text
 from embodied_r_ros.memory.places import ObjectMap
 from embodied_r_ros.sim.camera import PinholeCamera
 from embodied_r_ros.sim.floor_plan import make_floor_plan
@@ -134,10 +135,6 @@ def test_turns_are_clear_or_skipped_and_the_reader_takes_the_nearest() -> None:
 
 
 # ---------------------------------------------------------------- the reader's objects
-
-def _row(stamp: float, x: float, y: float, yaw: float, view: str) -> MemoryRow:
-    return MemoryRow(stamp=stamp, description=view, pose=Pose(x, y, 0.0, yaw),
-                     pose_source="odometry")
 
 
 def _seen(deg: float) -> str:

@@ -6,16 +6,11 @@ from __future__ import annotations
 import re
 
 import pytest
+from memory_rows import TWO_VISITS, odometry_row
 
-from embodied_r_ros.core.poses import Pose
 from embodied_r_ros.core.reasoning import format_question
 from embodied_r_ros.memory import MemoryRow, memory_perception_text
 from embodied_r_ros.memory.places import OBJECTS_PER_COLOUR, PLACES_HEADING, colour_times
-
-
-def _row(stamp: float, x: float, y: float, yaw: float, view: str) -> MemoryRow:
-    return MemoryRow(stamp=stamp, description=view, pose=Pose(x, y, 0.0, yaw),
-                     pose_source="odometry")
 
 
 def _places(text: str) -> list[str]:
@@ -27,19 +22,10 @@ def _places(text: str) -> list[str]:
     return lines[1:]
 
 
-#: a red object at (4, 2) and a blue one at (4, 3.5), each seen from (0, 0) and (0, -2); 1000 s
-#: later the robot stands at (8, 0) facing back (-x) and sees another red object
-ROWS = [
-    _row(0.0, 0.0, 0.0, 0.0, "I see a small red object to the left (27 degrees left); "
-         "a small blue object to the left (41 degrees left)."),
-    _row(10.0, 0.0, -2.0, 0.0, "I see a small red object to the left (45 degrees left); "
-         "a small blue object to the left (54 degrees left)."),
-    _row(1000.0, 8.0, 0.0, 180.0, "I see a small red object to the left (30 degrees left)."),
-]
 
 
 def test_an_object_seen_long_ago_is_placed_relative_to_the_robot_now() -> None:
-    text = memory_perception_text(ROWS, format_question(
+    text = memory_perception_text(TWO_VISITS, format_question(
         "Which object stood next to the red box you saw about 17 minutes ago?",
         ["A. blue cone", "B. yellow sphere"]))
     lines = _places(text)
@@ -62,7 +48,7 @@ def test_the_object_seen_about_the_time_asked_is_listed_among_many_of_its_colour
     """Six red objects seen from one place at six times, each in another direction: the
     block leads with the one seen nearest the "about 10 minutes ago" asked for, and keeps the
     newest."""
-    rows = [_row(1200.0 - 120.0 * k, 0.0, 0.0, 0.0,
+    rows = [odometry_row(1200.0 - 120.0 * k, 0.0, 0.0, 0.0,
                  f"I see a small red object to the left ({10 + 15 * k} degrees left).")
             for k in range(6)]
     rows.sort(key=lambda r: r.stamp)
@@ -83,8 +69,8 @@ def test_the_object_seen_about_the_time_asked_is_listed_among_many_of_its_colour
 def test_free_text_descriptions_give_no_places_block() -> None:
     """A VLM's free text names objects without bearings: nothing to place them by, and
     saying that they are in no frame would be false."""
-    rows = [_row(0.0, 0.0, 0.0, 0.0, "A red car is parked near a tree."),
-            _row(60.0, 2.0, 0.0, 0.0, "A red car is parked near a tree, closer now.")]
+    rows = [odometry_row(0.0, 0.0, 0.0, 0.0, "A red car is parked near a tree."),
+            odometry_row(60.0, 2.0, 0.0, 0.0, "A red car is parked near a tree, closer now.")]
     text = memory_perception_text(rows, format_question("Where is the red car?", ["A. left"]))
     assert PLACES_HEADING not in text
     assert "\n>\nQuestion: Where is the red car?" in text
@@ -104,15 +90,15 @@ def test_a_time_phrase_belongs_to_the_colour_named_before_it() -> None:
 def test_no_places_where_the_text_leaves_a_motion_or_an_age_unknown(case: str) -> None:
     """After "an unknown motion" the robot's place now is unknown, and without ages so is
     when it saw what: a block would state false places, so there is none."""
-    rows = list(ROWS)
+    rows = list(TWO_VISITS)
     layout = "timed"
     if case == "a row without a pose":
-        rows.insert(2, MemoryRow(stamp=500.0, description=ROWS[0].description))
+        rows.insert(2, MemoryRow(stamp=500.0, description=TWO_VISITS[0].description))
     else:
         layout = "paper"
     question = format_question("Where is the red box you saw about 17 minutes ago?",
                                ["A. front-left", "B. front-right"])
-    assert PLACES_HEADING in memory_perception_text(ROWS, question)
+    assert PLACES_HEADING in memory_perception_text(TWO_VISITS, question)
     text = memory_perception_text(rows, question, layout=layout)
     assert PLACES_HEADING not in text
     assert ("an unknown motion" in text) == (case == "a row without a pose")
