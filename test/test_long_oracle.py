@@ -89,3 +89,31 @@ def test_references_and_windows_are_read_from_the_words() -> None:
     assert window_s("Did you see a red box in the last minute?") == 60.0
     assert window_s("Did you see a red box at all so far?") == float("inf")
     assert window_s("Where is the red box?") is None
+
+
+def test_the_evidence_restates_the_places_line_and_compares_at_the_band_edges() -> None:
+    """What a think text concludes from: the quadrant in the line's own words, and a number
+    against the edges of its band, for a reasoner to copy rather than recompute."""
+    where = "Where is the red box you saw about 17 minutes ago relative to you now?"
+    text = _text(where, QUADRANTS)
+    found = solve_text("object_direction", text)
+    assert found.evidence.startswith("the red object is now front-right (")
+    stated = found.evidence.removeprefix("the red object is now ")
+    assert f"{stated}; seen from" in text  # word for word as the places line puts it
+    bands = ["A. less than 2 m", "B. between 2 and 5 m", "C. between 5 and 10 m",
+             "D. more than 10 m"]
+    far = solve_text("object_distance", _text("How far is the red box you saw about 17 minutes "
+                                              "ago from you now?", bands))
+    assert far.evidence.endswith("is over 2 and under 5, so between 2 and 5 m")
+    ages = ["A. less than 1 minute ago", "B. between 1 and 5 minutes ago",
+            "C. between 5 and 15 minutes ago", "D. more than 15 minutes ago"]
+    old = solve_text("last_seen", _text("How long ago did you last see the blue box?", ages))
+    assert old.evidence.endswith("s is over 900, so more than 15 minutes ago")
+    closer = solve_text("closer", _text(
+        "Which is closer to you now, in a straight line: the blue box or the red box you saw "
+        "about 17 minutes ago?", ["A. the blue box", "B. the red box you saw about 17 minutes "
+                                  "ago"]))
+    assert closer.evidence.endswith("away: the red one is closer")
+    seen = solve_text("seen", _text("Did you see a blue box in the last 5 minutes?",
+                                    ["A. yes", "B. no"]))
+    assert seen.evidence.endswith("is over 300): no")

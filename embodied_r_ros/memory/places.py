@@ -248,7 +248,8 @@ def visits(ages: Sequence[float]) -> list[float]:
     return [a for i, a in enumerate(ordered) if i == 0 or a - ordered[i - 1] > VISIT_GAP_S]
 
 
-def _bearing_words(bearing: float) -> str:
+def bearing_words(bearing: float) -> str:
+    """How a line states a bearing: ``back-left (113 degrees left)``."""
     side = "left" if bearing >= 0 else "right"
     return f"{quadrant(bearing)} ({abs(bearing):.0f} degrees {side})"
 
@@ -260,14 +261,14 @@ def object_line(m: ObjectMap, obj: Sighted, colours: Sequence[str]) -> str:
     parts = [f"{obj.colour} object seen {seen} ago (last {min(obj.ages):.0f} s ago)"]
     if obj.position is not None:
         where = (f"now {m.distance_now(obj.position):.1f} m away, "
-                 f"{_bearing_words(m.bearing_now(obj.position))}")
+                 f"{bearing_words(m.bearing_now(obj.position))}")
         parts.append(where if obj.triangulated else f"{where}, guessed from one view")
     spot = m.pose_at(min(obj.ages))
     if spot is not None:
         d = m.distance_now((spot.x, spot.y))
         parts.append("seen from about here" if d < HERE_M else
                      f"seen from a spot now {d:.1f} m away, "
-                     f"{_bearing_words(m.bearing_now((spot.x, spot.y)))}")
+                     f"{bearing_words(m.bearing_now((spot.x, spot.y)))}")
     near = m.nearby(obj, colours)[:NEARBY_PER_OBJECT]
     if near:
         parts.append("nearest named: " + ", ".join(f"{o.colour} {d:.1f} m" for d, o in near))

@@ -6,7 +6,10 @@ from the previous selected frame, and what the frame shows. This reader uses exa
 never the world's ground truth: dead reckoning of the written motions, the
 stated ages, and the sightings of each colour. Its accuracy is what the text allows at best.
 
-What the text cannot carry is answered ``None`` and says why in its evidence. The question
+Its evidence states each step in the words of the memory text's places lines (where an object
+is now, how far, when it was last seen), then the comparison that picks the option, so a
+think text built on it is a chain a reasoner can copy and check. What the text cannot carry is
+answered ``None`` and says why in its evidence. The question
 generator (:mod:`embodied_r_ros.sim.long_questions`) asks only what the text can decide; the
 reader still has to find it:
 
@@ -31,7 +34,7 @@ from embodied_r_training.data.oracle import OracleAnswer, _letter_where, percept
 
 from embodied_r_ros.core.perception_text import PerceptionText, parse_perception
 from embodied_r_ros.core.poses import quadrant
-from embodied_r_ros.memory.places import ObjectMap, Sighted
+from embodied_r_ros.memory.places import ObjectMap, Sighted, bearing_words
 from embodied_r_ros.sim.long_question_rules import AGE_BANDS, DISTANCE_BANDS, nearest_turn
 
 #: "the red box", "the red box in room 3", "the red box you saw about 20 minutes ago"
@@ -61,6 +64,14 @@ def _band(value: float, bands: Sequence[tuple[float, float, str]]) -> str:
     return next(words for lo, hi, words in bands if lo <= value < hi)
 
 
+def _band_step(value: str, number: float, bands: Sequence[tuple[float, float, str]]) -> str:
+    """The comparison that puts ``number`` (written ``value``) in its band, edge by edge:
+    ``14.2 is over 10, so more than 10 m``."""
+    lo, hi, words = next(b for b in bands if b[0] <= number < b[1])
+    edges = [f"over {lo:g}" if lo > 0 else "", f"under {hi:g}" if math.isfinite(hi) else ""]
+    return f"{value} is {' and '.join(e for e in edges if e)}, so {words}"
+
+
 def _placed(memory: ObjectMap, ref: Reference) -> tuple[Sighted | None, str]:
     """The object ``ref`` means with a position, or None and why not."""
     obj = memory.find(ref.colour, ref.minutes_ago)
@@ -87,7 +98,7 @@ def solve_object_direction(p: PerceptionText) -> OracleAnswer:
     bearing = memory.bearing_now(obj.position)
     where = quadrant(bearing)
     return OracleAnswer(_letter_where(p.options, lambda t: t == where),
-                        f"{ref.colour} at about {bearing:.0f} degrees: {where}")
+                        f"the {ref.colour} object is now {bearing_words(bearing)}")
 
 
 def solve_object_distance(p: PerceptionText) -> OracleAnswer:
@@ -101,7 +112,8 @@ def solve_object_distance(p: PerceptionText) -> OracleAnswer:
     d = memory.distance_now(obj.position)
     band = _band(d, DISTANCE_BANDS)
     return OracleAnswer(_letter_where(p.options, lambda t: t == band),
-                        f"{ref.colour} about {d:.1f} m away: {band}")
+                        f"the {ref.colour} object is now {d:.1f} m away: "
+                        f"{_band_step(f'{d:.1f}', float(f'{d:.1f}'), DISTANCE_BANDS)}")
 
 
 def solve_last_seen(p: PerceptionText) -> OracleAnswer:
@@ -113,7 +125,8 @@ def solve_last_seen(p: PerceptionText) -> OracleAnswer:
         return OracleAnswer(None, f"no {ref.colour} object in the text")
     band = _band(age, AGE_BANDS)
     return OracleAnswer(_letter_where(p.options, lambda t: t == band),
-                        f"{ref.colour} last in a frame {age:.0f} s old: {band}")
+                        f"the {ref.colour} object was last seen {age:.0f} s ago: "
+                        f"{_band_step(f'{age:.0f} s', age, AGE_BANDS)}")
 
 
 def solve_next_to(p: PerceptionText) -> OracleAnswer:
@@ -130,7 +143,8 @@ def solve_next_to(p: PerceptionText) -> OracleAnswer:
         return OracleAnswer(None, "no option's object placed")
     d, other = near[0]
     letter = _letter_where(p.options, lambda t: t.split()[0] == other.colour)
-    return OracleAnswer(letter, f"an option's colour {d:.1f} m from the {ref.colour}")
+    return OracleAnswer(letter, f"of the options' colours, {other.colour} is nearest the "
+                                f"{ref.colour} object: {d:.1f} m")
 
 
 def window_s(question: str) -> float | None:
@@ -160,16 +174,25 @@ def solve_seen(p: PerceptionText) -> OracleAnswer:
         age = memory.last_seen_s(colour)
         return age is not None and age <= window
 
+    def when(colour: str) -> str:
+        """When ``colour`` was last seen, against the window's edge in seconds."""
+        age = memory.last_seen_s(colour)
+        if age is None:
+            return f"{colour} is in none of these frames"
+        edge = "" if math.isinf(window) else (
+            f" ({age:.0f} is {'under' if age <= window else 'over'} {window:.0f})")
+        return f"{colour} was last seen {age:.0f} s ago{edge}"
+
     if p.question.startswith("Did you see"):
         colour = asked_colour(p.question)
         if colour is None:
             return OracleAnswer(None, "no object named")
         word = "yes" if seen(colour) else "no"
         return OracleAnswer(_letter_where(p.options, lambda t: t == word),
-                            f"{colour} {'' if word == 'yes' else 'not '}in the window")
+                            f"{when(colour)}: {word}")
     letter = _letter_where(p.options, lambda t: seen(t.split()[0]))
-    return OracleAnswer(letter, "the first option whose colour the window shows" if letter
-                        else "no option's colour in the window")
+    shown = next((t.split()[0] for key, t in p.options if key == letter), None)
+    return OracleAnswer(letter, when(shown) if shown else "no option's colour in the window")
 
 
 def solve_route_back(p: PerceptionText) -> OracleAnswer:
@@ -189,13 +212,13 @@ def solve_route_back(p: PerceptionText) -> OracleAnswer:
     bearing = memory.bearing_now((spot.x, spot.y))
     turn = nearest_turn(bearing)
     return OracleAnswer(_letter_where(p.options, lambda t: t.rstrip(".").lower() == turn),
-                        f"the spot of the frame {age:.0f} s old at about {bearing:.0f} degrees: "
-                        f"{turn}")
+                        f"the spot the frame {age:.0f} s old was taken from is now "
+                        f"{bearing_words(bearing)}: {turn}")
 
 
 def solve_closer(p: PerceptionText) -> OracleAnswer:
     memory = ObjectMap(p)
-    best: tuple[float, str] | None = None
+    placed: list[tuple[float, str, str]] = []
     for letter, text in p.options:
         refs = references(text)
         if not refs:
@@ -203,10 +226,12 @@ def solve_closer(p: PerceptionText) -> OracleAnswer:
         obj, _ = _placed(memory, refs[0])
         if obj is None or obj.position is None:
             continue
-        d = memory.distance_now(obj.position)
-        best = min(best, (d, letter)) if best else (d, letter)
-    return OracleAnswer(best[1] if best else None,
-                        f"about {best[0]:.1f} m" if best else "neither object placed")
+        placed.append((memory.distance_now(obj.position), letter, refs[0].colour))
+    if not placed:
+        return OracleAnswer(None, "neither object placed")
+    d, letter, colour = min(placed)
+    distances = " and ".join(f"the {c} object {x:.1f} m" for x, _, c in placed)
+    return OracleAnswer(letter, f"{distances} away: the {colour} one is closer")
 
 
 SOLVERS: dict[str, Callable[[PerceptionText], OracleAnswer]] = {
