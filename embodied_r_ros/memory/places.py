@@ -233,8 +233,14 @@ def _age(f: FrameText) -> float:
 # -- writing ------------------------------------------------------------------------------------
 
 def named_colours(text: str) -> list[str]:
-    """The colour words of ``text`` (a question and its options), in order, each once."""
+    """The colour words of ``text``, in order, each once."""
     return list(dict.fromkeys(w for w in _WORD_RE.findall(text.lower()) if w in COLOUR_NAMES))
+
+
+def question_colours(question: str, options: Sequence[str]) -> list[str]:
+    """The colours a question and its options name, in order, each once: the objects the
+    places block writes lines for, and those a line lists as near."""
+    return named_colours(" ".join([question, *options]))
 
 
 def _ago(age_s: float) -> str:
@@ -321,7 +327,7 @@ def places_lines(m: ObjectMap, question: str, options: Sequence[str]) -> list[st
     without a time, the newest first. A last-seen line for each colour only the options
     name."""
     asked = named_colours(question)
-    named = named_colours(" ".join([question, *options]))
+    named = question_colours(question, options)
     times = colour_times([question, *options])
 
     def relevance(obj: Sighted) -> float:
@@ -335,8 +341,8 @@ def places_lines(m: ObjectMap, question: str, options: Sequence[str]) -> list[st
             lines.append(colour_line(m, colour))
             continue
         chosen = sorted(found, key=relevance)[:OBJECTS_PER_COLOUR - 1]
-        chosen += [found[0]] if all(o is not found[0] for o in chosen) else []
-        chosen += sorted((o for o in found if all(o is not c for c in chosen)), key=relevance)
+        chosen += [found[0]] if found[0] not in chosen else []
+        chosen += sorted((o for o in found if o not in chosen), key=relevance)
         lines += [object_line(m, obj, named) for obj in chosen[:OBJECTS_PER_COLOUR]]
     return lines
 

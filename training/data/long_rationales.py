@@ -20,7 +20,13 @@ from embodied_r_training.data.long_oracle import SOLVERS, asked_colour, referenc
 from embodied_r_training.data.oracle import perception_of
 
 from embodied_r_ros.core.perception_text import PerceptionText
-from embodied_r_ros.memory.places import ObjectMap, colour_line, named_colours, object_line
+from embodied_r_ros.memory.places import (
+    ObjectMap,
+    colour_line,
+    named_colours,
+    object_line,
+    question_colours,
+)
 
 
 def _option_colours(p: PerceptionText) -> list[str]:
@@ -31,7 +37,7 @@ def answer_lines(p: PerceptionText, category: str) -> list[str]:
     """The places lines of ``p`` that a ``category`` answer rests on, as the rule reader
     finds the objects the question and its options name."""
     m = ObjectMap(p)
-    named = named_colours(" ".join([p.question, *(text for _, text in p.options)]))
+    named = question_colours(p.question, [text for _, text in p.options])
 
     def line(colour: str, minutes_ago: float | None = None) -> str:
         obj = m.find(colour, minutes_ago)
