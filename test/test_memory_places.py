@@ -22,8 +22,6 @@ def _places(text: str) -> list[str]:
     return lines[1:]
 
 
-
-
 def test_an_object_seen_long_ago_is_placed_relative_to_the_robot_now() -> None:
     text = memory_perception_text(TWO_VISITS, format_question(
         "Which object stood next to the red box you saw about 17 minutes ago?",

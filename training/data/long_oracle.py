@@ -60,16 +60,13 @@ def references(text: str) -> list[Reference]:
             for m in _REF_RE.finditer(text)]
 
 
-def _band(value: float, bands: Sequence[tuple[float, float, str]]) -> str:
-    return next(words for lo, hi, words in bands if lo <= value < hi)
-
-
-def _band_step(value: str, number: float, bands: Sequence[tuple[float, float, str]]) -> str:
-    """The comparison that puts ``number`` (written ``value``) in its band, edge by edge:
-    ``14.2 is over 10, so more than 10 m``."""
+def _band(number: float, written: str,
+          bands: Sequence[tuple[float, float, str]]) -> tuple[str, str]:
+    """The band of ``number`` (written ``written``), and the comparison that puts it there,
+    edge by edge: ``14.2 is over 10, so more than 10 m``."""
     lo, hi, words = next(b for b in bands if b[0] <= number < b[1])
     edges = [f"over {lo:g}" if lo > 0 else "", f"under {hi:g}" if math.isfinite(hi) else ""]
-    return f"{value} is {' and '.join(e for e in edges if e)}, so {words}"
+    return words, f"{written} is {' and '.join(e for e in edges if e)}, so {words}"
 
 
 def _placed(memory: ObjectMap, ref: Reference) -> tuple[Sighted | None, str]:
@@ -110,10 +107,9 @@ def solve_object_distance(p: PerceptionText) -> OracleAnswer:
     if obj is None or obj.position is None:
         return OracleAnswer(None, why)
     d = memory.distance_now(obj.position)
-    band = _band(d, DISTANCE_BANDS)
+    band, step = _band(d, f"{d:.1f}", DISTANCE_BANDS)
     return OracleAnswer(_letter_where(p.options, lambda t: t == band),
-                        f"the {ref.colour} object is now {d:.1f} m away: "
-                        f"{_band_step(f'{d:.1f}', float(f'{d:.1f}'), DISTANCE_BANDS)}")
+                        f"the {ref.colour} object is now {d:.1f} m away: {step}")
 
 
 def solve_last_seen(p: PerceptionText) -> OracleAnswer:
@@ -123,10 +119,9 @@ def solve_last_seen(p: PerceptionText) -> OracleAnswer:
     age = ObjectMap(p).last_seen_s(ref.colour)
     if age is None:
         return OracleAnswer(None, f"no {ref.colour} object in the text")
-    band = _band(age, AGE_BANDS)
+    band, step = _band(age, f"{age:.0f} s", AGE_BANDS)
     return OracleAnswer(_letter_where(p.options, lambda t: t == band),
-                        f"the {ref.colour} object was last seen {age:.0f} s ago: "
-                        f"{_band_step(f'{age:.0f} s', age, AGE_BANDS)}")
+                        f"the {ref.colour} object was last seen {age:.0f} s ago: {step}")
 
 
 def solve_next_to(p: PerceptionText) -> OracleAnswer:
