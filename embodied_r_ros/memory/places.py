@@ -292,15 +292,13 @@ def colour_line(m: ObjectMap, colour: str) -> str:
 def _moments(text: str) -> list[tuple[str, float]]:
     """The moments that phrases such as "about 10 minutes ago" in ``text`` name, each with the
     phrase, in seconds before now: not ranges ("in the last 10 minutes", "between 1 and 5
-    minutes ago", a last-seen question's options), and none where a phrase cannot be read
-    (retrieval refuses such a question)."""
+    minutes ago", a last-seen question's options), not a moment so recent that its tolerance
+    reaches now, and none where a phrase cannot be read (retrieval refuses such a question)."""
     try:
         specs = parse_time_phrases(text)
     except SpatialMemoryError:
         return []
-    return [(s.phrase, -(s.lo_s + s.hi_s) / 2.0) for s in specs
-            if s.anchor == "now" and math.isfinite(s.lo_s) and s.hi_s < 0.0 and s.share == 0.0
-            and not s.phrase.startswith("between")]
+    return [(s.phrase, s.moment_s) for s in specs if s.moment_s is not None and s.hi_s < 0.0]
 
 
 def colour_times(texts: Sequence[str]) -> dict[str, list[float]]:

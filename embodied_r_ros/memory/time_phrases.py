@@ -83,13 +83,15 @@ class TimeRange:
 class TimeSpec:
     """A time phrase as read: offsets in seconds from its anchor (back from ``now``, forward
     from ``start``, either way from ``middle``), widened by ``share`` of the memory's span
-    (for "at the start", whose width depends on how long the memory is)."""
+    (for "at the start", whose width depends on how long the memory is). ``moment_s``: the
+    one moment an "N ago" phrase names, seconds back from now (a range names none)."""
 
     phrase: str
     anchor: Anchor
     lo_s: float
     hi_s: float
     share: float = 0.0
+    moment_s: float | None = None
 
     def resolve(self, first: float, now: float) -> TimeRange:
         """The range on a memory whose first stamp is ``first`` and newest is ``now``."""
@@ -152,7 +154,8 @@ def parse_time_phrases(text: str) -> list[TimeSpec]:
 
     def ago(m: re.Match[str]) -> TimeSpec:
         back = _seconds(m, "a", "ua")
-        return TimeSpec(m.group(0), "now", -back - _tolerance(back), -back + _tolerance(back))
+        return TimeSpec(m.group(0), "now", -back - _tolerance(back), -back + _tolerance(back),
+                        moment_s=back)
 
     def after_start(m: re.Match[str]) -> TimeSpec:
         fwd = _seconds(m, "a", "ua")
