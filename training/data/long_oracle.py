@@ -24,6 +24,7 @@ reader still has to find it:
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from collections.abc import Callable, Mapping, Sequence
@@ -163,15 +164,15 @@ def solve_seen(p: PerceptionText) -> OracleAnswer:
     window = window_s(p.question)
     if window is None:
         return OracleAnswer(None, "no time window")
-    memory = ObjectMap(p)
+    last_seen_s = functools.cache(ObjectMap(p).last_seen_s)  # the letter and its words
 
     def seen(colour: str) -> bool:
-        age = memory.last_seen_s(colour)
+        age = last_seen_s(colour)
         return age is not None and age <= window
 
     def when(colour: str) -> str:
         """When ``colour`` was last seen, against the window's edge in seconds."""
-        age = memory.last_seen_s(colour)
+        age = last_seen_s(colour)
         if age is None:
             return f"{colour} is in none of these frames"
         edge = "" if math.isinf(window) else (
