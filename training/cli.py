@@ -10,6 +10,7 @@ import json
 import logging
 import sys
 from collections.abc import Callable, Sequence
+from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -194,6 +195,18 @@ def cmd_eval(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_gain(args: argparse.Namespace) -> int:
+    from embodied_r_training.evaluation.text_gain import gain_table, load_hits, text_gains
+
+    a, b = args.texts
+    gains = text_gains(load_hits(args.runs, args.model, a, b))
+    if args.json:
+        print(json.dumps([asdict(g) for g in gains]))
+    else:
+        print(gain_table(gains, a, b), end="")
+    return 0
+
+
 def cmd_questions(args: argparse.Namespace) -> int:
     from embodied_r_training.data.odometry_questions import (
         fields_help,
@@ -363,6 +376,17 @@ def build_parser() -> argparse.ArgumentParser:
     _add_train_args(e)
     e.set_defaults(func=cmd_eval)
 
+    g = sub.add_parser("gain", help="one model's accuracy from two texts of the same questions",
+                       description="Pair one model's eval predictions from two texts (data "
+                       "labels) by question and report the difference per world, per category "
+                       "and pooled, with paired bootstrap intervals (pooled: also over worlds).")
+    g.add_argument("runs", nargs="+", help="eval directories (their predictions pool)")
+    g.add_argument("--model", required=True, help="the model label of the eval")
+    g.add_argument("--texts", nargs=2, default=("memory", "window"), metavar=("A", "B"),
+                   help="the two data labels, the gain being A minus B (default: memory window)")
+    g.add_argument("--json", action="store_true", help="print JSON instead of the table")
+    g.set_defaults(func=cmd_gain)
+
     x = sub.add_parser("export", help="install a trained run as a named model for the robot",
                        description="Merge a run's LoRA adapter into its base (or copy its full "
                        "weights) into the offline model cache as NAME, so that a profile's "
@@ -385,6 +409,7 @@ def _user_errors() -> tuple[type[BaseException], ...]:
     from embodied_r_training.data.dataset_files import BuildError
     from embodied_r_training.data.splits import SplitError
     from embodied_r_training.evaluation.evaluate import EvalError
+    from embodied_r_training.evaluation.text_gain import GainError
     from embodied_r_training.export import ExportError
 
     from embodied_r_ros.core.backends.base import BackendError
@@ -393,7 +418,7 @@ def _user_errors() -> tuple[type[BaseException], ...]:
     from embodied_r_ros.core.video import VideoError
 
     return (CliError, ConfigError, BagError, BuildError, SplitError, VideoError, QueryError,
-            BackendError, ExportError, EvalError)
+            BackendError, ExportError, EvalError, GainError)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
