@@ -67,6 +67,9 @@ def test_resampling_worlds_widens_the_interval_when_a_world_decides_it() -> None
     assert (w_low, w_high) == (0.0, 1.0)
     with pytest.raises(ValueError, match="differ in length"):
         clustered_difference(a, b, worlds[:-1])
+    mixed = [1.0, 0.0, 1.0, 1.0, 0.0, 1.0, 0.0, 1.0]
+    one_each = [f"q{i}" for i in range(len(mixed))]
+    assert clustered_difference(mixed, b[:8], one_each) == paired_difference(mixed, b[:8])
 
 
 def test_world_names_come_from_the_question_ids() -> None:

@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -113,17 +113,13 @@ def text_gains(hits: Sequence[Hit]) -> list[Gain]:
     for key in ("world", "category"):
         for name in sorted({getattr(h, key) for h in hits}):
             out.append(gain_of(name, [h for h in hits if getattr(h, key) == name]))
-    pooled = gain_of("pooled", hits)
-    worlds = len({h.world for h in hits})
-    if worlds < 2:  # one world: no spread between worlds to resample
-        out.append(Gain(**{**asdict(pooled), "worlds": worlds}))
-        return out
-    _, w_low, w_high = clustered_difference([float(h.a) for h in hits],
-                                            [float(h.b) for h in hits],
-                                            [h.world for h in hits])
-    out.append(Gain(**{**asdict(pooled), "worlds": worlds, "world_low": 100.0 * w_low,
-                       "world_high": 100.0 * w_high}))
-    return out
+    pooled = replace(gain_of("pooled", hits), worlds=len({h.world for h in hits}))
+    if pooled.worlds > 1:  # one world has no spread between worlds to resample
+        _, w_low, w_high = clustered_difference([float(h.a) for h in hits],
+                                                [float(h.b) for h in hits],
+                                                [h.world for h in hits])
+        pooled = replace(pooled, world_low=100.0 * w_low, world_high=100.0 * w_high)
+    return [*out, pooled]
 
 
 def gain_table(gains: Sequence[Gain], a: str, b: str) -> str:
