@@ -113,7 +113,7 @@ def test_the_evidence_restates_the_places_line_and_compares_at_the_band_edges() 
         "Which is closer to you now, in a straight line: the blue box or the red box you saw "
         "about 17 minutes ago?", ["A. the blue box", "B. the red box you saw about 17 minutes "
                                   "ago"]))
-    assert closer.evidence.endswith("away: the red one is closer")
+    assert closer.evidence.endswith("away: B is closer")
     seen = solve_text("seen", _text("Did you see a blue box in the last 5 minutes?",
                                     ["A. yes", "B. no"]))
     assert seen.evidence.endswith("is over 300): no")

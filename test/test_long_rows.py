@@ -74,6 +74,18 @@ def test_a_memory_rationale_quotes_the_places_lines_it_rests_on_and_concludes_th
     assert supported >= 0.8 * len(memory)
 
 
+def test_a_closer_rationale_puts_each_options_line_after_its_letter(rows: list[dict]) -> None:
+    closer = [r for r in rows if r["text_source"] == "memory" and r["category"] == "closer"]
+    assert closer
+    for r in closer:
+        why = rationale(r)
+        for key, text in parse_options(r["options"]):
+            colour = text.split()[1]  # "the red box ..."
+            assert f" {key}: {colour} object seen " in why.think, (key, why.think)
+        if why.supported:
+            assert f"away: {r['solution']} is closer. So: " in why.think
+
+
 def test_the_oracle_baseline_reads_a_memory_row_with_the_long_reader(rows: list[dict]) -> None:
     memory = [r for r in rows if r["text_source"] == "memory"][:30]
     letters = [c.split("<answer>")[1][0] for c in baseline_completions("oracle", memory)]

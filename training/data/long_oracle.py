@@ -222,12 +222,13 @@ def solve_closer(p: PerceptionText) -> OracleAnswer:
         obj, _ = _placed(memory, refs[0])
         if obj is None or obj.position is None:
             continue
-        placed.append((memory.distance_now(obj.position), letter, refs[0].colour))
+        placed.append((memory.distance_now(obj.position), letter))
     if not placed:
         return OracleAnswer(None, "neither object placed")
-    d, letter, colour = min(placed)
-    distances = " and ".join(f"the {c} object {x:.1f} m" for x, _, c in placed)
-    return OracleAnswer(letter, f"{distances} away: the {colour} one is closer")
+    # by letter, not colour: two options may name objects of one colour
+    distances = " and ".join(f"{key} {x:.1f} m" for x, key in sorted(placed, key=lambda p: p[1]))
+    letter = min(placed)[1]
+    return OracleAnswer(letter, f"{distances} away: {letter} is closer")
 
 
 SOLVERS: dict[str, Callable[[PerceptionText], OracleAnswer]] = {

@@ -3,10 +3,11 @@
 A memory text ends with where each object the question names is now
 (:func:`embodied_r_ros.memory.places.places_text`): the dead reckoning and triangulation over
 up to 32 frames minutes apart are done there. The think text quotes the lines its conclusion
-rests on, as the text writes them (the object the question means, each option's object of a
-"which is closer", the colour a "did you see" asks about), then states what the rule reader
-of the text (:mod:`embodied_r_training.data.long_oracle`) derives from them and concludes as
-the short clips' rationales do (:mod:`embodied_r_training.data.rationales`): the options as
+rests on, as the text writes them (the object the question means; each option's object of a
+"which is closer", after the option's letter, so that a reply compares the two lines it quotes;
+the colour a "did you see" asks about), then states what the rule reader of the text
+(:mod:`embodied_r_training.data.long_oracle`) derives from them and concludes as the short
+clips' rationales do (:mod:`embodied_r_training.data.rationales`): the options as
 ``text = letter`` first, ``So: text = letter.`` last. The rationale is ``supported`` where the
 rule reader reaches the row's solution.
 """
@@ -36,6 +37,12 @@ def _option_colours(p: PerceptionText) -> list[str]:
 def answer_lines(p: PerceptionText, category: str) -> list[str]:
     """The places lines of ``p`` that a ``category`` answer rests on, as the rule reader
     finds the objects the question and its options name."""
+    return [line for _, line in keyed_lines(p, category)]
+
+
+def keyed_lines(p: PerceptionText, category: str) -> list[tuple[str, str]]:
+    """:func:`answer_lines` with the option letter each line belongs to (a "which is
+    closer": the line of each option's object, in option order; otherwise ``""``)."""
     m = ObjectMap(p)
     named = question_colours(p.question, [text for _, text in p.options])
 
@@ -44,14 +51,14 @@ def answer_lines(p: PerceptionText, category: str) -> list[str]:
         return object_line(m, obj, named) if obj is not None else colour_line(m, colour)
 
     if category == "closer":
-        refs = [r for _, text in p.options for r in references(text)[:1]]
-        return [line(r.colour, r.minutes_ago) for r in refs]
+        options = [(key, references(text)[:1]) for key, text in p.options]
+        return [(key, line(r[0].colour, r[0].minutes_ago)) for key, r in options if r]
     if category == "seen":
         if (asked := asked_colour(p.question)) is not None:
-            return [line(asked)]
-        return [colour_line(m, c) for c in _option_colours(p)]
+            return [("", line(asked))]
+        return [("", colour_line(m, c)) for c in _option_colours(p)]
     refs = references(p.question)
-    return [line(refs[0].colour, refs[0].minutes_ago)] if refs else []
+    return [("", line(refs[0].colour, refs[0].minutes_ago))] if refs else []
 
 
 def long_think(row: Mapping[str, Any], choice: str) -> tuple[str, bool]:
@@ -60,7 +67,8 @@ def long_think(row: Mapping[str, Any], choice: str) -> tuple[str, bool]:
     p = perception_of(row)
     category = str(row.get("category"))
     solver = SOLVERS.get(category)
-    lines = " ".join(s.removeprefix("- ") for s in answer_lines(p, category))
+    lines = " ".join(f"{key}: {s.removeprefix('- ')}" if key else s.removeprefix("- ")
+                     for key, s in keyed_lines(p, category))
     quoted = lines or "No line places the objects named."
     if solver is None:
         return quoted, False
