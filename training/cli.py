@@ -120,6 +120,17 @@ def cmd_pool(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_mix(args: argparse.Namespace) -> int:
+    from embodied_r_training.data.merge import mix_datasets
+
+    parts = _labelled(args.data)
+    counts = mix_datasets([(label, Path(d)) for label, d in parts], Path(args.out), args.rows,
+                          seed=args.seed)
+    print(f"dataset {args.out}: {sum(counts.values())} training rows mixed; "
+          + ", ".join(f"{k} {v}" for k, v in counts.items()))
+    return 0
+
+
 def cmd_import_urbanvideo(args: argparse.Namespace) -> int:
     return _cmd_import(args, "UrbanVideo-Bench")
 
@@ -337,6 +348,18 @@ def build_parser() -> argparse.ArgumentParser:
     pl.add_argument("--out", required=True, help="the pooled dataset directory (new)")
     _add_split_args(pl)
     pl.set_defaults(func=cmd_pool)
+
+    mx = sub.add_parser("mix", help="a training set of so many rows of each of several datasets",
+                        description="Mix the training rows of built datasets into one training "
+                        "set: --rows of each, drawn evenly over its categories from rows whose "
+                        "think text the oracle supports, shuffled together (fine-tuning on a new "
+                        "kind of question while rehearsing the old).")
+    mx.add_argument("--data", required=True, action="append",
+                    help="a built dataset directory; LABEL=DIR to name it")
+    mx.add_argument("--rows", type=int, required=True, help="training rows from each dataset")
+    mx.add_argument("--seed", type=int, default=0, help="draw and shuffle seed")
+    mx.add_argument("--out", required=True, help="the mixed dataset directory (new)")
+    mx.set_defaults(func=cmd_mix)
 
     for name, func, text in (
         ("grpo", cmd_grpo, "train the reasoning LM with GRPO (the paper's recipe)"),

@@ -1,4 +1,5 @@
-"""One dataset from several built ones, split once over the pooled scenes.
+"""One dataset from several built ones: pooled and split once over the pooled scenes, or
+mixed into a training set of so many rows of each.
 
 The official preprocessing (dataset/data_preprocess.py of Embodied-R.code) concatenates the
 UrbanVideo-Bench and VSI-Bench questions, shuffles the pooled list of scene names once and splits
@@ -9,20 +10,40 @@ pooled rows with its seed, so the result depends on the set of rows and the seed
 part's own split is discarded. The parts must have been written with the same prompt wording
 and perception text layout (their prompts are read and shortened alike); ids and scene names
 are made distinct per part only where they collide (``<label>/<scene>``), never silently merged.
+
+``mix`` is for fine-tuning a trained reasoner on a new kind of question without losing the old
+ones: a model fine-tuned on the long world's memory questions alone stopped walking the frames
+that short-clip answers rest on. It takes ``rows`` training rows of each part, drawn evenly over
+the part's categories from those whose cold-start think text the oracle supports (what SFT keeps
+under ``sft.supported_only``), and shuffles them together, so that every stretch of training
+sees both kinds; everything goes to ``train``.
 """
 
 from __future__ import annotations
 
-from collections import Counter
+import random
+from collections import Counter, defaultdict
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from embodied_r_training.data.dataset_files import BuildError, load_manifest, load_rows, write_table
-from embodied_r_training.data.splits import SplitBy, make_splits
+from embodied_r_training.data.rationales import rationale
+from embodied_r_training.data.splits import SplitBy, Splits, make_splits
 
 #: manifest keys that must agree between parts (the prompt and perception-text layout)
 SAME = ("prompt_version", "prompts", "report_motion", "frame_layout")
+
+
+def _same_layout(paths: Sequence[Path]) -> list[dict[str, Any]]:
+    """The parts' manifests; ``BuildError`` where they differ in prompts or text layout."""
+    manifests = [load_manifest(path) for path in paths]
+    for key in SAME:
+        values = {str(m.get(key)) for m in manifests}
+        if len(values) > 1:
+            raise BuildError(f"the datasets differ in {key} ({', '.join(sorted(values))}): "
+                             "build them with the same prompts and perception settings")
+    return manifests
 
 
 def pool_rows(parts: Sequence[tuple[str, Path]]) -> tuple[list[dict[str, Any]], dict[str, Any]]:
@@ -31,12 +52,7 @@ def pool_rows(parts: Sequence[tuple[str, Path]]) -> tuple[list[dict[str, Any]], 
         raise BuildError("pool needs at least two datasets (--data A --data B)")
     if len({label for label, _ in parts}) != len(parts):
         raise BuildError("each dataset needs its own label (LABEL=DIR)")
-    manifests = [load_manifest(path) for _, path in parts]
-    for key in SAME:
-        values = {str(m.get(key)) for m in manifests}
-        if len(values) > 1:
-            raise BuildError(f"the datasets differ in {key} ({', '.join(sorted(values))}): "
-                             "build them with the same prompts and perception settings")
+    manifests = _same_layout([path for _, path in parts])
     tables = [(label, load_rows(path)) for label, path in parts]
     ids = Counter(r["id"] for _, rows in tables for r in rows)
     scene_owner: dict[str, set[str]] = {}
@@ -81,3 +97,54 @@ def pool_datasets(
     manifest.update(split_by=by, seed=seed, fractions=list(fractions))
     write_table(out, rows, splits, manifest)
     return {s: len(splits.ids(s)) for s in ("train", "val", "test")}
+
+
+def balanced_rows(rows: Sequence[dict[str, Any]], n: int,
+                  rng: random.Random) -> list[dict[str, Any]]:
+    """``n`` of ``rows`` whose think text is supported, taken a category at a time in turn
+    (fewer where the supported rows run out), each category's in ``rng``'s order."""
+    by_category: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for r in rows:
+        if rationale(r).supported:
+            by_category[str(r["category"])].append(r)
+    queues = [by_category[c] for c in sorted(by_category)]
+    for queue in queues:
+        rng.shuffle(queue)
+    taken: list[dict[str, Any]] = []
+    turn = 0
+    while len(taken) < n and any(queues):
+        if queue := queues[turn % len(queues)]:
+            taken.append(queue.pop())
+        turn += 1
+    return taken
+
+
+def mix_datasets(parts: Sequence[tuple[str, Path]], out: Path, rows: int,
+                 seed: int = 0) -> dict[str, int]:
+    """Write ``rows`` training rows of each part (:func:`balanced_rows`), shuffled together,
+    to ``out`` as its ``train`` split; returns the rows taken per part."""
+    if not parts:
+        raise BuildError("mix needs at least one dataset (--data LABEL=DIR)")
+    if len({label for label, _ in parts}) != len(parts):
+        raise BuildError("each dataset needs its own label (LABEL=DIR)")
+    if rows < 1:
+        raise BuildError(f"--rows must be at least 1, not {rows}")
+    if (out / "data.jsonl").exists():
+        raise BuildError(f"{out} already holds a dataset; mix into a new directory")
+    manifests = _same_layout([path for _, path in parts])
+    rng = random.Random(seed)
+    taken = {label: balanced_rows(load_rows(path, "train"), rows, rng) for label, path in parts}
+    mixed = [r for part in taken.values() for r in part]
+    if len({r["id"] for r in mixed}) != len(mixed):
+        raise BuildError("row ids repeat across the datasets: mix datasets of distinct questions")
+    rng.shuffle(mixed)
+    manifest = {
+        **{key: manifests[0].get(key) for key in SAME},
+        "kind": "mix",
+        "seed": seed,
+        "parts": [{"label": label, "dir": str(path.resolve()), "kind": m.get("kind"),
+                   "rows": len(taken[label])}
+                  for (label, path), m in zip(parts, manifests, strict=True)],
+    }
+    write_table(out, mixed, Splits(train=[r["id"] for r in mixed], val=[], test=[]), manifest)
+    return {label: len(part) for label, part in taken.items()}
