@@ -35,9 +35,12 @@ from embodied_r_training.data.splits import SplitBy, Splits, make_splits
 SAME = ("prompt_version", "prompts", "report_motion", "frame_layout")
 
 
-def _same_layout(paths: Sequence[Path]) -> list[dict[str, Any]]:
-    """The parts' manifests; ``BuildError`` where they differ in prompts or text layout."""
-    manifests = [load_manifest(path) for path in paths]
+def _part_manifests(parts: Sequence[tuple[str, Path]]) -> list[dict[str, Any]]:
+    """The manifests of ``(label, dataset dir)`` parts; ``BuildError`` where two share a label
+    or they differ in prompts or text layout."""
+    if len({label for label, _ in parts}) != len(parts):
+        raise BuildError("each dataset needs its own label (LABEL=DIR)")
+    manifests = [load_manifest(path) for _, path in parts]
     for key in SAME:
         values = {str(m.get(key)) for m in manifests}
         if len(values) > 1:
@@ -46,13 +49,23 @@ def _same_layout(paths: Sequence[Path]) -> list[dict[str, Any]]:
     return manifests
 
 
+def _merged_manifest(kind: str, parts: Sequence[tuple[str, Path]],
+                     manifests: Sequence[dict[str, Any]], rows: Sequence[int]) -> dict[str, Any]:
+    """The manifest of a dataset merged from ``parts``: their common layout and, per part,
+    where it came from and how many of its rows were taken."""
+    return {
+        **{key: manifests[0].get(key) for key in SAME},
+        "kind": kind,
+        "parts": [{"label": label, "dir": str(path.resolve()), "kind": m.get("kind"), "rows": n}
+                  for (label, path), m, n in zip(parts, manifests, rows, strict=True)],
+    }
+
+
 def pool_rows(parts: Sequence[tuple[str, Path]]) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """The pooled rows of ``(label, dataset dir)`` parts and the pooled manifest."""
     if len(parts) < 2:
         raise BuildError("pool needs at least two datasets (--data A --data B)")
-    if len({label for label, _ in parts}) != len(parts):
-        raise BuildError("each dataset needs its own label (LABEL=DIR)")
-    manifests = _same_layout([path for _, path in parts])
+    manifests = _part_manifests(parts)
     tables = [(label, load_rows(path)) for label, path in parts]
     ids = Counter(r["id"] for _, rows in tables for r in rows)
     scene_owner: dict[str, set[str]] = {}
@@ -70,14 +83,7 @@ def pool_rows(parts: Sequence[tuple[str, Path]]) -> tuple[list[dict[str, Any]], 
             pooled.append(row)
     if len({r["id"] for r in pooled}) != len(pooled):
         raise BuildError("row ids repeat inside one of the datasets")
-    manifest = {
-        **{key: manifests[0].get(key) for key in SAME},
-        "kind": "pool",
-        "parts": [{"label": label, "dir": str(path.resolve()), "kind": m.get("kind"),
-                   "rows": len(rows)}
-                  for (label, path), m, (_, rows) in zip(parts, manifests, tables, strict=True)],
-    }
-    return pooled, manifest
+    return pooled, _merged_manifest("pool", parts, manifests, [len(rows) for _, rows in tables])
 
 
 def pool_datasets(
@@ -125,26 +131,18 @@ def mix_datasets(parts: Sequence[tuple[str, Path]], out: Path, rows: int,
     to ``out`` as its ``train`` split; returns the rows taken per part."""
     if not parts:
         raise BuildError("mix needs at least one dataset (--data LABEL=DIR)")
-    if len({label for label, _ in parts}) != len(parts):
-        raise BuildError("each dataset needs its own label (LABEL=DIR)")
     if rows < 1:
         raise BuildError(f"--rows must be at least 1, not {rows}")
     if (out / "data.jsonl").exists():
         raise BuildError(f"{out} already holds a dataset; mix into a new directory")
-    manifests = _same_layout([path for _, path in parts])
+    manifests = _part_manifests(parts)
     rng = random.Random(seed)
     taken = {label: balanced_rows(load_rows(path, "train"), rows, rng) for label, path in parts}
     mixed = [r for part in taken.values() for r in part]
     if len({r["id"] for r in mixed}) != len(mixed):
         raise BuildError("row ids repeat across the datasets: mix datasets of distinct questions")
     rng.shuffle(mixed)
-    manifest = {
-        **{key: manifests[0].get(key) for key in SAME},
-        "kind": "mix",
-        "seed": seed,
-        "parts": [{"label": label, "dir": str(path.resolve()), "kind": m.get("kind"),
-                   "rows": len(taken[label])}
-                  for (label, path), m in zip(parts, manifests, strict=True)],
-    }
+    manifest = {**_merged_manifest("mix", parts, manifests, [len(p) for p in taken.values()]),
+                "seed": seed}
     write_table(out, mixed, Splits(train=[r["id"] for r in mixed], val=[], test=[]), manifest)
     return {label: len(part) for label, part in taken.items()}
