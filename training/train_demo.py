@@ -1,7 +1,8 @@
 """``make train-demo``: the CPU recipe ``smollm2-embodied-r`` from scratch, ending in its table.
 
 It trains an adapter of the kind the ``offline`` profile reasons with (the shipped
-``smollm2-135m-embodied-r`` predates this recipe; ``--install`` replaces it):
+``smollm2-135m-embodied-r`` is the adapter of one such run; ``--install`` replaces it with this
+run's):
 
 1. synthetic data by seed (:mod:`embodied_r_training.data.synthetic_worlds`): train / val /
    test worlds of the default kind (ID) and test worlds with more objects and longer
