@@ -100,3 +100,36 @@ def test_no_places_where_the_text_leaves_a_motion_or_an_age_unknown(case: str) -
     text = memory_perception_text(rows, question, layout=layout)
     assert PLACES_HEADING not in text
     assert ("an unknown motion" in text) == (case == "a row without a pose")
+
+
+def test_a_text_with_places_is_read_by_the_memory_reader_and_any_other_by_the_lm() -> None:
+    """``reasoning.memory_model`` reads the texts it was trained on, the ones with a places
+    block; a window's text, or a memory text that has none, goes to ``reasoning.model``."""
+    from embodied_r_ros.core.backends.factory import create_backend
+    from embodied_r_ros.core.config import load_config
+    from embodied_r_ros.core.perception_text import has_places
+    from embodied_r_ros.core.pipeline import EmbodiedR
+
+    config = load_config("tiny", overrides={"cache": {"enabled": False}})
+    question = format_question("Where is the red box you saw about 17 minutes ago?",
+                               ["A. front-left", "B. front-right"])
+    memory = memory_perception_text(TWO_VISITS, question)
+    without = memory_perception_text(TWO_VISITS, question, layout="paper")
+    assert has_places(memory) and not has_places(without)
+    reader = config.model_copy(update={"reasoning": config.reasoning.model_copy(
+        update={"memory_model": "tiny-qwen2"})}).reasoning.memory_reader()
+    assert reader is not None and reader.max_new_tokens == config.reasoning.model.max_new_tokens
+    assert config.reasoning.memory_reader() is None
+    lm = create_backend(config.reasoning.model, text_only=True)
+    memory_lm = create_backend(reader, text_only=True)
+    pipeline = EmbodiedR(config, lm=lm, memory_lm=memory_lm, load_models=False)
+    try:
+        assert pipeline.reader_for(memory) is memory_lm
+        assert pipeline.reader_for(without) is lm
+        # a question that quotes the heading is not a places block
+        assert pipeline.reader_for(format_question(PLACES_HEADING, ["A. yes", "B. no"])) is lm
+        assert pipeline.reason(memory, ["A. front-left", "B. front-right"]).raw
+        alone = EmbodiedR(config, lm=lm, load_models=False)
+        assert alone.reader_for(memory) is lm
+    finally:
+        pipeline.close()

@@ -30,6 +30,7 @@ from rclpy.parameter import Parameter  # noqa: E402
 from sensor_msgs.msg import Image  # noqa: E402
 
 from embodied_r_interfaces.srv import MemoryClear, MemoryStats, SpatialQuery  # noqa: E402
+from embodied_r_ros.core.perception_text import has_places  # noqa: E402
 from embodied_r_ros.memory import SqliteMemoryStore  # noqa: E402
 from embodied_r_ros.nodes.conversions import stamp_to_sec  # noqa: E402
 from embodied_r_ros.nodes.frame_buffer import FrameBufferNode  # noqa: E402
@@ -87,7 +88,9 @@ def separate(tiny_models_dir: Path, tmp_path_factory: pytest.TempPathFactory
     tmp = tmp_path_factory.mktemp("separate-memory")
     db = tmp / "memory.sqlite3"
     config = tmp / "memory.yaml"
-    config.write_text(MEMORY_CONFIG.format(path=db))
+    # a memory reader of its own (the tiny LM again): the reasoning node routes by the text
+    config.write_text(MEMORY_CONFIG.format(path=db).replace(
+        "reasoning: {model:", "reasoning: {memory_model: tiny-qwen2, model:"))
     with ros_context(__name__) as ctx:
         s = SeparateMemory(ctx, config)
         store = s.buffer.store
@@ -125,6 +128,28 @@ def test_the_stand_alone_query_server_answers_from_that_memory(
     bad = call(s.client, SpatialQuery.Request(question="Where was I 5 blorps ago?",
                                               scope="memory"))
     assert (bad.success, bad.error_code) == (False, "BAD_TIME_PHRASE")
+
+
+def test_the_reasoning_node_gives_a_memory_text_to_its_memory_reader(
+        separate: tuple[SeparateMemory, Path]) -> None:
+    """The query server sends the reasoning node only text and options; the places block in
+    the text is what sends it to the memory reader, on the other node as in the all-in-one."""
+    s, _ = separate
+    pipeline = s.reasoning.pipeline
+    assert pipeline is not None and pipeline.memory_lm is not None
+    assert pipeline.memory_lm is not pipeline.lm
+    r = call(s.client, SpatialQuery.Request(
+        question="Where is the red object you saw at the start relative to you now?",
+        options=["A. front-left", "B. front-right", "C. back-left", "D. back-right"],
+        scope="memory"))
+    assert r.success, r.error
+    assert has_places(r.perception) and pipeline.reader_for(r.perception) is pipeline.memory_lm
+    window = call(s.client, SpatialQuery.Request(question="Which way did I turn?",
+                                                 options=["A. left", "B. right"],
+                                                 scope="window"))
+    assert window.success, window.error
+    assert not has_places(window.perception) and pipeline.reader_for(window.perception) is \
+        pipeline.lm
 
 
 def test_the_perception_node_serves_the_memory_stats(

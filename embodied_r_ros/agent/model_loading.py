@@ -12,8 +12,8 @@ def build_pipeline(config: Config, *, perception: bool = True, reasoning: bool =
     The perception node loads the VLM alone and the reasoning node the LM alone, so the VLM can
     live on another machine; the all-in-one process loads both into one instance.
     """
-    vlm, lm = create_models(config, perception=perception, reasoning=reasoning)
-    return EmbodiedR(config, vlm=vlm, lm=lm, load_models=False)
+    vlm, lm, memory_lm = create_models(config, perception=perception, reasoning=reasoning)
+    return EmbodiedR(config, vlm=vlm, lm=lm, memory_lm=memory_lm, load_models=False)
 
 
 def describe_models(config: Config, *, perception: bool = True, reasoning: bool = True) -> str:
@@ -27,4 +27,6 @@ def describe_models(config: Config, *, perception: bool = True, reasoning: bool 
     if reasoning:
         lm = config.reasoning.model
         parts.append(f"LM {lm.model} ({lm.backend})")
+        if config.reasoning.memory_model is not None and config.memory.enabled:
+            parts.append(f"memory texts: LM {config.reasoning.memory_model} ({lm.backend})")
     return "; ".join(parts)

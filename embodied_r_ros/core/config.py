@@ -191,7 +191,20 @@ class PerceptionConfig(StrictModel):
 
 class ReasoningConfig(StrictModel):
     model: ModelConfig
+    # a second LM for the texts a memory writes (frames of hours, then where the named objects
+    # are now): a 135M reader trained on both kinds of text forgets the short clips'
+    # conclusions (docs/memory.md), so each kind gets its own
+    memory_model: str | None = Field(
+        None, min_length=1, description="the model that reads memory texts (those with a "
+        "places block), run with reasoning.model's settings and loaded where memory.enabled; "
+        "unset (null): reasoning.model reads them too")
     answer_mode: Literal["tag", "official"] = "tag"
+
+    def memory_reader(self) -> ModelConfig | None:
+        """The memory reader's settings: ``model``'s, naming ``memory_model``."""
+        if self.memory_model is None:
+            return None
+        return self.model.model_copy(update={"model": self.memory_model})
 
 
 class CacheConfig(StrictModel):
@@ -274,6 +287,22 @@ def deep_merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def merge_layer(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    """``over`` merged into ``base`` (:func:`deep_merge`), except that a layer naming another
+    ``reasoning.model.model`` without a ``reasoning.memory_model`` drops the base's memory
+    reader: it was trained beside the base's reasoning model, and the new model reads memory
+    texts itself unless the layer names a reader for it."""
+    merged = deep_merge(base, over)
+    reasoning, before = over.get("reasoning"), base.get("reasoning")
+    if isinstance(reasoning, dict) and isinstance(before, dict) \
+            and "memory_model" not in reasoning and isinstance(reasoning.get("model"), dict) \
+            and "model" in reasoning["model"] \
+            and reasoning["model"]["model"] != (before.get("model") or {}).get("model"):
+        merged["reasoning"] = {k: v for k, v in merged["reasoning"].items()
+                               if k != "memory_model"}
+    return merged
+
+
 def read_yaml(path: Path) -> dict[str, Any]:
     try:
         data = yaml.safe_load(path.read_text())
@@ -314,7 +343,7 @@ def resolve_base(
     if str(path.resolve()) in seen:
         raise ConfigError(f"config key 'base': cycle through {base!r}")
     parent = resolve_base(read_yaml(path), locate, (*seen, str(path.resolve())), path, paths)
-    return deep_merge(parent, data)
+    return merge_layer(parent, data)
 
 
 def anchor_paths(data: dict[str, Any], origin: Path | None, keys: tuple[str, ...]
@@ -421,9 +450,9 @@ def load_config(
         data = _resolve(read_yaml(located), located)
     if path is not None:
         located = profile_path(str(path))
-        data = deep_merge(data, _resolve(read_yaml(located), located))
+        data = merge_layer(data, _resolve(read_yaml(located), located))
     if overrides:
-        data = deep_merge(data, overrides)
+        data = merge_layer(data, overrides)
     if not data:
         raise ConfigError("no configuration given: name a profile or a config file")
     return config_from_dict(data)

@@ -35,6 +35,8 @@ if TYPE_CHECKING:
 
 #: the observation written when no colour region is found
 NOTHING_IN_VIEW = "no distinctly coloured object in view."
+#: the first line of the notes a memory writes after the frames: where the named objects are now
+PLACES_HEADING = "Named objects, placed from the frames above, relative to you now:"
 #: horizontal field of view the coarse directions are read against: the config's default guess,
 #: which colors uses when no intrinsics are given
 _HFOV_DEG = CameraConfig.model_fields["hfov_deg"].default
@@ -217,6 +219,13 @@ def assemble(
 
 
 # -- reading ------------------------------------------------------------------------------------
+
+
+def has_places(user_text: str) -> bool:
+    """Whether ``user_text`` carries a memory's places block after its frames (the text a
+    memory reader is trained on: ``reasoning.memory_model``)."""
+    return f"\n>\n{PLACES_HEADING}\n" in user_text
+
 
 _FRAME_RE = re.compile(
     r"^Frame (\d+)(?: \((\d+(?:\.\d+)?) s before the last key frame\))?: "

@@ -35,6 +35,7 @@ from embodied_r_ros.core.perception import (
     PerceptionResult,
     ProgressFn,
 )
+from embodied_r_ros.core.perception_text import has_places
 from embodied_r_ros.core.prompts import prompts_from
 from embodied_r_ros.core.query_result import QueryResult
 from embodied_r_ros.core.reasoning import (
@@ -129,18 +130,23 @@ def validate_perception(text: str, max_chars: int = MAX_PERCEPTION_CHARS) -> str
 
 def create_models(
     config: Config, *, perception: bool = True, reasoning: bool = True
-) -> tuple[ChatBackend | None, ChatBackend | None]:
-    """``(vlm, lm)`` as ``config`` names them: the VLM only for VLM perception, the reasoning LM
-    text-only (a VL checkpoint loads as its text decoder); ``None`` for a role not asked for."""
+) -> tuple[ChatBackend | None, ChatBackend | None, ChatBackend | None]:
+    """``(vlm, lm, memory_lm)`` as ``config`` names them: the VLM only for VLM perception, the
+    reasoning LMs text-only (a VL checkpoint loads as its text decoder), the memory reader only
+    where the memory is on (nothing else writes its texts); ``None`` for a role not asked for
+    or not configured."""
     from embodied_r_ros.core.backends.factory import create_backend
 
-    vlm = lm = None
+    vlm = lm = memory_lm = None
     if perception and config.perception.backend == "vlm":
         assert config.perception.vlm is not None  # the schema guarantees it
         vlm = create_backend(config.perception.vlm)
     if reasoning:
         lm = create_backend(config.reasoning.model, text_only=True)
-    return vlm, lm
+        memory_reader = config.reasoning.memory_reader()
+        if memory_reader is not None and config.memory.enabled:
+            memory_lm = create_backend(memory_reader, text_only=True)
+    return vlm, lm, memory_lm
 
 
 class EmbodiedR:
@@ -152,15 +158,19 @@ class EmbodiedR:
         *,
         vlm: ChatBackend | None = None,
         lm: ChatBackend | None = None,
+        memory_lm: ChatBackend | None = None,
         load_models: bool = True,
     ) -> None:
         self.config = config
         if load_models:
-            loaded_vlm, loaded_lm = create_models(config, perception=vlm is None,
-                                                  reasoning=lm is None)
+            loaded_vlm, loaded_lm, loaded_memory_lm = create_models(
+                config, perception=vlm is None, reasoning=lm is None)
             vlm, lm = vlm or loaded_vlm, lm or loaded_lm
+            memory_lm = memory_lm or loaded_memory_lm
         self.vlm = vlm
         self.lm = lm
+        #: reads the texts that carry a memory's places block; None: ``lm`` reads them
+        self.memory_lm = memory_lm
         self.prompts = prompts_from(config.prompts)
         c = config.cache
         cache = None
@@ -281,16 +291,28 @@ class EmbodiedR:
         ``prompt`` is this, so training and serving prompt the LM alike)."""
         return build_messages(perception_text, self.prompts)
 
+    def reader_for(self, perception_text: str) -> ChatBackend | None:
+        """The LM that reads ``perception_text``: the memory reader for a text with a places
+        block when one is loaded, else the reasoning LM. The text decides, not the caller, so
+        a remote reasoning node routes a memory query as the all-in-one does."""
+        if self.memory_lm is not None and has_places(perception_text):
+            return self.memory_lm
+        return self.lm
+
     def reason(
-        self, perception_text: str, options: Sequence[str], cancel: CancelToken | None = None
+        self, perception_text: str, options: Sequence[str], cancel: CancelToken | None = None,
+        *, reader: ChatBackend | None = None,
     ) -> Reasoning:
-        """The LM's reply to a perception text (validated first: options, size)."""
+        """The LM's reply to a perception text (validated first: options, size), from the
+        memory reader where the text is a memory's (:meth:`reader_for`); ``reader`` names the
+        LM instead (a benchmark reading one text with both)."""
         opts = validate_options(options)
         validate_perception(perception_text)
-        if self.lm is None:
+        lm = reader or self.reader_for(perception_text)
+        if lm is None:
             raise QueryError(BACKEND_DOWN, "no reasoning model is loaded")
         try:
-            raw = self.lm.complete(
+            raw = lm.complete(
                 [self.reasoning_messages(perception_text)], cancel=cancel
             )[0].text
         except BackendError as exc:
@@ -381,5 +403,6 @@ class EmbodiedR:
         )
 
     def close(self) -> None:
-        for backend in {id(b): b for b in (self.vlm, self.lm) if b is not None}.values():
+        loaded = (self.vlm, self.lm, self.memory_lm)
+        for backend in {id(b): b for b in loaded if b is not None}.values():
             backend.close()

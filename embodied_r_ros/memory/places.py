@@ -27,7 +27,12 @@ from dataclasses import dataclass
 
 from embodied_r_ros.core.colors import COLOUR_NAMES
 from embodied_r_ros.core.dead_reckoning import Pose2D, poses
-from embodied_r_ros.core.perception_text import FrameText, PerceptionText, parse_perception
+from embodied_r_ros.core.perception_text import (
+    PLACES_HEADING,
+    FrameText,
+    PerceptionText,
+    parse_perception,
+)
 from embodied_r_ros.core.poses import crossing_deg, heading_deg, quadrant, wrap_deg
 from embodied_r_ros.memory.errors import SpatialMemoryError
 from embodied_r_ros.memory.time_phrases import parse_time_phrases
@@ -51,7 +56,6 @@ OBJECTS_PER_COLOUR = 3
 #: other named objects a line lists as near an object
 NEARBY_PER_OBJECT = 3
 _WORD_RE = re.compile(r"[a-z]+")
-PLACES_HEADING = "Named objects, placed from the frames above, relative to you now:"
 
 
 @dataclass(frozen=True, eq=False)
