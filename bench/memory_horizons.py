@@ -16,6 +16,12 @@ when the tour reaches its ask time (``now`` = ``t_ask``) in three ways:
   no ground truth): what the text allows at best. The oracle also reads the window text, for
   the window's ceiling.
 
+"The shipped reasoner" is what the ``offline`` profile loads: its ``reasoning.model`` reads the
+window's text, and its ``reasoning.memory_model`` (where set) the memory's, as on the robot
+(:meth:`~embodied_r_ros.core.pipeline.EmbodiedR.reader_for`). Where the two differ the memory
+reader also reads the window's text (**window_memory_reader**), so that the memory's own share
+of the gain is measured apart from the reader's.
+
 Questions are generated only where the text can decide them
 (:mod:`embodied_r_ros.sim.long_questions`: no shared colour left untold apart, no answer
 within the text's rounding of a boundary, the route back as the first turn towards where the
@@ -27,8 +33,8 @@ row's ``targets``) is among the frames retrieved. Accuracies carry 95 % bootstra
 Targets: oracle >= 90 % at every horizon; memory >= window + 20 points at ``long``; recall >=
 95 % at every horizon. Exits 1 when one is missed.
 
-Run: ``.venv/bin/python bench/memory_horizons.py [--world DIR | --seed 23] [--reasoner 20]
---out results/bench/memory_horizons``
+Run: ``.venv/bin/python bench/memory_horizons.py [--world DIR | --seed 23] [--reasoner 20 |
+--reasoner short=5,medium=5,long=-1] --out results/bench/memory_horizons``
 """
 
 from __future__ import annotations
@@ -61,7 +67,7 @@ from embodied_r_ros.memory.factory import retriever_for
 log = logging.getLogger("memory_horizons")
 
 HORIZONS = ("short", "medium", "long")
-METHODS = ("window", "memory", "oracle", "window_oracle")
+METHODS = ("window", "memory", "oracle", "window_oracle", "window_memory_reader")
 ORACLE_TARGET = 0.90
 GAIN_TARGET = 0.20
 RECALL_TARGET = 0.95
@@ -134,13 +140,32 @@ def run(args: argparse.Namespace, world: Path, work: Path
     return done, ingest
 
 
-def reasoner_subset(rows: Sequence[Mapping[str, Any]], per_horizon: int) -> set[str]:
-    """Ids of the questions the reasoner reads (every one with -1): ``per_horizon`` of each
-    horizon, spread over the categories in turn."""
-    if per_horizon < 0:
-        return {r["id"] for r in rows}
+def reasoner_counts(spec: str) -> dict[str, int]:
+    """``--reasoner``: one count for every horizon (``20``), or one per horizon
+    (``short=5,medium=5,long=-1``; a horizon left out gets 0); -1 is every question."""
+    try:
+        if "=" not in spec:
+            return dict.fromkeys(HORIZONS, int(spec))
+        counts = dict.fromkeys(HORIZONS, 0)
+        for part in spec.split(","):
+            horizon, _, n = part.partition("=")
+            if horizon.strip() not in counts:
+                raise ValueError(f"unknown horizon {horizon.strip()!r}")
+            counts[horizon.strip()] = int(n)
+        return counts
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"--reasoner {spec!r}: {exc}") from None
+
+
+def reasoner_subset(rows: Sequence[Mapping[str, Any]], counts: Mapping[str, int]) -> set[str]:
+    """Ids of the questions the reasoner reads: ``counts[horizon]`` of each horizon (-1:
+    every one), spread over the categories in turn."""
     chosen: set[str] = set()
     for horizon in HORIZONS:
+        per_horizon = counts.get(horizon, 0)
+        if per_horizon < 0:
+            chosen |= {r["id"] for r in rows if r["horizon"] == horizon}
+            continue
         by_cat: dict[str, list[str]] = defaultdict(list)
         for r in rows:
             if r["horizon"] == horizon:
@@ -185,6 +210,10 @@ def answer(row: dict[str, Any], robot: TourRobot, retriever: Retriever,
                 continue
             r = robot.pipeline.reason(text, options)
             out.letters[method] = r.answer
+        memory_reader = robot.pipeline.reader_for(memory) if memory else robot.pipeline.lm
+        if memory_reader is not robot.pipeline.lm:
+            out.letters["window_memory_reader"] = robot.pipeline.reason(
+                window, options, reader=memory_reader).answer if window else None
     else:
         out.letters["memory"] = out.letters["window"] = "-"
     return out
@@ -219,12 +248,15 @@ def summarise(done: Sequence[Answered], colours: Mapping[str, int]) -> dict[str,
             lo, hi = bootstrap_ci(hits)
             h[method] = {"n": len(hits), "accuracy": round(float(np.mean(hits)), 4) if hits
                          else None, "ci95": [round(lo, 4), round(hi, 4)]}
-        paired = [a for a in group if a.hit("memory") is not None]
-        if paired:
-            d, lo, hi = paired_difference([float(bool(a.hit("memory"))) for a in paired],
-                                          [float(bool(a.hit("window"))) for a in paired])
-            h["memory_minus_window"] = {"n": len(paired), "points": round(100 * d, 1),
-                                        "ci95": [round(100 * lo, 1), round(100 * hi, 1)]}
+        for key, window in (("memory_minus_window", "window"),
+                            ("memory_minus_window_same_reader", "window_memory_reader")):
+            paired = [a for a in group if a.hit("memory") is not None
+                      and a.hit(window) is not None]
+            if paired:
+                d, lo, hi = paired_difference([float(bool(a.hit("memory"))) for a in paired],
+                                              [float(bool(a.hit(window))) for a in paired])
+                h[key] = {"n": len(paired), "points": round(100 * d, 1),
+                          "ci95": [round(100 * lo, 1), round(100 * hi, 1)]}
         for key, get in (("recall", lambda a: a.recall),
                          ("window_recall", lambda a: a.window_recall)):
             flags = [float(x) for a in group for x in get(a)]
@@ -286,8 +318,9 @@ def markdown(figs: Mapping[str, Any], missed: Sequence[str], meta: Mapping[str, 
              f"World: {meta['world']}; {meta['questions']} questions; reasoner on "
              f"{meta['reasoned']} of them; {meta['seconds']:.0f} s in all.", "",
              "| horizon | questions | window (reasoner) | memory (reasoner) | memory - window, "
-             "points | oracle on memory | oracle on window | recall (memory) | recall "
-             "(window) | retrieval p50 ms |", "|---|---|---|---|---|---|---|---|---|---|"]
+             "points | window (memory reader) | memory - window, same reader, points | "
+             "oracle on memory | oracle on window | recall (memory) | recall "
+             "(window) | retrieval p50 ms |", "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for horizon in (*HORIZONS, "all"):
         h = figs[horizon]
 
@@ -296,13 +329,16 @@ def markdown(figs: Mapping[str, Any], missed: Sequence[str], meta: Mapping[str, 
             return (f"{pct(v['accuracy'])} [{pct(v['ci95'][0])}, {pct(v['ci95'][1])}] "
                     f"(n {v['n']})") if v["n"] else "-"
 
-        gain = h.get("memory_minus_window")
-        g = (f"{gain['points']:+.1f} [{gain['ci95'][0]:+.1f}, {gain['ci95'][1]:+.1f}]"
-             if gain else "-")
+        def gain(key: str, h: Mapping[str, Any] = h) -> str:
+            g = h.get(key)
+            return f"{g['points']:+.1f} [{g['ci95'][0]:+.1f}, {g['ci95'][1]:+.1f}]" if g else "-"
+
         rec = h["recall"]
         wrec = h["window_recall"]
         lines.append(f"| {horizon} | {h['questions']} | {cell('window')} | {cell('memory')} | "
-                     f"{g} | {cell('oracle')} | {cell('window_oracle')} | "
+                     f"{gain('memory_minus_window')} | {cell('window_memory_reader')} | "
+                     f"{gain('memory_minus_window_same_reader')} | "
+                     f"{cell('oracle')} | {cell('window_oracle')} | "
                      f"{pct(rec['rate'])} ({rec['objects']}) | {pct(wrec['rate'])} | "
                      f"{h['retrieval_ms'].get('p50', '-')} |")
     lines += ["", "| category | questions | window | memory | oracle | oracle on window | "
@@ -340,16 +376,18 @@ def plot(figs: Mapping[str, Any], path: Path) -> None:
     fig, ax = plt.subplots(figsize=(7, 4))
     x = np.arange(len(HORIZONS))
     labels = {"window": "window, reasoner", "memory": "memory, reasoner",
-              "oracle": "memory, oracle", "window_oracle": "window, oracle"}
-    for k, method in enumerate(METHODS):
+              "oracle": "memory, oracle", "window_oracle": "window, oracle",
+              "window_memory_reader": "window, memory reader"}
+    shown = [m for m in METHODS if any(figs[h][m]["accuracy"] is not None for h in HORIZONS)]
+    width = 0.8 / len(shown)
+    for k, method in enumerate(shown):
         acc = [figs[h][method]["accuracy"] for h in HORIZONS]
-        if all(a is None for a in acc):
-            continue
         lo = [figs[h][method]["ci95"][0] for h in HORIZONS]
         hi = [figs[h][method]["ci95"][1] for h in HORIZONS]
         vals = np.array([a if a is not None else np.nan for a in acc])
         err = np.array([vals - lo, np.array(hi) - vals])
-        ax.bar(x + (k - 1.5) * 0.2, 100 * vals, 0.2, yerr=100 * err, capsize=3,
+        ax.bar(x + (k - (len(shown) - 1) / 2) * width, 100 * vals, width, yerr=100 * err,
+               capsize=3,
                label=labels[method])
     recall = [figs[h]["recall"]["rate"] for h in HORIZONS]
     ax.plot(x, [100 * r if r is not None else np.nan for r in recall], "k^--",
@@ -388,8 +426,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="the three-minute, two-room world of the tests (a quick check)")
     parser.add_argument("--limit", type=int, default=0,
                         help="ask only this many questions, spread over the tour (0: all)")
-    parser.add_argument("--reasoner", type=int, default=-1,
-                        help="questions per horizon the reasoner reads (-1: all, 0: none)")
+    parser.add_argument("--reasoner", type=reasoner_counts, default="-1",
+                        help="questions per horizon the reasoner reads (-1: all, 0: none), or "
+                        "per horizon: short=5,medium=5,long=-1")
     parser.add_argument("--no-embedder", action="store_true",
                         help="full-text search alone, even where the embedder is installed")
     parser.add_argument("--out", type=Path, default=None,

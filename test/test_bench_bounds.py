@@ -103,3 +103,20 @@ def test_the_runner_runs_a_benchmark_and_fails_on_a_crash(
     assert runner.main(["--quick", "--only", "keyframes", "--out", str(tmp_path)]) == 1
     with pytest.raises(SystemExit):
         runner.main(["--only", "no_such_bench"])
+
+
+def test_the_horizon_bench_reads_a_count_per_horizon(bench_module: Loader) -> None:
+    """``--reasoner short=5,long=-1``: five short questions spread over the categories, every
+    long one, no medium one; a horizon it does not know is refused by name."""
+    import argparse
+
+    bench = bench_module("memory_horizons")
+    counts = bench.reasoner_counts("short=2,long=-1")
+    assert counts == {"short": 2, "medium": 0, "long": -1}
+    assert bench.reasoner_counts("3") == {"short": 3, "medium": 3, "long": 3}
+    with pytest.raises(argparse.ArgumentTypeError, match="unknown horizon 'later'"):
+        bench.reasoner_counts("later=2")
+    rows = [{"id": f"{h}{i}", "horizon": h, "category": c}
+            for h in ("short", "medium", "long") for i, c in enumerate("aabb")]
+    assert bench.reasoner_subset(rows, counts) == {"short0", "short2", "long0", "long1",
+                                                   "long2", "long3"}
