@@ -443,14 +443,15 @@ def main(argv: Sequence[str] | None = None) -> int:
                                            args.small)
         done, ingest = run(args, world, work)
         built = json.loads((world / "world.json").read_text())
+        spec = built["spec"]
+        label = f"seed {spec['seed']}, {spec['duration_s'] / 60:g} minutes"
         colours = Counter(o["name"].split()[0] for o in built["objects"])
         skipped = built.get("questions_skipped", {})
     finally:
         shutil.rmtree(work, ignore_errors=True)
     figs = summarise(done, colours)
     missed = targets(figs)
-    manifest = {"world": str(args.world) if args.world else f"seed {args.seed}, "
-                f"{args.minutes:g} minutes", "questions": len(done),
+    manifest = {"world": label, "questions": len(done),
                 "reasoned": sum(a.hit("memory") is not None for a in done),
                 "seconds": round(time.perf_counter() - started, 1),
                 "ingest": ingest, "skipped": skipped,

@@ -119,6 +119,32 @@ def test_user_file_extends_a_profile(tmp_path: Path) -> None:
     cfg = load_config(path=f)
     assert cfg.name == "robot" and cfg.keyframes.max_frames == 16
     assert cfg.reasoning.model.model == "smollm2-135m-embodied-r"
+    assert cfg.reasoning.memory_model == "smollm2-135m-embodied-r-memory"
+
+
+@pytest.mark.parametrize(("layer", "memory_model"), [
+    ("reasoning: {model: {max_new_tokens: 8}}", "smollm2-135m-embodied-r-memory"),
+    ("reasoning: {model: {model: smollm2-135m-embodied-r}}", "smollm2-135m-embodied-r-memory"),
+    ("reasoning: {model: {model: tiny-qwen2}}", None),
+    ("reasoning: {model: {model: tiny-qwen2}, memory_model: my-reader}", "my-reader"),
+    ("reasoning: {memory_model: null}", None),
+])
+def test_the_memory_reader_goes_with_the_reasoning_model_it_was_trained_beside(
+        tmp_path: Path, layer: str, memory_model: str | None) -> None:
+    """A layer that names another reasoning model drops the base's memory reader (the new
+    model reads memory texts too) unless it names one; other changes keep it."""
+    f = tmp_path / "robot.yaml"
+    f.write_text(f"base: offline\n{layer}\n")
+    reasoning = load_config(path=f).reasoning
+    assert reasoning.memory_model == memory_model
+    reader = reasoning.memory_reader()
+    assert (reader is None) == (memory_model is None)
+    if reader is not None:
+        assert reader.model == memory_model
+        assert reader.model_dump(exclude={"model"}) == reasoning.model.model_dump(
+            exclude={"model"})
+    overridden = load_config("offline", overrides={"reasoning": {"model": {"model": "x"}}})
+    assert overridden.reasoning.memory_model is None
 
 
 def test_unknown_profile_and_bad_files(tmp_path: Path) -> None:

@@ -88,6 +88,8 @@ def test_the_profile_table_says_what_the_profile_loads(name: str) -> None:
         assert config.perception.backend == "vlm"
         _check_model(row["perception"], config.perception.vlm)
     _check_model(row["reasoning"], config.reasoning.model)
+    memory = re.search(r"memory texts: `([\w.-]+)`", row["reasoning"])
+    assert (memory[1] if memory else None) == config.reasoning.memory_model, row["reasoning"]
 
 
 def _models_in(annotation: Any) -> list[type[BaseModel]]:

@@ -8,6 +8,7 @@ import re
 from pathlib import Path
 
 import pytest
+from adapter_cards import checked_card
 from worlddata import built_world_rows
 
 from embodied_r_ros.core.backends import offline
@@ -22,15 +23,7 @@ SLOW = pytest.mark.timeout(900)
 
 def test_the_adapter_ships_small_with_its_card() -> None:
     adapter = offline.adapter_dir(NAME)
-    weights = adapter / "adapter_model.safetensors"
-    assert weights.stat().st_size <= 20_000_000
-    config = json.loads((adapter / "adapter_config.json").read_text())
-    assert config["peft_type"] == "LORA" and config["base_model_name_or_path"] == "smollm2-135m"
-    card = (adapter / "README.md").read_text()
-    # the card's facts are the adapter's: its shape and size
-    assert f"(r {config['r']}, alpha {config['lora_alpha']}, every linear" in card
-    assert len(config["target_modules"]) == 7  # q k v o gate up down: every linear layer
-    assert f"float16 safetensors, {weights.stat().st_size / 1e6:.2f} MB" in card
+    _, card = checked_card(NAME)  # the card's facts are the adapter's: its shape and size
     # the minutes add up, and its summary table is the one in EVAL.md and the README
     sft, grpo, total = (float(re.search(pattern, card)[1]) for pattern in (
         r"SFT took ([\d.]+) minutes", r"GRPO took ([\d.]+) minutes",

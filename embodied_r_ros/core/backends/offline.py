@@ -44,11 +44,14 @@ OFFLINE_MODELS: dict[str, str] = {
     "(rationale SFT -> GRPO on synthetic rooms)",
     "smollm2-135m-embodied-r-reference": "smollm2-135m + the shipped consistency reference: the "
     "recipe's SFT checkpoint, frozen, which names the option a think text concludes",
+    "smollm2-135m-embodied-r-memory": "smollm2-135m + the shipped memory reader: the shipped "
+    "adapter fine-tuned on long worlds' memory texts with short-clip rehearsal",
 }
 #: the shipped LoRA adapters (PEFT directories inside the package) and the model each adapts
 ADAPTERS: dict[str, tuple[str, str]] = {
     "smollm2-135m-embodied-r": ("smollm2-135m", "smollm2-135m-embodied-r"),
     "smollm2-135m-embodied-r-reference": ("smollm2-135m", "smollm2-135m-embodied-r-reference"),
+    "smollm2-135m-embodied-r-memory": ("smollm2-135m", "smollm2-135m-embodied-r-memory"),
 }
 ADAPTER_ROOT = Path(__file__).resolve().parents[2] / "models"
 CACHE_ENV = "EMBODIED_R_MODEL_CACHE"
