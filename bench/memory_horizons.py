@@ -373,7 +373,7 @@ def plot(figs: Mapping[str, Any], path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(7, 4))
+    fig, ax = plt.subplots(figsize=(9, 4))
     x = np.arange(len(HORIZONS))
     labels = {"window": "window, reasoner", "memory": "memory, reasoner",
               "oracle": "memory, oracle", "window_oracle": "window, oracle",
@@ -397,7 +397,7 @@ def plot(figs: Mapping[str, Any], path: Path) -> None:
     ax.set_ylabel("% correct / % retrieved")
     ax.set_ylim(0, 105)
     ax.set_title("Memory questions by horizon (95 % bootstrap intervals)")
-    ax.legend(fontsize=7, loc="lower left")
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
