@@ -134,10 +134,11 @@ def test_the_memory_reader_goes_with_the_reasoning_model_it_was_trained_beside(
     """A layer that names another reasoning model drops the base's memory reader (the new
     model reads memory texts too) unless it names one; other changes keep it."""
     f = tmp_path / "robot.yaml"
-    f.write_text(f"base: offline\n{layer}\n")
-    reasoning = load_config(path=f).reasoning
+    f.write_text(f"base: offline\nmemory: {{enabled: true}}\n{layer}\n")
+    config = load_config(path=f)
+    reasoning = config.reasoning
     assert reasoning.memory_model == memory_model
-    reader = reasoning.memory_reader()
+    reader = config.memory_reader()
     assert (reader is None) == (memory_model is None)
     if reader is not None:
         assert reader.model == memory_model
@@ -145,6 +146,8 @@ def test_the_memory_reader_goes_with_the_reasoning_model_it_was_trained_beside(
             exclude={"model"})
     overridden = load_config("offline", overrides={"reasoning": {"model": {"model": "x"}}})
     assert overridden.reasoning.memory_model is None
+    off = load_config(path=f, overrides={"memory": {"enabled": False}})
+    assert off.reasoning.memory_model == memory_model and off.memory_reader() is None
 
 
 def test_unknown_profile_and_bad_files(tmp_path: Path) -> None:

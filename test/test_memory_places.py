@@ -116,10 +116,13 @@ def test_a_text_with_places_is_read_by_the_memory_reader_and_any_other_by_the_lm
     memory = memory_perception_text(TWO_VISITS, question)
     without = memory_perception_text(TWO_VISITS, question, layout="paper")
     assert has_places(memory) and not has_places(without)
-    reader = config.model_copy(update={"reasoning": config.reasoning.model_copy(
-        update={"memory_model": "tiny-qwen2"})}).reasoning.memory_reader()
+    named = config.model_copy(update={"reasoning": config.reasoning.model_copy(
+        update={"memory_model": "tiny-qwen2"})})
+    assert named.memory_reader() is None  # the memory is off: no text for it to read
+    reader = named.model_copy(update={"memory": named.memory.model_copy(
+        update={"enabled": True})}).memory_reader()
     assert reader is not None and reader.max_new_tokens == config.reasoning.model.max_new_tokens
-    assert config.reasoning.memory_reader() is None
+    assert config.memory_reader() is None
     lm = create_backend(config.reasoning.model, text_only=True)
     memory_lm = create_backend(reader, text_only=True)
     pipeline = EmbodiedR(config, lm=lm, memory_lm=memory_lm, load_models=False)

@@ -6,6 +6,7 @@ database, all over ROS topics, services and actions."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -30,10 +31,12 @@ from rclpy.parameter import Parameter  # noqa: E402
 from sensor_msgs.msg import Image  # noqa: E402
 
 from embodied_r_interfaces.srv import MemoryClear, MemoryStats, SpatialQuery  # noqa: E402
+from embodied_r_ros.core.backends.base import Health  # noqa: E402
 from embodied_r_ros.core.perception_text import has_places  # noqa: E402
 from embodied_r_ros.memory import SqliteMemoryStore  # noqa: E402
 from embodied_r_ros.nodes.conversions import stamp_to_sec  # noqa: E402
 from embodied_r_ros.nodes.frame_buffer import FrameBufferNode  # noqa: E402
+from embodied_r_ros.nodes.model_node import model_status  # noqa: E402
 from embodied_r_ros.nodes.perception_node import PerceptionNode  # noqa: E402
 from embodied_r_ros.nodes.query_server import QueryServerNode  # noqa: E402
 from embodied_r_ros.nodes.reasoning_node import ReasoningNode  # noqa: E402
@@ -150,6 +153,28 @@ def test_the_reasoning_node_gives_a_memory_text_to_its_memory_reader(
     assert window.success, window.error
     assert not has_places(window.perception) and pipeline.reader_for(window.perception) is \
         pipeline.lm
+    model, healthy, error = s.reasoning.backend_status()
+    assert (model, healthy, error) == (
+        f"{pipeline.lm.model_id}, {pipeline.memory_lm.model_id}", True, "")
+
+
+@dataclass
+class Reporting:
+    """A backend as far as a node's status reads one: its id and its last health."""
+
+    model_id: str
+    error: str = ""
+
+    def health(self) -> Health:
+        return Health(ok=not self.error, error=self.error)
+
+
+def test_a_node_serving_two_models_is_unhealthy_when_either_is() -> None:
+    lm, reader = Reporting("lm"), Reporting("reader", error="llama.cpp failed to load")
+    assert model_status(lm) == ("lm", True, "")
+    assert model_status(reader) == ("reader", False, "llama.cpp failed to load")
+    assert model_status(lm, reader) == ("lm, reader", False, "reader: llama.cpp failed to load")
+    assert model_status(lm, Reporting("reader")) == ("lm, reader", True, "")
 
 
 def test_the_perception_node_serves_the_memory_stats(

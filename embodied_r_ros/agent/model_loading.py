@@ -27,6 +27,6 @@ def describe_models(config: Config, *, perception: bool = True, reasoning: bool 
     if reasoning:
         lm = config.reasoning.model
         parts.append(f"LM {lm.model} ({lm.backend})")
-        if config.reasoning.memory_model is not None and config.memory.enabled:
-            parts.append(f"memory texts: LM {config.reasoning.memory_model} ({lm.backend})")
+        if (reader := config.memory_reader()) is not None:
+            parts.append(f"memory texts: LM {reader.model} ({reader.backend})")
     return "; ".join(parts)

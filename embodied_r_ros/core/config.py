@@ -200,12 +200,6 @@ class ReasoningConfig(StrictModel):
         "unset (null): reasoning.model reads them too")
     answer_mode: Literal["tag", "official"] = "tag"
 
-    def memory_reader(self) -> ModelConfig | None:
-        """The memory reader's settings: ``model``'s, naming ``memory_model``."""
-        if self.memory_model is None:
-            return None
-        return self.model.model_copy(update={"model": self.memory_model})
-
 
 class CacheConfig(StrictModel):
     """VLM replies per call (key frame, or key-frame pair): memory LRU in front of disk."""
@@ -265,6 +259,15 @@ class Config(StrictModel):
     prompts: str | None = Field(
         None, description="prompt templates file (default config/prompts.yaml)"
     )
+
+    def memory_reader(self) -> ModelConfig | None:
+        """The memory reader's settings (``reasoning.model``'s, naming
+        ``reasoning.memory_model``), or ``None`` where there is none to load: no reader
+        named, or the memory off (nothing else writes the texts it reads)."""
+        reasoning = self.reasoning
+        if reasoning.memory_model is None or not self.memory.enabled:
+            return None
+        return reasoning.model.model_copy(update={"model": reasoning.memory_model})
 
 
 def format_validation_error(err: ValidationError) -> str:

@@ -143,8 +143,7 @@ def create_models(
         vlm = create_backend(config.perception.vlm)
     if reasoning:
         lm = create_backend(config.reasoning.model, text_only=True)
-        memory_reader = config.reasoning.memory_reader()
-        if memory_reader is not None and config.memory.enabled:
+        if (memory_reader := config.memory_reader()) is not None:
             memory_lm = create_backend(memory_reader, text_only=True)
     return vlm, lm, memory_lm
 

@@ -276,8 +276,13 @@ class ModelNode(LifecycleNode):
         self._free()
 
 
-def model_status(backend: Any) -> tuple[str, bool, str]:
-    """``(model id, healthy, error)`` of a backend (its health check never raises)."""
-    health = backend.health()
-    return backend.model_id, health.ok, health.error
+def model_status(*backends: Any) -> tuple[str, bool, str]:
+    """``(model ids, healthy, error)`` of the backends a node serves, healthy where every one
+    is (their health checks never raise); with several, each id and error names its model."""
+    checks = [(b.model_id, b.health()) for b in backends]
+    if len(checks) == 1:
+        model, health = checks[0]
+        return model, health.ok, health.error
+    return (", ".join(model for model, _ in checks), all(h.ok for _, h in checks),
+            "; ".join(f"{model}: {h.error}" for model, h in checks if not h.ok))
 

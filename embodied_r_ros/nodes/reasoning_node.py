@@ -70,8 +70,11 @@ class ReasoningNode(ModelNode):
         return result
 
     def backend_status(self) -> tuple[str, bool, str]:
-        lm = self.pipeline.lm if self.pipeline is not None else None
-        return model_status(lm) if lm is not None else ("", False, "no LM loaded")
+        """The reasoning LM's status, and the memory reader's where one is loaded."""
+        pipeline = self.pipeline
+        if pipeline is None or pipeline.lm is None:
+            return "", False, "no LM loaded"
+        return model_status(*(b for b in (pipeline.lm, pipeline.memory_lm) if b is not None))
 
     def close(self) -> None:
         self._server.destroy()
