@@ -4,6 +4,7 @@ models, SmolLM2 converted from its GGUF file, and the small training dataset."""
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -70,6 +71,24 @@ def dataset(tmp_path_factory: pytest.TempPathFactory) -> Path:
     from bagdata import built_dataset
 
     return built_dataset(tmp_path_factory.mktemp("dataset"))
+
+
+@pytest.fixture(scope="session")
+def long_world_rows(_model_cache_env: Path) -> list[dict[str, Any]]:
+    """The training rows of seed 5's small long world (a three-minute, two-room world no
+    training split uses), replayed through the memory once per run: parallel workers share
+    the build as they share the models (about 30 core-seconds each time)."""
+    from embodied_r_training.long_rows import make_world, world_rows
+
+    from embodied_r_ros.core.backends.offline import build_once
+
+    def build(tmp: Path) -> None:
+        rows = world_rows(make_world(5, tmp / "world", small=True), "long-seed5", tmp)
+        (tmp / "rows.json").write_text(json.dumps(rows))
+
+    dest = _model_cache_env.parent / "long-seed5-small"
+    build_once(dest, lambda: (dest / "rows.json").is_file(), build)
+    return json.loads((dest / "rows.json").read_text())
 
 
 def _tiny_config(name: str, **overrides: Any) -> ModelConfig:

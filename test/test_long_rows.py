@@ -3,6 +3,7 @@ splits by world, and the cold-start think texts of memory questions."""
 
 from __future__ import annotations
 
+import copy
 import json
 from pathlib import Path
 
@@ -14,17 +15,16 @@ from embodied_r_training.data.long_rationales import answer_lines
 from embodied_r_training.data.oracle import perception_of
 from embodied_r_training.data.rationales import rationale
 from embodied_r_training.evaluation.scoring import baseline_completions
-from embodied_r_training.long_rows import make_world, world_rows, write_sets
+from embodied_r_training.long_rows import write_sets
 
 from embodied_r_ros.core.reasoning import parse_options
 from embodied_r_ros.core.rewards import prompt_text
 
 
 @pytest.fixture(scope="module")
-def rows(tmp_path_factory: pytest.TempPathFactory) -> list[dict]:
-    work = tmp_path_factory.mktemp("long-rows")
-    world = make_world(5, work / "world", small=True)
-    return world_rows(world, "long-seed5", work)
+def rows(long_world_rows: list[dict]) -> list[dict]:
+    """The session's rows, copied: a test here may change its rows."""
+    return copy.deepcopy(long_world_rows)
 
 
 def test_every_question_gives_a_memory_row_and_a_window_row(rows: list[dict]) -> None:

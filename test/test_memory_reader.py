@@ -32,15 +32,11 @@ def test_the_memory_reader_ships_small_with_its_card() -> None:
 
 
 @pytest.fixture(scope="module")
-def questions(tmp_path_factory: pytest.TempPathFactory) -> list[dict]:
-    """Memory rows of a long world no training split uses (seed 5's three-minute, two-room
-    world): its first four direction and four distance questions, the kinds the memory
-    reader steps from a places line (about 5,000 characters of text each)."""
-    from embodied_r_training.long_rows import make_world, world_rows
-
-    work = tmp_path_factory.mktemp("memory-reader")
-    rows = world_rows(make_world(5, work / "world", small=True), "long-seed5", work)
-    memory = [r for r in rows if r["text_source"] == "memory"]
+def questions(long_world_rows: list[dict]) -> list[dict]:
+    """Memory rows of a long world no training split uses (seed 5's small world): its first
+    four direction and four distance questions, the kinds the memory reader steps from a
+    places line (about 5,000 characters of text each)."""
+    memory = [r for r in long_world_rows if r["text_source"] == "memory"]
     return [r for kind in ("object_direction", "object_distance")
             for r in [r for r in memory if r["category"] == kind][:4]]
 
