@@ -34,9 +34,16 @@ def test_the_memory_reader_ships_small_with_its_card() -> None:
 @pytest.fixture(scope="module")
 def questions(long_world_rows: list[dict]) -> list[dict]:
     """Memory rows of a long world no training split uses (seed 5's small world): its first
-    four direction and four distance questions, the kinds the memory reader steps from a
-    places line (about 5,000 characters of text each)."""
-    memory = [r for r in long_world_rows if r["text_source"] == "memory"]
+    four direction and four distance questions whose text decides them (the rule reader of
+    the text reaches the solution, as for the rows it trained on: a places line guessed
+    wrongly from one view tests the perception, not the reader), the kinds the memory reader
+    steps from a places line (about 5,000 characters of text each)."""
+    from embodied_r_training.data.long_oracle import solve_text
+
+    from embodied_r_ros.core.rewards import prompt_text
+
+    memory = [r for r in long_world_rows if r["text_source"] == "memory"
+              and solve_text(r["category"], prompt_text(r["prompt"])).letter == r["solution"]]
     return [r for kind in ("object_direction", "object_distance")
             for r in [r for r in memory if r["category"] == kind][:4]]
 
