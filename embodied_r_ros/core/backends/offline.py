@@ -45,7 +45,7 @@ OFFLINE_MODELS: dict[str, str] = {
     "smollm2-135m-embodied-r-reference": "smollm2-135m + the shipped consistency reference: the "
     "recipe's SFT checkpoint, frozen, which names the option a think text concludes",
     "smollm2-135m-embodied-r-memory": "smollm2-135m + the shipped memory reader: the shipped "
-    "adapter fine-tuned on long worlds' memory texts with short-clip rehearsal",
+    "adapter fine-tuned on long worlds' memory texts, first with short-clip rehearsal, then alone",
 }
 #: the shipped LoRA adapters (PEFT directories inside the package) and the model each adapts
 ADAPTERS: dict[str, tuple[str, str]] = {
