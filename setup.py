@@ -24,13 +24,10 @@ setup(
     description="Embodied-R spatial reasoning for ROS 2 and its GRPO trainer",
     packages=[
         *find_packages(include=[PACKAGE, f"{PACKAGE}.*"]),
-        # the training/ folder installs as the package embodied_r_training
-        *(
-            "embodied_r_training" + name[len("training") :]
-            for name in find_packages(include=["training", "training.*"])
-        ),
+        # training/embodied_r_training: the trainer, beside the robot's package
+        *find_packages(where="training", include=["embodied_r_training", "embodied_r_training.*"]),
     ],
-    package_dir={"embodied_r_training": "training"},
+    package_dir={"embodied_r_training": "training/embodied_r_training"},
     package_data={
         # config/ is reached from inside the package (embodied_r_ros/config is a link to it), so
         # profiles, prompts and the Fast DDS profile travel with every install: wheel, colcon, -e

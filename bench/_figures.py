@@ -4,6 +4,9 @@ A figures file says what was run (the command line, every setting) and on what (
 average, Python), so a reader can rerun it and judge how comparable two files are.
 ``make bench`` writes each benchmark's file to ``results/bench/<name>.json``
 (``bench/run_all.py``); a benchmark run by hand writes one only when given ``--json``.
+
+Importing this module puts the checkout's root on the path: the lab (``lab/``: the long world,
+benchmark replays) is never installed, and the benchmarks that use it import it from there.
 """
 
 from __future__ import annotations
@@ -18,7 +21,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-RESULTS = Path(__file__).resolve().parents[1] / "results" / "bench"
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "results" / "bench"
+if str(ROOT) not in sys.path:
+    sys.path.append(str(ROOT))
 
 
 def add_json_option(parser: argparse.ArgumentParser) -> None:

@@ -162,12 +162,8 @@ def grpo_command(python: str, mode: str, out: Path, extra: Sequence[str] = ()) -
 def _env(python: str) -> dict[str, str]:
     """The project on the path of another interpreter (the vLLM environment)."""
     env = dict(os.environ)
-    shim = REPO / ".pyshim"
-    shim.mkdir(exist_ok=True)
-    link = shim / "embodied_r_training"
-    if not link.exists():
-        link.symlink_to(REPO / "training")
-    env["PYTHONPATH"] = os.pathsep.join([str(shim), str(REPO), env.get("PYTHONPATH", "")])
+    env["PYTHONPATH"] = os.pathsep.join([str(REPO), str(REPO / "training"),
+                                         env.get("PYTHONPATH", "")])
     env.setdefault("HF_HUB_OFFLINE", "1")
     return env
 

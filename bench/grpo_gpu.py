@@ -3,11 +3,13 @@ arguments and precision route: optimizer steps per minute, and whether the weigh
 
 A random-initialised ``Qwen2ForCausalLM`` with Qwen2.5-3B's shape (hidden 2048, 36 layers, 16
 heads, 2 KV heads, intermediate 11008, vocabulary 151936) is trained with TRL's ``GRPOTrainer``
-on the arguments ``training/configs/paper.yaml`` gives (``grpo_kwargs``: group size 8, 32
+on the arguments ``training/embodied_r_training/configs/paper.yaml`` gives (``grpo_kwargs``:
+group size 8, 32
 completions per optimizer step as 8 per micro-step x 4 accumulation steps, lr 5e-7, AdamW with
 ms-swift's weight decay 0.1 / beta2 0.95, KL beta 0.001 so a frozen bf16 reference runs too,
 full fine-tuning with activation checkpointing), loaded as the recipe loads it: fp32 master
-weights, bf16 autocast (``training/precision.py``). For the check the learning rate is held at
+weights, bf16 autocast (``training/embodied_r_training/rl/precision.py``). For the check the
+learning rate is held at
 5e-7 from the first step (no warmup). Prompts and completions are shorter than the paper's
 6144 / 2048 tokens so that a few steps fit a short device slot; both are options. Random weights
 never stop early, so every completion runs to its length limit (a worst case for generation).
@@ -40,14 +42,14 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from embodied_r_training.recipe import TrainConfig, load_train_config
-from embodied_r_training.rl.grpo import grpo_kwargs
-from embodied_r_training.rl.policy import load_base, policy_precision
 from transformers import Qwen2Config, Qwen2ForCausalLM, TrainerCallback
 
 from embodied_r_ros.core.backends.offline import build_tokenizer
 from embodied_r_ros.core.reasoning import build_messages, format_question
 from embodied_r_ros.core.rewards import accuracy_reward, completion_text, format_reward
+from embodied_r_training.recipe import TrainConfig, load_train_config
+from embodied_r_training.rl.grpo import grpo_kwargs
+from embodied_r_training.rl.policy import load_base, policy_precision
 
 QWEN25_3B = {
     "hidden_size": 2048,

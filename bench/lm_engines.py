@@ -65,10 +65,9 @@ DEFAULT_DATA = Path("~/.cache/embodied_r/bench-lm").expanduser()
 
 def demo_rows(data: Path) -> list[dict]:
     """The demo's 30 rows, built once into ``data/demo`` by the offline pipeline."""
+    from embodied_r_ros.sim.generate import ensure_sample
     from embodied_r_training.data.builders import build_from_bag, perception_config
     from embodied_r_training.data.splits import SplitOptions
-
-    from embodied_r_ros.sim.generate import ensure_sample
 
     demo = data / "demo"
     if not (demo / "data.jsonl").is_file():
@@ -317,10 +316,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         Path(args.out).write_text(json.dumps(run_engine(args)))
         return 0
 
-    from embodied_r_training.data.dataset_files import first_per_category
-
     from embodied_r_ros.core.backends.offline import ensure_offline_model
     from embodied_r_ros.core.intervals import bootstrap_ci
+    from embodied_r_training.data.dataset_files import first_per_category
 
     if args.from_json:
         results = engines_of(json.loads(args.from_json.read_text()), args.run)

@@ -1,6 +1,6 @@
 """Long-horizon memory questions by horizon: the window alone, the memory, and the text's ceiling.
 
-A long world (``embodied-r world --long``: rooms off a corridor, 30 minutes of tour, questions
+A long world (``python -m lab.long_world``: rooms off a corridor, 30 minutes of tour, questions
 asked along it, each labelled ``short`` < 2 min, ``medium`` 2-15 min or ``long`` > 15 min by how
 far back it reaches) is played in time order through what the robot runs: the frame buffer's
 store (:class:`~embodied_r_ros.agent.frame_store.FrameStore`: key frames, odometry) and the
@@ -12,7 +12,7 @@ when the tour reaches its ask time (``now`` = ``t_ask``) in three ways:
   window (``window_sec`` 0: the whole buffer, 300 s), read by the shipped reasoner;
 - **memory**: the key frames :class:`~embodied_r_ros.memory.Retriever` selects from the whole
   memory, written by :meth:`Selection.text`, read by the shipped reasoner;
-- **oracle**: the same memory text read by :mod:`embodied_r_training.data.long_oracle` (rules,
+- **oracle**: the same memory text read by :mod:`lab.long_world.oracle` (rules,
   no ground truth): what the text allows at best. The oracle also reads the window text, for
   the window's ceiling.
 
@@ -23,7 +23,7 @@ reader also reads the window's text (**window_memory_reader**), so that the memo
 of the gain is measured apart from the reader's.
 
 Questions are generated only where the text can decide them
-(:mod:`embodied_r_ros.sim.long_questions`: no shared colour left untold apart, no answer
+(:mod:`lab.long_world.questions`: no shared colour left untold apart, no answer
 within the text's rounding of a boundary, the route back as the first turn towards where the
 object was last seen); the candidates skipped, by category and reason, are reported with the
 figures (``skipped``).
@@ -54,15 +54,15 @@ from typing import Any
 
 import numpy as np
 from _figures import add_json_option, write_figures
-from embodied_r_training.data.long_oracle import solve_text
 
-from embodied_r_ros.agent.replay import TourRobot, world_questions
 from embodied_r_ros.core.config import load_config
 from embodied_r_ros.core.intervals import bootstrap_ci, paired_difference
 from embodied_r_ros.core.pipeline import EmbodiedR, QueryError
 from embodied_r_ros.core.reasoning import format_question
 from embodied_r_ros.memory import Retriever, SqliteMemoryStore
 from embodied_r_ros.memory.factory import retriever_for
+from lab.long_world.oracle import solve_text
+from lab.replay import TourRobot, world_questions
 
 log = logging.getLogger("memory_horizons")
 
@@ -100,8 +100,8 @@ class Answered:
 def generate(seed: int, minutes: float, out: Path, small: bool = False) -> Path:
     """A long world with a compressed bag and no video, as the CLI writes it (``small``: the
     tests' three minutes with two rooms)."""
-    from embodied_r_ros.sim.long_generate import generate_long_world
-    from embodied_r_ros.sim.long_world import LONG_SPEC, SMALL_LONG_SPEC, LongWorldSpec
+    from lab.long_world.generate import generate_long_world
+    from lab.long_world.world import LONG_SPEC, SMALL_LONG_SPEC, LongWorldSpec
 
     base = SMALL_LONG_SPEC.to_dict() if small else {**LONG_SPEC.to_dict(),
                                                      "duration_s": minutes * 60.0}

@@ -40,9 +40,9 @@ from _figures import add_json_option, write_figures
 from embodied_r_ros.core.poses import Pose
 from embodied_r_ros.memory import MemoryRecorder, MemoryRow, MemoryStore, Retriever
 from embodied_r_ros.memory.embedder import TextEmbedder, load_embedder
-from embodied_r_ros.memory.pg_local import TemporaryPostgres, unavailable_reason
 from embodied_r_ros.memory.recorder import thumbnail
 from embodied_r_ros.memory.sqlite_store import SqliteMemoryStore
+from lab.pg_local import TemporaryPostgres, unavailable_reason
 
 INGEST_BOUND = 0.02  # core-seconds a second at one key frame a second
 P50_BOUNDS = {1.0: 0.100, 10.0: 0.300}  # seconds, by hours of memory

@@ -78,9 +78,8 @@ def long_world_rows(_model_cache_env: Path) -> list[dict[str, Any]]:
     """The training rows of seed 5's small long world (a three-minute, two-room world no
     training split uses), replayed through the memory once per run: parallel workers share
     the build as they share the models (about 30 core-seconds each time)."""
-    from embodied_r_training.long_rows import make_world, world_rows
-
     from embodied_r_ros.core.backends.offline import build_once
+    from lab.long_world.rows import make_world, world_rows
 
     def build(tmp: Path) -> None:
         rows = world_rows(make_world(5, tmp / "world", small=True), "long-seed5", tmp)

@@ -9,11 +9,11 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from embodied_r_training.cli import main
 
 from embodied_r_ros.core.poses import Pose, heading_deg, quadrant, wrap_deg
 from embodied_r_ros.sim.generate import generate_world
 from embodied_r_ros.sim.world import EPOCH_NS, World, WorldSpec, build_world
+from embodied_r_training.cli import main
 
 SPEC = WorldSpec(seed=31, frames=300, width=160, height=120)  # 30 s at 10 Hz
 SPEC_START_NS = EPOCH_NS

@@ -3,9 +3,10 @@ imports point one way, from the top of each layer cake down:
 
 * ``embodied_r_ros``: ``core`` < ``agent`` (the ROS-free runtime) < ``nodes``; ``sim``,
   ``serving`` and ``memory`` stand on the core alone; none of them uses the training package;
-* ``embodied_r_training``: ``data`` < ``rl`` < ``evaluation`` < the CLI, the export, the long
-  world's rows (they replay a world through the runtime) and the training demo on top;
-  ``recipe`` and ``plots`` are leaves every layer may use.
+* ``embodied_r_training``: ``data`` < ``rl`` < ``evaluation`` < the CLI, the export and the
+  training demo on top; ``recipe`` and ``plots`` are leaves every layer may use;
+* ``lab`` (experiments, benchmark replays, the long world; never installed) stands on both
+  installed packages, and nothing installed imports it.
 """
 
 from __future__ import annotations
@@ -24,24 +25,28 @@ ROS_ROOTS = {"rclpy", "rosidl_runtime_py", "sensor_msgs", "nav_msgs", "embodied_
 CORE_DIR = Path(core.__file__).parent
 PACKAGE_DIR = CORE_DIR.parent  # embodied_r_ros
 TRAINING = "embodied_r_training"
-TRAINING_DIR = PACKAGE_DIR.parent / "training"  # installs as the package embodied_r_training
-TRAINING_TOP = (f"{TRAINING}.cli", f"{TRAINING}.export", f"{TRAINING}.train_demo",
-                f"{TRAINING}.long_rows")
+TRAINING_DIR = PACKAGE_DIR.parent / "training" / TRAINING
+TRAINING_TOP = (f"{TRAINING}.cli", f"{TRAINING}.export", f"{TRAINING}.train_demo")
+LAB = "lab"
 #: package -> the packages it must not import (the one-way rule)
 FORBIDDEN = {
     "embodied_r_ros.core": ("embodied_r_ros.agent", "embodied_r_ros.nodes", "embodied_r_ros.sim",
-                            "embodied_r_ros.serving", "embodied_r_ros.memory", TRAINING),
-    "embodied_r_ros.agent": ("embodied_r_ros.nodes", "embodied_r_ros.sim", TRAINING),
-    "embodied_r_ros.nodes": ("embodied_r_ros.sim", TRAINING),
-    "embodied_r_ros.sim": ("embodied_r_ros.agent", "embodied_r_ros.nodes", TRAINING),
-    "embodied_r_ros.serving": ("embodied_r_ros.agent", "embodied_r_ros.nodes", TRAINING),
+                            "embodied_r_ros.serving", "embodied_r_ros.memory", TRAINING, LAB),
+    "embodied_r_ros.agent": ("embodied_r_ros.nodes", "embodied_r_ros.sim", TRAINING, LAB),
+    "embodied_r_ros.nodes": ("embodied_r_ros.sim", TRAINING, LAB),
+    "embodied_r_ros.sim": ("embodied_r_ros.agent", "embodied_r_ros.nodes", TRAINING, LAB),
+    "embodied_r_ros.serving": ("embodied_r_ros.agent", "embodied_r_ros.nodes", TRAINING, LAB),
     "embodied_r_ros.memory": ("embodied_r_ros.agent", "embodied_r_ros.nodes", "embodied_r_ros.sim",
-                              "embodied_r_ros.serving", TRAINING),
+                              "embodied_r_ros.serving", TRAINING, LAB),
+    # the package's top (CLI, demo, player, client) and every other subpackage
+    "embodied_r_ros": (TRAINING, LAB),
     f"{TRAINING}.data": (f"{TRAINING}.rl", f"{TRAINING}.evaluation", *TRAINING_TOP,
-                         "embodied_r_ros.nodes", "embodied_r_ros.agent"),
+                         "embodied_r_ros.nodes", "embodied_r_ros.agent", LAB),
     f"{TRAINING}.rl": (f"{TRAINING}.evaluation", *TRAINING_TOP, "embodied_r_ros.nodes",
-                       "embodied_r_ros.agent"),
-    f"{TRAINING}.evaluation": (*TRAINING_TOP, "embodied_r_ros.nodes", "embodied_r_ros.agent"),
+                       "embodied_r_ros.agent", LAB),
+    f"{TRAINING}.evaluation": (*TRAINING_TOP, "embodied_r_ros.nodes", "embodied_r_ros.agent",
+                               LAB),
+    TRAINING: (LAB,),
 }
 #: packages whose modules never import ROS
 ROS_FREE = ("embodied_r_ros.core", "embodied_r_ros.agent", "embodied_r_ros.sim",
@@ -167,4 +172,32 @@ def test_importing_the_nodes_and_the_simulator_loads_no_training() -> None:
         "sys.exit(1 if bad else 0)\n"
     )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_nothing_installed_loads_the_lab() -> None:
+    """The lab sits beside the packages in the checkout, so it would import: loading every
+    installed module (both packages, the nodes included where ROS is) must not load it."""
+    import embodied_r_ros
+    import embodied_r_training
+
+    skip = ("vllm_backend",)  # optional extra, not installed in CI
+    names = [m.name for pkg in (embodied_r_ros, embodied_r_training)
+             for m in pkgutil.walk_packages(pkg.__path__, prefix=pkg.__name__ + ".")
+             if not m.name.endswith(skip) and not m.name.endswith("__main__")]
+    assert len(names) >= 100
+    code = (
+        "import importlib, sys\n"
+        f"for n in {names!r}:\n"
+        "    try: importlib.import_module(n)\n"
+        "    except ImportError as e:\n"
+        "        if \"'lab\" in str(e): raise\n"
+        f"bad = sorted(m for m in sys.modules if m.split('.')[0] == {LAB!r})\n"
+        "print('loaded:', bad)\n"
+        "sys.exit(1 if bad else 0)\n"
+    )
+    root = PACKAGE_DIR.parent
+    assert (root / LAB).is_dir()
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          cwd=root)
     assert proc.returncode == 0, proc.stdout + proc.stderr

@@ -7,14 +7,14 @@ from pathlib import Path
 
 import pytest
 import torch
-from embodied_r_training.cli import main
-from embodied_r_training.rl.policy import local_model
 from peft import LoraConfig, PeftModel, get_peft_model
 from safetensors.torch import load_file
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from embodied_r_ros.core.backends import create_backend, resolve_model
 from embodied_r_ros.core.config import ModelConfig, load_config
+from embodied_r_training.cli import main
+from embodied_r_training.rl.policy import local_model
 
 
 def _lora_run(root: Path, base: str) -> Path:

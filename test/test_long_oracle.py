@@ -4,17 +4,17 @@ motions and bearings, told apart by when they were seen, and what the text canno
 from __future__ import annotations
 
 import pytest
-from embodied_r_training.data.long_oracle import (
-    references,
-    solve_text,
-    window_s,
-)
 from memory_rows import TWO_VISITS
 
 from embodied_r_ros.core.perception_text import parse_perception
 from embodied_r_ros.core.reasoning import format_question
 from embodied_r_ros.memory import memory_perception_text
 from embodied_r_ros.memory.places import ObjectMap
+from lab.long_world.oracle import (
+    references,
+    solve_text,
+    window_s,
+)
 
 
 def _text(question: str, options: list[str]) -> str:

@@ -8,17 +8,17 @@ import json
 from pathlib import Path
 
 import pytest
-from embodied_r_training.data import long_oracle
-from embodied_r_training.data.dataset_files import load_rows
-from embodied_r_training.data.long_oracle import solve_text
-from embodied_r_training.data.long_rationales import answer_lines
-from embodied_r_training.data.oracle import perception_of
-from embodied_r_training.data.rationales import rationale
-from embodied_r_training.evaluation.scoring import baseline_completions
-from embodied_r_training.long_rows import write_sets
 
 from embodied_r_ros.core.reasoning import parse_options
 from embodied_r_ros.core.rewards import prompt_text
+from lab.long_world import oracle as long_oracle
+from embodied_r_training.data.dataset_files import load_rows
+from embodied_r_training.data.oracle import perception_of
+from embodied_r_training.data.rationales import rationale
+from embodied_r_training.evaluation.scoring import baseline_completions
+from lab.long_world.oracle import solve_text
+from lab.long_world.rationales import answer_lines
+from lab.long_world.rows import write_sets
 
 
 @pytest.fixture(scope="module")

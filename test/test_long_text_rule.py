@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from embodied_r_training.data.long_oracle import solve_text
 from memory_rows import odometry_row as _row
 
 from embodied_r_ros.core.perception_text import parse_perception
@@ -16,7 +15,11 @@ from embodied_r_ros.memory import memory_perception_text
 from embodied_r_ros.memory.places import ObjectMap
 from embodied_r_ros.sim.camera import PinholeCamera
 from embodied_r_ros.sim.floor_plan import make_floor_plan
-from embodied_r_ros.sim.long_question_rules import (
+from embodied_r_ros.sim.scene import SceneObject
+from embodied_r_ros.sim.trajectory import Trajectory
+from embodied_r_ros.sim.visibility import Visibility
+from lab.long_world.oracle import solve_text
+from lab.long_world.question_rules import (
     AGE_BANDS,
     AGE_MARGIN,
     DISTANCE_BANDS,
@@ -25,17 +28,14 @@ from embodied_r_ros.sim.long_question_rules import (
     first_turn,
     nearest_turn,
 )
-from embodied_r_ros.sim.long_questions import (
+from lab.long_world.questions import (
     CATEGORIES,
     SHARED_COLOUR,
     TIME_REF_SLACK_MIN,
     generate_long_questions,
 )
-from embodied_r_ros.sim.long_world import LongWorld, LongWorldSpec
-from embodied_r_ros.sim.scene import SceneObject
-from embodied_r_ros.sim.sightings import Sightings
-from embodied_r_ros.sim.trajectory import Trajectory
-from embodied_r_ros.sim.visibility import Visibility
+from lab.long_world.sightings import Sightings
+from lab.long_world.world import LongWorld, LongWorldSpec
 
 ALL = {c: 5000 for c in CATEGORIES}
 BOX, SPHERE, BALL = range(3)

@@ -27,8 +27,8 @@ from embodied_r_ros.memory.errors import (
     READ_ONLY,
     WRITER_BUSY,
 )
-from embodied_r_ros.memory.pg_local import TemporaryPostgres, unavailable_reason
 from embodied_r_ros.memory.sqlite_store import SqliteMemoryStore
+from lab.pg_local import TemporaryPostgres, unavailable_reason
 
 REPO = Path(__file__).resolve().parents[1]
 #: opens a store: (writable, robot, max_mb) -> store

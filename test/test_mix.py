@@ -8,13 +8,13 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+from worlddata import built_world_rows
+
+from embodied_r_ros.core.reasoning import parse_options
 from embodied_r_training.cli import main
 from embodied_r_training.data.dataset_files import load_manifest, load_rows, write_table
 from embodied_r_training.data.rationales import rationale
 from embodied_r_training.data.splits import Splits
-from worlddata import built_world_rows
-
-from embodied_r_ros.core.reasoning import parse_options
 
 
 @pytest.fixture(scope="module")

@@ -10,15 +10,15 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-from embodied_r_training.cli import main
-from embodied_r_training.data.dataset_files import load_rows
-from embodied_r_training.data.importers import official_question_block, urbanvideo_samples
-from embodied_r_training.data.splits import make_splits
 from media import pan_frames, write_video
 from scripted import ScriptedVLM
 
 from embodied_r_ros.core.config import ModelConfig, PerceptionConfig
 from embodied_r_ros.core.perception import Perceiver, parse_reply, parse_reply_official
+from embodied_r_training.cli import main
+from embodied_r_training.data.dataset_files import load_rows
+from embodied_r_training.data.importers import official_question_block, urbanvideo_samples
+from embodied_r_training.data.splits import make_splits
 
 # (reply, official action, official view) as split_points of VLM_perception_*.py gives them
 OFFICIAL = [

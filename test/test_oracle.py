@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import pytest
-from embodied_r_training.data.oracle import perception_of, progress_step, solve
 from worlddata import built_world_rows
 
 from embodied_r_ros.core.perception import FrameDescription
 from embodied_r_ros.core.perception_text import assemble, parse_perception
 from embodied_r_ros.core.reasoning import build_messages, format_question
+from embodied_r_training.data.oracle import perception_of, progress_step, solve
 
 
 def _row(frames: list[tuple[str | None, str]], question: str, options: list[str],

@@ -21,7 +21,6 @@ from ros_helpers import DISCOVERY_SEC, AllInOne, require_ros, result_of, ros_con
 
 require_ros()
 
-from embodied_r_training.cli import main  # noqa: E402
 from rclpy.parameter import Parameter  # noqa: E402
 from std_msgs.msg import String  # noqa: E402
 
@@ -29,6 +28,7 @@ from embodied_r_ros.core.perception_text import written_age  # noqa: E402
 from embodied_r_ros.ros_player import BagPlayer  # noqa: E402
 from embodied_r_ros.sim.generate import generate_world  # noqa: E402
 from embodied_r_ros.sim.world import EPOCH_NS, WorldSpec  # noqa: E402
+from embodied_r_training.cli import main  # noqa: E402
 
 SEED = 23
 FRAMES = 220  # 22 s at 10 Hz
@@ -168,11 +168,11 @@ def test_from_a_recording_to_a_trained_reasoner_answering_on_the_robot(
     under /mine) answers with the export."""
     import torch
     from doc_recipes import recipes, run
-    from embodied_r_training.rl.policy import local_model
     from safetensors.torch import load_file
 
     from embodied_r_interfaces.action import Reason
     from embodied_r_ros.core.reasoning import parse_reasoning
+    from embodied_r_training.rl.policy import local_model
 
     train_config = tmp_path / "train.yaml"  # the tiny model, one step each, on four rows
     train_config.write_text("base: cpu-tiny\ndata: {max_rows: 4}\nsft: {max_steps: 1}\n"

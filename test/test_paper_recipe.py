@@ -11,6 +11,10 @@ from pathlib import Path
 
 import pytest
 from bagdata import built_dataset
+from test_training_grpo import _const, _dense
+from transformers import AutoTokenizer
+
+from embodied_r_ros.core.config import ConfigError
 from embodied_r_training.data.dataset_files import load_rows
 from embodied_r_training.data.prompt_budget import (
     chat_text,
@@ -21,10 +25,6 @@ from embodied_r_training.data.prompt_budget import (
 from embodied_r_training.recipe import load_train_config
 from embodied_r_training.rl.grpo import NamedReward, grpo_kwargs, run_grpo
 from embodied_r_training.rl.policy import local_model
-from test_training_grpo import _const, _dense
-from transformers import AutoTokenizer
-
-from embodied_r_ros.core.config import ConfigError
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -161,10 +161,11 @@ def test_a_killed_stage_resumes_in_that_stage(dataset: Path, tmp_path: Path,
 def test_trl_is_used_through_its_public_api_within_a_tested_bound() -> None:
     from importlib.metadata import version
 
-    import embodied_r_training.rl.grpo as grpo
-    import embodied_r_training.rl.schedule as schedule
     from packaging.requirements import Requirement
     from packaging.version import Version
+
+    import embodied_r_training.rl.grpo as grpo
+    import embodied_r_training.rl.schedule as schedule
 
     setup = (ROOT / "setup.py").read_text()
     spec = Requirement(re.search(r'"(trl[^"]*)"', setup).group(1)).specifier

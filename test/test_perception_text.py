@@ -4,7 +4,6 @@ oracle and the rationales use, and the geometry they share agrees at its boundar
 from __future__ import annotations
 
 import pytest
-from embodied_r_training.data import oracle
 
 from embodied_r_ros.core import perception_text
 from embodied_r_ros.core.actions import Motion
@@ -22,6 +21,7 @@ from embodied_r_ros.core.poses import heading_deg, quadrant, wrap_deg
 from embodied_r_ros.core.reasoning import format_question
 from embodied_r_ros.sim import question_rules
 from embodied_r_ros.sim import questions as sim_questions
+from embodied_r_training.data import oracle
 
 REGIONS = [
     Region("red", "to the left", "small", 0.01, 25.4, 3.14),

@@ -7,13 +7,13 @@ from pathlib import Path
 
 import pytest
 import torch
+from transformers import AutoModelForCausalLM
+
+from embodied_r_ros.core.backends.transformers_backend import resolve_dtype
 from embodied_r_training.recipe import load_train_config
 from embodied_r_training.rl.grpo import grpo_kwargs
 from embodied_r_training.rl.policy import load_base, local_model, policy_precision
 from embodied_r_training.rl.precision import Precision, training_precision
-from transformers import AutoModelForCausalLM
-
-from embodied_r_ros.core.backends.transformers_backend import resolve_dtype
 
 
 def _step_changes(model: torch.nn.Module, autocast: torch.dtype | None, cfg_name: str) -> float:

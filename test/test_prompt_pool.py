@@ -8,6 +8,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
+from embodied_r_ros.core.config import ConfigError
+from embodied_r_ros.core.reasoning import parse_options
 from embodied_r_training.data.dataset_files import load_rows
 from embodied_r_training.recipe import load_train_config
 from embodied_r_training.rl.grpo import run_grpo
@@ -19,9 +22,6 @@ from embodied_r_training.rl.prompt_pool import (
     prompt_pool,
     select_pool,
 )
-
-from embodied_r_ros.core.config import ConfigError
-from embodied_r_ros.core.reasoning import parse_options
 
 
 def _reply(row: dict[str, Any], right: bool) -> str:

@@ -6,7 +6,6 @@ import re
 from pathlib import Path
 
 import pytest
-from embodied_r_training.data.rationales import completion, rationale
 from worlddata import built_world_rows
 
 from embodied_r_ros.core.backends.base import ChatBackend, Completion
@@ -20,6 +19,7 @@ from embodied_r_ros.core.reasoning import (
     parse_reasoning,
 )
 from embodied_r_ros.core.rewards import correct
+from embodied_r_training.data.rationales import completion, rationale
 
 FORMAT = re.compile(r"^<think>.*?</think>\s*<answer>.*?</answer>$", re.DOTALL)
 NOTHING = "no distinctly coloured object in view."
@@ -199,10 +199,9 @@ def test_sft_teaches_the_reference_task_on_a_share_of_the_gold_rationales(
 ) -> None:
     """``sft.reference_share``: extra rows that show the reference prompt (the question and a
     gold think text, nothing of the video) and answer with the solution's letter alone."""
+    from embodied_r_ros.core.prompts import default_prompts
     from embodied_r_training.recipe import SFTSettings
     from embodied_r_training.rl.sft import sft_rows
-
-    from embodied_r_ros.core.prompts import default_prompts
 
     rows = list(built_rows)
     plain = sft_rows(rows, SFTSettings(targets="rationale"))

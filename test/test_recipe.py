@@ -9,16 +9,16 @@ from typing import Any
 
 import pytest
 import torch
+
+from embodied_r_ros.core.config import ConfigError
+from embodied_r_ros.core.reasoning import extract_think
+from embodied_r_ros.core.rewards import completion_text
 from embodied_r_training.cli import main
 from embodied_r_training.evaluation.evaluate import EvalError, evaluate_models
 from embodied_r_training.recipe import load_train_config
 from embodied_r_training.rl.grpo import NamedReward, run_grpo
 from embodied_r_training.rl.sft import run_sft
 from embodied_r_training.train_demo import ABLATION, SHIPPED, evaluate_demo, export_adapter
-
-from embodied_r_ros.core.config import ConfigError
-from embodied_r_ros.core.reasoning import extract_think
-from embodied_r_ros.core.rewards import completion_text
 
 #: the shipped recipe's shape at test size (the consistency reward inside a GRPO step, with a
 #: policy that writes the format, is tested from the shipped reasoner: test_shipped_reasoner.py)

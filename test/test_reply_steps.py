@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import pytest
-from embodied_r_training.data.rationales import rationale
-from embodied_r_training.evaluation.steps import Steps, reply_steps, summarise
 from test_rationales import APPEARANCE
+
+from embodied_r_training.data.rationales import rationale
+from lab.analysis.steps import Steps, reply_steps, summarise
 
 GOLD = rationale(APPEARANCE)
 WALK = "Frame 0: red. Frame 1: green. Frame 2: blue."

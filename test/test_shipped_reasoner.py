@@ -146,10 +146,11 @@ def test_a_grpo_step_from_it_asks_a_real_tiny_reference(
 ) -> None:
     """The consistency reward inside a real GRPO step: a policy that writes the format (the
     shipped reasoner, a fresh LoRA on it) and a real tiny reference model, recorded."""
+    from test_rewards import Recording
+
     from embodied_r_training.data.prompt_budget import dataset_layout
     from embodied_r_training.recipe import load_train_config
     from embodied_r_training.rl.grpo import paper_rewards, run_grpo
-    from test_rewards import Recording
 
     data_dir, rows = world
     chosen = next(r for r, text in zip(rows, replies, strict=True)

@@ -12,7 +12,7 @@ from embodied_r_ros.core.config import KeyframeConfig
 from embodied_r_ros.core.keyframes import KeyframeExtractor
 from embodied_r_ros.core.poses import Pose
 from embodied_r_ros.sim.trajectory import apply_action
-from embodied_r_ros.sim.true_overlap import true_homography_overlap, true_overlap
+from lab.true_overlap import true_homography_overlap, true_overlap
 
 BAND = 0.06  # tolerance around the 0.5 threshold: ORB corners are off by a pixel or two
 

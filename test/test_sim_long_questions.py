@@ -17,17 +17,17 @@ from embodied_r_ros.core.poses import Pose
 from embodied_r_ros.sim.camera import PinholeCamera
 from embodied_r_ros.sim.floor_plan import make_floor_plan
 from embodied_r_ros.sim.generate import WorldPaths
-from embodied_r_ros.sim.long_generate import generate_long_world
-from embodied_r_ros.sim.long_questions import CATEGORIES, generate_long_questions
-from embodied_r_ros.sim.long_render import LongRenderer
-from embodied_r_ros.sim.long_textures import make_atlases
-from embodied_r_ros.sim.long_world import SMALL_LONG_SPEC, LongWorld, LongWorldSpec
 from embodied_r_ros.sim.scene import SceneObject
-from embodied_r_ros.sim.sightings import Sightings
 from embodied_r_ros.sim.trajectory import Trajectory
 from embodied_r_ros.sim.visibility import Visibility
 from embodied_r_ros.sim.world import EPOCH_NS
-from embodied_r_ros.sim.world_command import main
+from lab.long_world.__main__ import main
+from lab.long_world.generate import generate_long_world
+from lab.long_world.questions import CATEGORIES, generate_long_questions
+from lab.long_world.render import LongRenderer
+from lab.long_world.sightings import Sightings
+from lab.long_world.textures import make_atlases
+from lab.long_world.world import SMALL_LONG_SPEC, LongWorld, LongWorldSpec
 
 ALL = {c: 5000 for c in CATEGORIES}  # every candidate
 QUESTIONS = 12 * len(CATEGORIES)
@@ -239,7 +239,7 @@ def test_answers_agree_with_the_manifest_geometry(small) -> None:
 
 
 def test_the_frames_named_as_evidence_show_the_object(small) -> None:
-    from embodied_r_ros.sim.long_world import build_long_world
+    from lab.long_world.world import build_long_world
 
     _, rows, _ = small
     world = build_long_world(SMALL_LONG_SPEC)
@@ -254,7 +254,7 @@ def test_the_frames_named_as_evidence_show_the_object(small) -> None:
 
 
 def test_the_bag_holds_every_frame_with_its_true_pose(small) -> None:
-    from embodied_r_ros.sim.long_world import build_long_world
+    from lab.long_world.world import build_long_world
 
     paths, _, _ = small
     world = build_long_world(SMALL_LONG_SPEC)
@@ -279,7 +279,7 @@ def test_the_bag_holds_every_frame_with_its_true_pose(small) -> None:
 
 def test_same_seed_same_bytes_through_the_command_line(small, tmp_path: Path, capsys) -> None:
     paths, _, _ = small
-    args = ["--long", "--seed", "7", "--minutes", "3", "--rooms", "2", "--objects", "9",
+    args = ["--seed", "7", "--minutes", "3", "--rooms", "2", "--objects", "9",
             "--questions", str(QUESTIONS), "--no-video", "--out", str(tmp_path)]
     assert main(args) == 0
     out = capsys.readouterr().out
@@ -289,11 +289,10 @@ def test_same_seed_same_bytes_through_the_command_line(small, tmp_path: Path, ca
 
 
 @pytest.mark.parametrize(("extra", "message"), [
-    (["--long", "--frames", "30"], "a --long world takes --minutes"),
-    (["--minutes", "3"], "--minutes needs --long"),
-    (["--long", "--rooms", "3"], "--rooms must be an even number from 2 to 12"),
-    (["--long", "--questions", "relative_direction=2"], "unknown question category"),
-    (["--long", "--minutes", "0.1"], "duration must be at least 10 s"),
+    (["--minutes", "x"], "--minutes must be a number"),
+    (["--rooms", "3"], "--rooms must be an even number from 2 to 12"),
+    (["--questions", "relative_direction=2"], "unknown question category"),
+    (["--minutes", "0.1"], "duration must be at least 10 s"),
 ])
 def test_bad_long_arguments_give_one_clear_line(extra: list[str], message: str,
                                                 tmp_path: Path, capsys) -> None:

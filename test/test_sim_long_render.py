@@ -8,9 +8,9 @@ import pytest
 from embodied_r_ros.core.poses import Pose
 from embodied_r_ros.sim.camera import PinholeCamera
 from embodied_r_ros.sim.floor_plan import FloorPlan, make_floor_plan
-from embodied_r_ros.sim.long_render import LongRenderer
-from embodied_r_ros.sim.long_textures import make_atlases
 from embodied_r_ros.sim.scene import SceneObject
+from lab.long_world.render import LongRenderer
+from lab.long_world.textures import make_atlases
 
 CAM = PinholeCamera.from_hfov(160, 120, 70.0)
 

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from embodied_r_ros.sim.floor_plan import CORRIDOR, make_floor_plan
-from embodied_r_ros.sim.long_world import (
+from lab.long_world.world import (
     LONG_SPEC,
     SMALL_LONG_SPEC,
     LongWorld,

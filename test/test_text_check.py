@@ -5,13 +5,13 @@ out with its reason otherwise."""
 from __future__ import annotations
 
 import pytest
-from embodied_r_training.data import text_check
-from embodied_r_training.data.text_check import TextCheck
 
 from embodied_r_ros.core.actions import Motion
 from embodied_r_ros.core.perception import FrameDescription
 from embodied_r_ros.core.perception_text import NOTHING_IN_VIEW, describe_motion
 from embodied_r_ros.sim.question_rows import Draft
+from embodied_r_training.data import text_check
+from embodied_r_training.data.text_check import TextCheck
 
 STARTED = "the point where you started (at the first frame of the video)"
 QUADRANTS = ("front-left", "front-right", "back-left", "back-right")

@@ -7,15 +7,15 @@ import json
 from pathlib import Path
 
 import pytest
-from embodied_r_training.cli import main
-from embodied_r_training.evaluation.text_gain import (
+
+from embodied_r_ros.core.intervals import clustered_difference, paired_difference
+from lab.analysis.text_gain import (
     GainError,
     load_hits,
+    main,
     text_gains,
     world_of,
 )
-
-from embodied_r_ros.core.intervals import clustered_difference, paired_difference
 
 
 def _write(run: Path, text: str, model: str, answers: dict[str, tuple[str, bool]]) -> None:
@@ -83,9 +83,9 @@ def test_a_question_from_one_text_only_or_a_missing_model_is_a_one_line_error(
     _write(two_runs[1], "window", "m", {"long-seed6-q1": ("closer", False)})
     with pytest.raises(GainError, match="from one text only .*long-seed6-q2"):
         load_hits(two_runs, "m", "memory", "window")
-    assert main(["gain", str(two_runs[0]), "--model", "other"]) == 2
+    assert main([str(two_runs[0]), "--model", "other"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "no predictions of model 'other' on text 'memory'" in err[0]
-    assert main(["gain", str(two_runs[0]), "--model", "m", "--json"]) == 0
+    assert main([str(two_runs[0]), "--model", "m", "--json"]) == 0
     rows = json.loads(capsys.readouterr().out)
     assert rows[-1]["group"] == "pooled" and rows[-1]["gain"] == 50.0

@@ -10,14 +10,14 @@ from typing import Any
 
 import pytest
 from bagdata import T0_NS, write_bag, write_questions
+
+from embodied_r_ros.core.config import load_config
+from embodied_r_ros.core.pipeline import EmbodiedR
 from embodied_r_training.cli import main
 from embodied_r_training.data.bag_source import BagFrames, question_samples, read_questions
 from embodied_r_training.data.build import build_dataset
 from embodied_r_training.data.dataset_files import load_rows
 from embodied_r_training.data.journal import read_journal, settings_fingerprint
-
-from embodied_r_ros.core.config import load_config
-from embodied_r_ros.core.pipeline import EmbodiedR
 
 
 @pytest.fixture(scope="module")

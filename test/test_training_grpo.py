@@ -10,6 +10,12 @@ from typing import Any
 
 import pytest
 import torch
+from test_rewards import RuleReference
+from torch import Tensor
+from transformers import AutoModelForCausalLM, TrainerCallback
+
+from embodied_r_ros.core.backends.base import ChatBackend, Completion
+from embodied_r_ros.core.rewards import ConsistencyReward, completion_text
 from embodied_r_training.cli import main
 from embodied_r_training.data.prompt_budget import dataset_layout, fit_prompt, token_counter
 from embodied_r_training.evaluation.report import markdown_report, paper_columns
@@ -19,12 +25,6 @@ from embodied_r_training.rl.grpo import NamedReward, grpo_args, run_grpo
 from embodied_r_training.rl.policy import local_model
 from embodied_r_training.rl.schedule import epoch_index, stage_at
 from embodied_r_training.train_demo import KeepCheckpoint, consistency_start_epoch
-from test_rewards import RuleReference
-from torch import Tensor
-from transformers import AutoModelForCausalLM, TrainerCallback
-
-from embodied_r_ros.core.backends.base import ChatBackend, Completion
-from embodied_r_ros.core.rewards import ConsistencyReward, completion_text
 
 
 def test_schedule_follows_epochs() -> None:
@@ -164,9 +164,10 @@ def _token_nll(model: Any, tokenizer: Any, target: dict[str, Any]) -> tuple[Tens
 
 def test_sft_baseline_loss_is_the_completion_only_and_moves(dataset: Path, tmp_path: Path,
                                                             tiny_models_dir: Path) -> None:
+    from transformers import AutoTokenizer
+
     from embodied_r_training.data.dataset_files import load_rows
     from embodied_r_training.rl.sft import run_sft, sft_rows, target_text
-    from transformers import AutoTokenizer
 
     row = {"options": ["A. left", "B. right"], "solution": "B"}
     assert target_text(row, "t") == "<think>t</think>\n<answer>B. right</answer>"
@@ -194,8 +195,9 @@ def test_sft_baseline_loss_is_the_completion_only_and_moves(dataset: Path, tmp_p
 
 
 def test_prompts_drop_the_oldest_frames_first(dataset: Path, tiny_models_dir: Path) -> None:
-    from embodied_r_training.data.dataset_files import load_rows
     from transformers import AutoTokenizer
+
+    from embodied_r_training.data.dataset_files import load_rows
 
     row = load_rows(dataset)[0]
     count = token_counter(AutoTokenizer.from_pretrained(local_model("tiny-qwen2")))
@@ -286,9 +288,10 @@ def test_eval_command_writes_json_markdown_and_png(dataset: Path, tmp_path: Path
 
 def test_evaluate_scores_known_replies_to_hand_computed_figures(dataset: Path) -> None:
     """A scripted policy whose replies are known: every figure below is counted by hand."""
+    from scripted import ScriptedVLM
+
     from embodied_r_training.data.dataset_files import load_rows
     from embodied_r_training.evaluation.evaluate import evaluate
-    from scripted import ScriptedVLM
 
     rows = load_rows(dataset, "all", None)
     texts = {"A": "left", "B": "right", "C": "up", "D": "down"}
@@ -353,11 +356,11 @@ def test_the_consistency_rate_reads_answers_as_the_headline_does(dataset: Path) 
     whose rewards read officially: the judge must read the tag too. It read officially, found
     none of these answers correct, never asked the reference and reported a consistency rate
     of 0 (as it did for the old shipped reasoner, which answers with the option's text)."""
-    from embodied_r_training.data.dataset_files import load_rows
-    from embodied_r_training.evaluation.evaluate import evaluate
     from scripted import ScriptedVLM
 
     from embodied_r_ros.core.reasoning import parse_options
+    from embodied_r_training.data.dataset_files import load_rows
+    from embodied_r_training.evaluation.evaluate import evaluate
 
     rows = load_rows(dataset, "all", None)
     options = dict(parse_options(rows[0]["options"]))

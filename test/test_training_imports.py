@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from media import pan_frames, write_video
+
 from embodied_r_training.cli import main
 from embodied_r_training.data.dataset_files import load_rows
 from embodied_r_training.data.importers import (
@@ -18,7 +20,6 @@ from embodied_r_training.data.importers import (
     vsibench_samples,
 )
 from embodied_r_training.data.splits import SplitError, kfold_groups, make_splits, split_groups
-from media import pan_frames, write_video
 
 FORMATS = Path(__file__).resolve().parents[2] / "shared" / "benchmark-formats"
 
@@ -101,10 +102,9 @@ def test_the_library_imports_as_the_cli_and_takes_the_route_it_is_given(
     """``import-urbanvideo`` is :func:`import_benchmark` behind arguments; the official route
     reads the VLM's replies as the official code does at full resolution, the robust one
     keeps the profile's reading and resolution."""
+    from embodied_r_ros.core.config import load_config
     from embodied_r_training.data.builders import benchmark_config, import_benchmark
     from embodied_r_training.data.splits import SplitOptions
-
-    from embodied_r_ros.core.config import load_config
 
     root = _urbanvideo_root(tmp_path / "uv")
     config = load_config("offline", overrides={"cache": {"dir": str(tmp_path / "c")}})

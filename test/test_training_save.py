@@ -15,8 +15,9 @@ import sys
 from pathlib import Path
 
 import torch
-from embodied_r_training.rl.policy import local_model
 from safetensors.torch import load_file
+
+from embodied_r_training.rl.policy import local_model
 
 
 def torchrun(*args: str, cwd: Path) -> str:

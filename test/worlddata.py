@@ -9,10 +9,9 @@ from pathlib import Path
 def built_world_rows(out: Path, seed: int, questions: int | str) -> tuple[dict, ...]:
     """A 22 s, 320x240 world of ``seed`` with ``questions`` (a count or "cat=N,..."), perceived
     by the ``offline`` profile with odometry, as the synthetic training data is."""
-    from embodied_r_training.cli import main
-
     from embodied_r_ros.sim.generate import generate_world
     from embodied_r_ros.sim.world import WorldSpec
+    from embodied_r_training.cli import main
 
     paths = generate_world(WorldSpec(seed=seed, frames=220, width=320, height=240), out / "w",
                            questions, video=False)

@@ -227,9 +227,8 @@ def schema_reference(root: type[BaseModel], prefix: str,
 def config_reference() -> str:
     """The pipeline schema (``Config``) and the trainer's (``TrainConfig``), shared sections
     documented once."""
-    from embodied_r_training.recipe import TrainConfig
-
     from embodied_r_ros.core.config import Config
+    from embodied_r_training.recipe import TrainConfig
 
     documented: dict[type, tuple[str, str]] = {}
     return "\n".join([
@@ -238,6 +237,7 @@ def config_reference() -> str:
         "parameters and `embodied-r-train build` (`embodied_r_ros/core/config.py`, `Config`).",
         "", schema_reference(Config, "pipeline", documented),
         "## Training configuration", "",
-        "`embodied-r-train --config` (`training/recipe.py`, `TrainConfig`).", "",
+        "`embodied-r-train --config` (`training/embodied_r_training/recipe.py`, "
+        "`TrainConfig`).", "",
         schema_reference(TrainConfig, "training", documented),
     ])

@@ -29,7 +29,7 @@ CARRIED: dict[str, tuple[str, ...]] = {
     "results": (".md", ".json", ".png", ".csv"),
     "embodied_r_ros/models": (".md", ".png"),
     "config/profiles": (".yaml",),
-    "training/configs": (".yaml",),
+    "training/embodied_r_training/configs": (".yaml",),
 }
 GENERATORS: dict[str, Callable[[], str]] = {
     "node-parameters": node_parameter_tables,

@@ -4,9 +4,6 @@ No ROS imports: the bag is written with ``rosbags``. Typical use::
 
     from embodied_r_ros.sim import ensure_sample
     paths = ensure_sample()          # bag/, video.mp4, questions.jsonl, world.json
-
-The long world (connected rooms, a 30-minute tour, memory questions by horizon) is
-:func:`generate_long_world` of a :class:`LongWorldSpec`.
 """
 
 from embodied_r_ros.sim.camera import PinholeCamera
@@ -18,15 +15,6 @@ from embodied_r_ros.sim.generate import (
     ensure_sample,
     generate_world,
 )
-from embodied_r_ros.sim.long_generate import generate_long_world, long_sightings
-from embodied_r_ros.sim.long_questions import generate_long_questions
-from embodied_r_ros.sim.long_world import (
-    LONG_SPEC,
-    SMALL_LONG_SPEC,
-    LongWorld,
-    LongWorldSpec,
-    build_long_world,
-)
 from embodied_r_ros.sim.questions import CATEGORIES, generate_questions, parse_counts
 from embodied_r_ros.sim.render import RenderedFrame, Renderer
 from embodied_r_ros.sim.scene import Scene, SceneObject, make_scene
@@ -36,12 +24,8 @@ from embodied_r_ros.sim.world import World, WorldSpec, build_world
 
 __all__ = [
     "CATEGORIES",
-    "LONG_SPEC",
     "SAMPLE_SPEC",
-    "SMALL_LONG_SPEC",
     "FloorPlan",
-    "LongWorld",
-    "LongWorldSpec",
     "PinholeCamera",
     "RenderedFrame",
     "Renderer",
@@ -53,15 +37,11 @@ __all__ = [
     "World",
     "WorldPaths",
     "WorldSpec",
-    "build_long_world",
     "build_world",
     "default_sample_dir",
     "ensure_sample",
-    "generate_long_questions",
-    "generate_long_world",
     "generate_questions",
     "generate_world",
-    "long_sightings",
     "make_floor_plan",
     "make_scene",
     "parse_counts",

@@ -1,8 +1,5 @@
 """``embodied-r world``: render a synthetic egocentric world and write its bag, video and QA.
 
-``--long`` makes the long world of :mod:`embodied_r_ros.sim.long_world` (connected rooms, a
-tour of many minutes, memory questions labelled by horizon) with the same outputs.
-
 Arguments are parsed as text and validated here, so every bad value ends in one clear line on
 stderr and exit status 2, never a traceback.
 """
@@ -12,13 +9,11 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
-from embodied_r_ros.sim import long_questions
 from embodied_r_ros.sim.generate import WorldPaths, generate_world
-from embodied_r_ros.sim.long_generate import LONG_QUESTIONS, generate_long_world
-from embodied_r_ros.sim.long_world import LONG_SPEC, LongWorldSpec
 from embodied_r_ros.sim.questions import CATEGORIES, parse_counts
 from embodied_r_ros.sim.world import WorldSpec
 
@@ -34,34 +29,24 @@ class UsageError(ValueError):
 def _add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", default=str(_DEFAULTS.seed), help="scene and trajectory seed")
     p.add_argument("--out", default=None, help="output directory (required)")
-    p.add_argument("--long", action="store_true",
-                   help="a long world for memory questions: a corridor with rooms, "
-                   f"{LONG_SPEC.n_objects} objects (some sharing a name), a "
-                   f"{LONG_SPEC.duration_s / 60:g}-minute tour with revisits at "
-                   f"{LONG_SPEC.rate_hz:g} Hz, {LONG_SPEC.width}x{LONG_SPEC.height}")
-    p.add_argument("--minutes", default=None,
-                   help=f"tour length of a --long world (default {LONG_SPEC.duration_s / 60:g})")
-    p.add_argument("--rooms", default=None,
-                   help=f"rooms of a --long world, an even number (default "
-                   f"{2 * LONG_SPEC.columns})")
     p.add_argument("--frames", default=None,
                    help=f"number of frames (default {_DEFAULTS.frames})")
     p.add_argument("--rate", default=None,
-                   help=f"frame rate in Hz (default {_DEFAULTS.rate_hz:g}, "
-                   f"--long {LONG_SPEC.rate_hz:g})")
+                   help=f"frame rate in Hz (default {_DEFAULTS.rate_hz:g})")
     p.add_argument("--resolution", default=None,
-                   help=f"image size WIDTHxHEIGHT (default {_DEFAULTS.width}x{_DEFAULTS.height},"
-                   f" --long {LONG_SPEC.width}x{LONG_SPEC.height})")
+                   help=f"image size WIDTHxHEIGHT (default {_DEFAULTS.width}x{_DEFAULTS.height})")
     p.add_argument("--hfov", default=str(_DEFAULTS.hfov_deg),
                    help="horizontal field of view in degrees")
     p.add_argument("--objects", default=None,
-                   help=f"objects in the room (default {_DEFAULTS.n_objects}, "
-                   f"--long {LONG_SPEC.n_objects})")
+                   help=f"objects in the room (default {_DEFAULTS.n_objects})")
     p.add_argument("--questions", default=None,
-                   help=f"a total split over the categories (default {_QUESTIONS}, --long "
-                   f"{LONG_QUESTIONS}), or CATEGORY=N,... with categories "
-                   + ", ".join(CATEGORIES) + "; --long: "
-                   + ", ".join(long_questions.CATEGORIES))
+                   help=f"a total split over the categories (default {_QUESTIONS}), or "
+                   "CATEGORY=N,... with categories " + ", ".join(CATEGORIES))
+    add_output_arguments(p)
+
+
+def add_output_arguments(p: argparse.ArgumentParser) -> None:
+    """What to write and whether to overwrite: :func:`output_options` reads them."""
     p.add_argument("--compressed", action="store_true",
                    help="also write sensor_msgs/CompressedImage (JPEG)")
     p.add_argument("--no-raw", action="store_true", help="omit raw sensor_msgs/Image")
@@ -83,28 +68,28 @@ def add_world_parser(subparsers: argparse._SubParsersAction) -> argparse.Argumen
     return p
 
 
-def _int(name: str, text: str) -> int:
+def int_arg(name: str, text: str) -> int:
     try:
         return int(text)
     except (TypeError, ValueError):
         raise UsageError(f"{name} must be an integer, got {text!r}") from None
 
 
-def _float(name: str, text: str) -> float:
+def float_arg(name: str, text: str) -> float:
     try:
         return float(text)
     except (TypeError, ValueError):
         raise UsageError(f"{name} must be a number, got {text!r}") from None
 
 
-def _resolution(text: str) -> tuple[int, int]:
+def resolution_arg(text: str) -> tuple[int, int]:
     parts = str(text).lower().split("x")
     if len(parts) != 2 or not all(p.strip().isdigit() for p in parts):
         raise UsageError(f"--resolution must look like 640x480, got {text!r}")
     return int(parts[0]), int(parts[1])
 
 
-def _given(value: str | None, default: object) -> str:
+def given(value: str | None, default: object) -> str:
     return str(default) if value is None else value
 
 
@@ -112,91 +97,65 @@ def spec_from_args(args: argparse.Namespace) -> tuple[WorldSpec, dict[str, int],
     """Validated world spec, question counts and output directory (``UsageError`` if bad)."""
     if not args.out:
         raise UsageError("--out DIR is required")
-    for name in ("minutes", "rooms"):
-        if getattr(args, name) is not None:
-            raise UsageError(f"--{name} needs --long")
-    frames = _int("--frames", _given(args.frames, _DEFAULTS.frames))
+    frames = int_arg("--frames", given(args.frames, _DEFAULTS.frames))
     if frames <= 0:
         raise UsageError(f"--frames must be a positive integer, got {frames}")
-    width, height = _resolution(_given(args.resolution, f"{_DEFAULTS.width}x{_DEFAULTS.height}"))
+    width, height = resolution_arg(given(args.resolution, f"{_DEFAULTS.width}x{_DEFAULTS.height}"))
     spec = WorldSpec(
-        seed=_int("--seed", args.seed),
+        seed=int_arg("--seed", args.seed),
         frames=frames,
-        rate_hz=_float("--rate", _given(args.rate, _DEFAULTS.rate_hz)),
+        rate_hz=float_arg("--rate", given(args.rate, _DEFAULTS.rate_hz)),
         width=width,
         height=height,
-        hfov_deg=_float("--hfov", args.hfov),
-        n_objects=_int("--objects", _given(args.objects, _DEFAULTS.n_objects)),
+        hfov_deg=float_arg("--hfov", args.hfov),
+        n_objects=int_arg("--objects", given(args.objects, _DEFAULTS.n_objects)),
     )
     try:
         spec.validate()
-        counts = parse_counts(_given(args.questions, _QUESTIONS))
+        counts = parse_counts(given(args.questions, _QUESTIONS))
     except ValueError as exc:
         raise UsageError(str(exc)) from None
-    if args.no_raw and not args.compressed and not args.no_bag:
-        raise UsageError("--no-raw needs --compressed (the bag would have no images)")
+    check_outputs(args)
     return spec, counts, Path(args.out)
 
 
-def long_spec_from_args(args: argparse.Namespace
-                        ) -> tuple[LongWorldSpec, dict[str, int], Path]:
-    """:func:`spec_from_args` for ``--long``: its own defaults, minutes instead of frames."""
-    if not args.out:
-        raise UsageError("--out DIR is required")
-    if args.frames is not None:
-        raise UsageError("--frames is for short worlds; a --long world takes --minutes")
-    minutes = _float("--minutes", _given(args.minutes, LONG_SPEC.duration_s / 60.0))
-    rooms = _int("--rooms", _given(args.rooms, 2 * LONG_SPEC.columns))
-    if rooms % 2 or not 2 <= rooms <= 12:
-        raise UsageError(f"--rooms must be an even number from 2 to 12, got {rooms}")
-    width, height = _resolution(_given(args.resolution, f"{LONG_SPEC.width}x{LONG_SPEC.height}"))
-    n_objects = _int("--objects", _given(args.objects, LONG_SPEC.n_objects))
-    spec = LongWorldSpec(
-        seed=_int("--seed", args.seed),
-        duration_s=minutes * 60.0,
-        rate_hz=_float("--rate", _given(args.rate, LONG_SPEC.rate_hz)),
-        width=width,
-        height=height,
-        hfov_deg=_float("--hfov", args.hfov),
-        columns=rooms // 2,
-        n_objects=n_objects,
-        shared_names=n_objects // 4,
-    )
-    try:
-        spec.validate()
-        counts = long_questions.parse_counts(_given(args.questions, LONG_QUESTIONS))
-    except ValueError as exc:
-        raise UsageError(str(exc)) from None
+def check_outputs(args: argparse.Namespace) -> None:
     if args.no_raw and not args.compressed and not args.no_bag:
         raise UsageError("--no-raw needs --compressed (the bag would have no images)")
-    return spec, counts, Path(args.out)
 
 
 def run_world(args: argparse.Namespace) -> int:
     """Run the ``world`` command; 0 on success, 2 on bad arguments or an unusable --out."""
     try:
-        spec, counts, out = (long_spec_from_args(args) if args.long else spec_from_args(args))
+        spec, counts, out = spec_from_args(args)
     except UsageError as exc:
         print(f"{PROG}: error: {exc}", file=sys.stderr)
         return 2
-    options = {"bag": not args.no_bag, "raw": not args.no_raw, "compressed": args.compressed,
-               "video": not args.no_video, "force": args.force}
+    return write_world(PROG, "world", spec, out,
+                       lambda: generate_world(spec, out, counts, **output_options(args)))
+
+
+def output_options(args: argparse.Namespace) -> dict[str, bool]:
+    """What to write, from the output flags (:func:`add_output_arguments`)."""
+    return {"bag": not args.no_bag, "raw": not args.no_raw, "compressed": args.compressed,
+            "video": not args.no_video, "force": args.force}
+
+
+def write_world(prog: str, kind: str, spec: Any, out: Path,
+                generate: Callable[[], WorldPaths]) -> int:
+    """Run ``generate`` and print what it wrote; 2 with one line where ``out`` is unusable.
+    ``spec``: the world's spec (seed, frames, rate, size), for the summary line."""
     try:
-        paths: WorldPaths
-        if isinstance(spec, LongWorldSpec):
-            paths = generate_long_world(spec, out, counts, **options)
-        else:
-            paths = generate_world(spec, out, counts, **options)
+        paths = generate()
     except FileExistsError as exc:
-        print(f"{PROG}: error: {exc}", file=sys.stderr)
+        print(f"{prog}: error: {exc}", file=sys.stderr)
         return 2
     except OSError as exc:
         reason = exc.strerror or str(exc)
         target = exc.filename or out
-        print(f"{PROG}: error: cannot write to {target}: {reason}", file=sys.stderr)
+        print(f"{prog}: error: cannot write to {target}: {reason}", file=sys.stderr)
         return 2
     n_questions = sum(1 for _ in paths.questions.open(encoding="utf-8"))
-    kind = "long world" if args.long else "world"
     print(f"{kind} seed {spec.seed}: {spec.frames} frames at {spec.rate_hz:g} Hz, "
           f"{spec.width}x{spec.height}, {n_questions} questions")
     for label, path in (("bag", paths.bag), ("video", paths.video),

@@ -1,0 +1,263 @@
+"""The long world's memory questions answered from their perception text alone: the ceiling.
+
+A memory question (``python -m lab.long_world``) is answered from the frames a memory retrieved,
+written as the robot route writes them: each frame's age before the last one, the whole motion
+from the previous selected frame, and what the frame shows. This reader uses exactly that text,
+never the world's ground truth: dead reckoning of the written motions, the
+stated ages, and the sightings of each colour. Its accuracy is what the text allows at best.
+
+Its evidence states each step in the words of the memory text's places lines (where an object
+is now, how far, when it was last seen), then the comparison that picks the option, so a
+think text built on it is a chain a reasoner can copy and check. What the text cannot carry is
+answered ``None`` and says why in its evidence. The question
+generator (:mod:`lab.long_world.questions`) asks only what the text can decide; the
+reader still has to find it:
+
+- the geometric perception names **colours**, not shapes: "the red box" is read as a red
+  object, placed as :class:`~embodied_r_ros.memory.places.ObjectMap` places each colour's
+  objects (the memory's own reading, the one its "relative to you now" lines state), where a
+  guess along one bearing is no ``next_to`` answer. The object meant is the one seen about the
+  time the question names ("the red box you saw about 20 minutes ago"), else the one seen last;
+- it names **no rooms and no doorways**: "the red box in room 3" reads as the red box, and the
+  route back is the first turn towards the pose of the frame that last showed the object.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import re
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from embodied_r_ros.core.perception_text import PerceptionText, parse_perception
+from embodied_r_ros.core.poses import quadrant
+from embodied_r_ros.memory.places import ObjectMap, Sighted, bearing_words
+from embodied_r_training.data.oracle import OracleAnswer, _letter_where, perception_of
+from lab.long_world.question_rules import AGE_BANDS, DISTANCE_BANDS, nearest_turn
+
+#: "the red box", "the red box in room 3", "the red box you saw about 20 minutes ago"
+_REF_RE = re.compile(r"the (\w+) (\w+)(?: in ((?:room \d+)|(?:the corridor)))?"
+                     r"(?: you saw about (\d+) minutes? ago)?")
+_WINDOW_RE = re.compile(r"in the last (?:(\d+) minutes|minute)|at all so far")
+
+
+@dataclass(frozen=True)
+class Reference:
+    """An object as a question names it; the text can use the colour and the time only."""
+
+    colour: str
+    shape: str
+    area: str | None = None
+    minutes_ago: float | None = None
+
+
+def references(text: str) -> list[Reference]:
+    """Every object ``text`` names, in order."""
+    return [Reference(m.group(1), m.group(2), m.group(3),
+                      float(m.group(4)) if m.group(4) else None)
+            for m in _REF_RE.finditer(text)]
+
+
+def _band(number: float, written: str,
+          bands: Sequence[tuple[float, float, str]]) -> tuple[str, str]:
+    """The band of ``number`` (written ``written``), and the comparison that puts it there,
+    edge by edge: ``14.2 is over 10, so more than 10 m``."""
+    lo, hi, words = next(b for b in bands if b[0] <= number < b[1])
+    edges = [f"over {lo:g}" if lo > 0 else "", f"under {hi:g}" if math.isfinite(hi) else ""]
+    return words, f"{written} is {' and '.join(e for e in edges if e)}, so {words}"
+
+
+def _placed(memory: ObjectMap, ref: Reference) -> tuple[Sighted | None, str]:
+    """The object ``ref`` means with a position, or None and why not."""
+    obj = memory.find(ref.colour, ref.minutes_ago)
+    if obj is None:
+        return None, f"no {ref.colour} object in the text"
+    if obj.position is None:
+        return None, f"the {ref.colour} object cannot be placed from the text"
+    return obj, ""
+
+
+def _first_ref(p: PerceptionText) -> Reference | None:
+    refs = references(p.question)
+    return refs[0] if refs else None
+
+
+def solve_object_direction(p: PerceptionText) -> OracleAnswer:
+    ref = _first_ref(p)
+    if ref is None:
+        return OracleAnswer(None, "no object named")
+    memory = ObjectMap(p)
+    obj, why = _placed(memory, ref)
+    if obj is None or obj.position is None:
+        return OracleAnswer(None, why)
+    bearing = memory.bearing_now(obj.position)
+    where = quadrant(bearing)
+    return OracleAnswer(_letter_where(p.options, lambda t: t == where),
+                        f"the {ref.colour} object is now {bearing_words(bearing)}")
+
+
+def solve_object_distance(p: PerceptionText) -> OracleAnswer:
+    ref = _first_ref(p)
+    if ref is None:
+        return OracleAnswer(None, "no object named")
+    memory = ObjectMap(p)
+    obj, why = _placed(memory, ref)
+    if obj is None or obj.position is None:
+        return OracleAnswer(None, why)
+    d = memory.distance_now(obj.position)
+    band, step = _band(d, f"{d:.1f}", DISTANCE_BANDS)
+    return OracleAnswer(_letter_where(p.options, lambda t: t == band),
+                        f"the {ref.colour} object is now {d:.1f} m away: {step}")
+
+
+def solve_last_seen(p: PerceptionText) -> OracleAnswer:
+    ref = _first_ref(p)
+    if ref is None:
+        return OracleAnswer(None, "no object named")
+    age = ObjectMap(p).last_seen_s(ref.colour)
+    if age is None:
+        return OracleAnswer(None, f"no {ref.colour} object in the text")
+    band, step = _band(age, f"{age:.0f} s", AGE_BANDS)
+    return OracleAnswer(_letter_where(p.options, lambda t: t == band),
+                        f"the {ref.colour} object was last seen {age:.0f} s ago: {step}")
+
+
+def solve_next_to(p: PerceptionText) -> OracleAnswer:
+    ref = _first_ref(p)
+    if ref is None:
+        return OracleAnswer(None, "no object named")
+    memory = ObjectMap(p)
+    obj, why = _placed(memory, ref)
+    if obj is None or obj.position is None:
+        return OracleAnswer(None, why)
+    # one bearing places nothing: only triangulated objects are candidates
+    near = memory.nearby(obj, [text.split()[0] for _, text in p.options])
+    if not near:
+        return OracleAnswer(None, "no option's object placed")
+    d, other = near[0]
+    letter = _letter_where(p.options, lambda t: t.split()[0] == other.colour)
+    return OracleAnswer(letter, f"of the options' colours, {other.colour} is nearest the "
+                                f"{ref.colour} object: {d:.1f} m")
+
+
+def window_s(question: str) -> float | None:
+    """The window of "did you see ... in the last N minutes" (infinite: "at all so far")."""
+    m = _WINDOW_RE.search(question)
+    if m is None:
+        return None
+    if m.group(0) == "at all so far":
+        return math.inf
+    return 60.0 * (float(m.group(1)) if m.group(1) else 1.0)
+
+
+def asked_colour(question: str) -> str | None:
+    """The colour a "did you see a red box ..." question asks about (None: another question,
+    or none named)."""
+    m = re.match(r"Did you see an? (\w+) ", question)
+    return m.group(1) if m else None
+
+
+def solve_seen(p: PerceptionText) -> OracleAnswer:
+    window = window_s(p.question)
+    if window is None:
+        return OracleAnswer(None, "no time window")
+    last_seen_s = functools.cache(ObjectMap(p).last_seen_s)  # the letter and its words
+
+    def seen(colour: str) -> bool:
+        age = last_seen_s(colour)
+        return age is not None and age <= window
+
+    def when(colour: str) -> str:
+        """When ``colour`` was last seen, against the window's edge in seconds."""
+        age = last_seen_s(colour)
+        if age is None:
+            return f"{colour} is in none of these frames"
+        edge = "" if math.isinf(window) else (
+            f" ({age:.0f} is {'under' if age <= window else 'over'} {window:.0f})")
+        return f"{colour} was last seen {age:.0f} s ago{edge}"
+
+    if p.question.startswith("Did you see"):
+        colour = asked_colour(p.question)
+        if colour is None:
+            return OracleAnswer(None, "no object named")
+        word = "yes" if seen(colour) else "no"
+        return OracleAnswer(_letter_where(p.options, lambda t: t == word),
+                            f"{when(colour)}: {word}")
+    letter = _letter_where(p.options, lambda t: seen(t.split()[0]))
+    shown = next((t.split()[0] for key, t in p.options if key == letter), None)
+    return OracleAnswer(letter, when(shown) if shown else "no option's colour in the window")
+
+
+def solve_route_back(p: PerceptionText) -> OracleAnswer:
+    """The first turn towards where the camera was when it last saw the object (or saw it
+    about the time the question names): that frame's pose, dead reckoned from the text."""
+    ref = _first_ref(p)
+    if ref is None:
+        return OracleAnswer(None, "no object named")
+    memory = ObjectMap(p)
+    obj = memory.find(ref.colour, ref.minutes_ago)
+    if obj is None:
+        return OracleAnswer(None, f"no {ref.colour} object in the text")
+    age = min(memory.visit_ages(obj, ref.minutes_ago))
+    spot = memory.pose_at(age)
+    if spot is None:
+        return OracleAnswer(None, "the frame cannot be placed")
+    bearing = memory.bearing_now((spot.x, spot.y))
+    turn = nearest_turn(bearing)
+    return OracleAnswer(_letter_where(p.options, lambda t: t.rstrip(".").lower() == turn),
+                        f"the spot the frame {age:.0f} s old was taken from is now "
+                        f"{bearing_words(bearing)}: {turn}")
+
+
+def solve_closer(p: PerceptionText) -> OracleAnswer:
+    memory = ObjectMap(p)
+    placed: list[tuple[float, str, str]] = []
+    for letter, text in p.options:
+        refs = references(text)
+        if not refs:
+            continue
+        obj, _ = _placed(memory, refs[0])
+        if obj is None or obj.position is None:
+            continue
+        placed.append((memory.distance_now(obj.position), letter))
+    if not placed:
+        return OracleAnswer(None, "neither object placed")
+    # by letter, not colour: two options may name objects of one colour
+    distances = " and ".join(f"{key} {x:.1f} m" for x, key in sorted(placed, key=lambda p: p[1]))
+    letter = min(placed)[1]
+    return OracleAnswer(letter, f"{distances} away: {letter} is closer")
+
+
+SOLVERS: dict[str, Callable[[PerceptionText], OracleAnswer]] = {
+    "object_direction": solve_object_direction,
+    "object_distance": solve_object_distance,
+    "last_seen": solve_last_seen,
+    "next_to": solve_next_to,
+    "seen": solve_seen,
+    "route_back": solve_route_back,
+    "closer": solve_closer,
+}
+
+
+def solve_text(category: str, user_text: str) -> OracleAnswer:
+    """The oracle's answer to a long-world question of ``category`` from its user message."""
+    solver = SOLVERS.get(category)
+    if solver is None:
+        return OracleAnswer(None, "unknown category")
+    return solver(parse_perception(user_text))
+
+
+def solve(row: Mapping[str, Any]) -> OracleAnswer:
+    """The oracle's answer to a built dataset row of the long world (its user message only)."""
+    solver = SOLVERS.get(str(row.get("category")))
+    if solver is None:
+        return OracleAnswer(None, "unknown category")
+    return solver(perception_of(row))
+
+
+def answer_letter(category: str, user_text: str) -> str:
+    """A letter always: the oracle's, else the first option (the text decides nothing), as
+    :func:`embodied_r_training.data.oracle.answer_letter` scores it."""
+    return solve_text(category, user_text).letter or "A"

@@ -1,0 +1,181 @@
+"""Whether the perception text a question will be built with decides its answer.
+
+A question drawn from a recording's odometry is true of the robot's path, but the reasoning LM
+reads only the perception text: the key frames ``build`` will select for the question's clip,
+the motions between them rounded as the text rounds them, and their ages. :class:`TextCheck`
+writes that text for a draft exactly as ``build`` does (the same key-frame selection, the same
+odometry rule, the same writer), reads it back with the rule reader, and keeps the draft only
+when the text decides the same answer clear of every decision boundary; otherwise it names the
+reason, for the report to count.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from embodied_r_ros.core.config import Config
+from embodied_r_ros.core.dead_reckoning import poses
+from embodied_r_ros.core.perception import FrameDescription
+from embodied_r_ros.core.perception_text import (
+    NOTHING_IN_VIEW,
+    PerceptionText,
+    assemble,
+    describe_motion,
+    parse_perception,
+)
+from embodied_r_ros.core.pipeline import EmbodiedR
+from embodied_r_ros.core.reasoning import format_question
+from embodied_r_ros.sim.question_rows import Draft
+from embodied_r_ros.sim.question_rules import (
+    DISTANCE_BANDS,
+    DISTANCE_MARGIN_M,
+    clear_quadrant,
+    turn_of,
+)
+from embodied_r_training.data.bag_source import BagFrames
+from embodied_r_training.data.oracle import (
+    SOLVERS,
+    bearing_from_last,
+    build_map,
+    colour_of,
+    perception_of,
+    place_of,
+    progress_step,
+    solve_action_generation,
+)
+from embodied_r_training.data.samples import Sample, SkipSample
+
+#: how near a band edge the text's distance from the start may be (metres), as the odometry's
+BAND_MARGIN_M = 0.25
+GAP = "a key frame has no odometry"
+NEAR = "near a boundary in the text"
+DISAGREES = "the text decides another answer"
+OFF_PLAN = "the key frames do not follow the plan"
+UNPLACED = "the text does not locate the place"
+
+
+class TextCheck:
+    """The text ``build`` will write for each clip of a recording, and what it decides."""
+
+    def __init__(self, bag: Any, image_topic: str, odom_topic: str, config: Config,
+                 exact_ns: dict[float, int]) -> None:
+        # key frames and odometry only: no perception model is loaded (a VLM profile's too)
+        self.frames_for = BagFrames(bag, EmbodiedR(config, load_models=False), image_topic,
+                                    odom_topic)
+        self.layout = config.perception.frame_layout
+        self.exact_ns = exact_ns
+        self._clips: dict[tuple[int, int], list[FrameDescription] | None] = {}
+
+    def _frames(self, draft: Draft) -> list[FrameDescription] | None:
+        clip = (self.exact_ns[draft.start], self.exact_ns[draft.end])
+        if clip not in self._clips:
+            sample = Sample("check", "", "", "", [], "A", "", {"window_ns": clip})
+            try:
+                kf = self.frames_for(sample)
+            except SkipSample:
+                kf = None
+            if kf is None or any(m is None for m in kf.motions):
+                self._clips[clip] = None
+            else:
+                described = [describe_motion(m, self.layout) for m in kf.motions]
+                self._clips[clip] = [FrameDescription(kf.stamps[0], None, NOTHING_IN_VIEW)] + [
+                    FrameDescription(s, text, NOTHING_IN_VIEW, measured_motion=text,
+                                     motion_source="odometry")
+                    for s, text in zip(kf.stamps[1:], described, strict=True)]
+        return self._clips[clip]
+
+    def text(self, draft: Draft) -> PerceptionText | None:
+        """The draft as the LM will read it, its first choice lettered A; None without one."""
+        frames = self._frames(draft)
+        if frames is None:
+            return None
+        options = [f"{chr(65 + i)}. {c}" for i, c in enumerate(draft.choices)]
+        return parse_perception(assemble(frames, format_question(draft.question, options),
+                                         layout=self.layout))
+
+    def reason_to_skip(self, draft: Draft) -> str | None:
+        """None when the text decides the draft's answer (its first choice) clearly."""
+        p = self.text(draft)
+        if p is None:
+            return GAP
+        path = poses(p.frames)
+        last = path[-1]
+        answer = draft.choices[0]
+        if draft.category in ("relative_direction", "route_planning"):
+            place = place_of(p, path, draft.question)
+            if place is None:
+                return UNPLACED
+            bearing = bearing_from_last(path, place)
+            if draft.category == "relative_direction":
+                decided = clear_quadrant(bearing)
+            else:
+                decided = "Go forward" if abs(bearing) <= 15.0 else turn_of(bearing)
+            return NEAR if decided is None else None if decided == answer else DISAGREES
+        if draft.category == "relative_distance":
+            if draft.question.startswith("How far"):
+                d = math.dist((last.x, last.y), (path[0].x, path[0].y))
+                edges = [e for lo, hi, _ in DISTANCE_BANDS for e in (lo, hi) if 0 < e < math.inf]
+                if min(abs(d - e) for e in edges) < BAND_MARGIN_M:
+                    return NEAR
+                band = next(text for lo, hi, text in DISTANCE_BANDS if lo <= d < hi)
+                return None if band == answer else DISAGREES
+            places = [place_of(p, path, c) for c in draft.choices]
+            if any(pl is None for pl in places):
+                return UNPLACED
+            dist = [math.dist((last.x, last.y), (pl.x, pl.y)) for pl in places if pl]
+            if abs(dist[0] - dist[1]) < DISTANCE_MARGIN_M:
+                return NEAR
+            return None if dist[0] < dist[1] else DISAGREES
+        if draft.category == "progress_evaluation":
+            return None if progress_step(p) == draft.basis.get("step") else OFF_PLAN
+        if draft.category == "action_generation":
+            return None if solve_action_generation(p).letter == "A" else DISAGREES
+        return None
+
+
+
+# ------------------------------------------------- built rows (the synthetic world's questions)
+
+UNDECIDED = "the text decides nothing"
+UNSEEN = "the text does not locate an object"
+
+
+def _object_margin(category: str, p: PerceptionText) -> str | None:
+    """Near a decision boundary in the quantities the text states (objects' bearings and
+    distances as the text places them), or an object the text cannot place."""
+    q = p.question
+    if category == "relative_direction" and q.startswith("Where is the "):
+        colour = colour_of(q[len("Where is the "):])
+        bearing = build_map(p).bearing_now(colour)
+        if bearing is None:
+            return UNSEEN
+        return NEAR if clear_quadrant(bearing) is None else None
+    if category == "relative_distance" and "is the closest to the" in q:
+        world = build_map(p)
+        target = world.position(colour_of(q.rsplit("closest to the ", 1)[1].rstrip("?")))
+        if target is None:
+            return UNSEEN
+        dist = sorted(math.dist(pos, target) for _, text in p.options
+                      if (pos := world.position(colour_of(text))) is not None)
+        if len(dist) < len(p.options):
+            return UNSEEN
+        return NEAR if dist[1] - dist[0] < DISTANCE_MARGIN_M else None
+    return None
+
+
+def row_reason_to_skip(row: dict[str, Any]) -> str | None:
+    """None when the built row's perception text decides its answer clearly: the rule reader
+    reaches the row's solution from the text alone, away from the boundaries the question's
+    own rules keep (a quadrant edge, two nearly equal distances)."""
+    category = str(row.get("category"))
+    solver = SOLVERS.get(category)
+    if solver is None:
+        return UNDECIDED
+    p = perception_of(row)  # read once for the answer and its margins
+    answer = solver(p)
+    if answer.letter is None:
+        return UNDECIDED
+    if answer.letter != str(row["solution"]).strip()[:1].upper():
+        return DISAGREES
+    return _object_margin(category, p)
