@@ -18,9 +18,9 @@ when the tour reaches its ask time (``now`` = ``t_ask``) in three ways:
 
 "The shipped reasoner" is what the ``offline`` profile loads: its ``reasoning.model`` reads the
 window's text, and its ``reasoning.memory_model`` (where set) the memory's, as on the robot
-(:meth:`~embodied_r_ros.core.pipeline.EmbodiedR.reader_for`). Where the two differ the memory
-reader also reads the window's text (**window_memory_reader**), so that the memory's own share
-of the gain is measured apart from the reader's.
+(:meth:`~embodied_r_ros.core.pipeline.EmbodiedR.reader_for`, by the question's scope). Where the
+two differ the memory reader also reads the window's text (**window_memory_reader**), so that
+the memory's own share of the gain is measured apart from the reader's.
 
 Questions are generated only where the text can decide them
 (:mod:`lab.long_world.questions`: no shared colour left untold apart, no answer
@@ -57,11 +57,13 @@ from _figures import add_json_option, write_figures
 
 from embodied_r_ros.core.config import load_config
 from embodied_r_ros.core.intervals import bootstrap_ci, paired_difference
-from embodied_r_ros.core.pipeline import EmbodiedR, QueryError
+from embodied_r_ros.core.perception_text import render
+from embodied_r_ros.core.pipeline import SCOPE_MEMORY, SCOPE_WINDOW, EmbodiedR, QueryError
 from embodied_r_ros.core.reasoning import format_question
+from embodied_r_ros.core.records import PerceptionRecord
 from embodied_r_ros.memory import Retriever, SqliteMemoryStore
 from embodied_r_ros.memory.factory import retriever_for
-from lab.long_world.oracle import solve_text
+from lab.long_world.oracle import solve_record
 from lab.replay import TourRobot, world_questions
 
 log = logging.getLogger("memory_horizons")
@@ -190,27 +192,33 @@ def answer(row: dict[str, Any], robot: TourRobot, retriever: Retriever,
     out.frames = len(sel.rows)
     out.notes = sel.notes
     out.recall = covered([r.stamp for r in sel.rows], row["targets"])
-    memory = sel.text(format_question(question, options),
-                      layout=robot.config.perception.frame_layout)
+    memory_rec = sel.record(question, options, format_question(question, options),
+                            layout=robot.config.perception.frame_layout)
+    records: dict[str, PerceptionRecord | None] = {SCOPE_MEMORY: memory_rec}
     try:
-        window, stamps = robot.window_text(question, options)
+        result, stamps = robot.window(question, options)
+        records[SCOPE_WINDOW] = result.record
     except QueryError as exc:
-        window, stamps = "", []
+        records[SCOPE_WINDOW], stamps = None, []
         out.notes.append(f"window: {exc}")
+    texts = {scope: render(rec, robot.pipeline.prompts) if rec is not None else ""
+             for scope, rec in records.items()}
+    window = texts[SCOPE_WINDOW]
     out.window_frames = len(stamps)
     out.window_recall = covered(stamps, row["targets"])
-    for method, text in (("oracle", memory), ("window_oracle", window)):
-        a = solve_text(row["category"], text) if text else None
+    for method, scope in (("oracle", SCOPE_MEMORY), ("window_oracle", SCOPE_WINDOW)):
+        rec = records[scope]
+        a = solve_record(row["category"], rec) if rec is not None else None
         out.letters[method] = a.letter if a else None
         out.evidence[method] = a.evidence if a else "no text"
     if reason:
-        for method, text in (("memory", memory), ("window", window)):
-            if not text:
+        for method, scope in (("memory", SCOPE_MEMORY), ("window", SCOPE_WINDOW)):
+            if not texts[scope]:
                 out.letters[method] = None
                 continue
-            r = robot.pipeline.reason(text, options)
+            r = robot.pipeline.reason(texts[scope], options, scope=scope)
             out.letters[method] = r.answer
-        memory_reader = robot.pipeline.reader_for(memory) if memory else robot.pipeline.lm
+        memory_reader = robot.pipeline.reader_for(SCOPE_MEMORY)
         if memory_reader is not robot.pipeline.lm:
             out.letters["window_memory_reader"] = robot.pipeline.reason(
                 window, options, reader=memory_reader).answer if window else None

@@ -24,6 +24,7 @@ from embodied_r_ros.agent.frame_store import FrameStore
 from embodied_r_ros.core.bags import BagReader
 from embodied_r_ros.core.config import Config
 from embodied_r_ros.core.odometry import pose_near
+from embodied_r_ros.core.perception import PerceptionResult
 from embodied_r_ros.core.pipeline import EmbodiedR
 from embodied_r_ros.core.poses import Pose
 from embodied_r_ros.memory.factory import embedder_for
@@ -119,13 +120,14 @@ class TourRobot:
         else:
             self.buffer.skip(stamp)
 
-    def window_text(self, question: str, options: Sequence[str]) -> tuple[str, list[float]]:
+    def window(self, question: str, options: Sequence[str]
+               ) -> tuple[PerceptionResult, list[float]]:
         """The query without memory: the key-frame budget of the whole buffer, perceived as
         the node does. Raises :class:`~embodied_r_ros.core.pipeline.QueryError`."""
         w = self.buffer.window(0.0)
         result = self.pipeline.perceive_window(w.decoded(), w.stamps, question, options,
                                                w.motions)
-        return result.text, w.stamps
+        return result, list(w.stamps)
 
     def _on_frame(self, stamp: float, image: np.ndarray, keyframe: bool) -> None:
         """A key frame: described question-agnostically by the profile's perception (the
@@ -136,7 +138,7 @@ class TourRobot:
         assert self.pipeline.perceiver is not None
         described = self.pipeline.perceiver.describe([image], [stamp], "")
         pose = self.pose(stamp)
-        self.recorder.record(stamp, described.frames[0].observation,
-                             pose=pose, pose_source="odometry" if pose else None, image=image)
+        self.recorder.record_frame(described.frames[0], pose=pose,
+                                   pose_source="odometry" if pose else None, image=image)
         self.ingest_sec += time.perf_counter() - t0
         self.keyframes += 1

@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
+from embodied_r_ros.core.perception_text import FrameLayout, render
 from embodied_r_ros.core.poses import Pose
-from embodied_r_ros.memory import MemoryRow
+from embodied_r_ros.core.reasoning import format_question
+from embodied_r_ros.core.records import PerceptionRecord
+from embodied_r_ros.memory import MemoryRow, memory_record
 
 
 def odometry_row(stamp: float, x: float, y: float, yaw: float, view: str) -> MemoryRow:
@@ -23,3 +28,17 @@ TWO_VISITS = [
     odometry_row(1000.0, 8.0, 0.0, 180.0, "I see a small red object to the left (30 degrees "
                  "left)."),
 ]
+
+
+def memory_rec(rows: Sequence[MemoryRow], question: str, options: Sequence[str] = (),
+               layout: FrameLayout = "timed", adjacent: Sequence[bool] | None = None
+               ) -> PerceptionRecord:
+    """The memory's record of ``rows`` for a question (its block formatted as the robot's)."""
+    return memory_record(rows, question, options, format_question(question, options), layout,
+                         adjacent)
+
+
+def memory_text(rows: Sequence[MemoryRow], question: str, options: Sequence[str] = (),
+                layout: FrameLayout = "timed", adjacent: Sequence[bool] | None = None) -> str:
+    """The reasoner's user message of :func:`memory_rec`."""
+    return render(memory_rec(rows, question, options, layout, adjacent))

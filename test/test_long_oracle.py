@@ -4,32 +4,31 @@ motions and bearings, told apart by when they were seen, and what the text canno
 from __future__ import annotations
 
 import pytest
-from memory_rows import TWO_VISITS
+from memory_rows import TWO_VISITS, memory_rec
 
-from embodied_r_ros.core.perception_text import parse_perception
-from embodied_r_ros.core.reasoning import format_question
-from embodied_r_ros.memory import memory_perception_text
+from embodied_r_ros.core.perception_text import render, stated_view
+from embodied_r_ros.core.records import PerceptionRecord
 from embodied_r_ros.memory.places import ObjectMap
 from lab.long_world.oracle import (
     references,
-    solve_text,
+    solve_record,
     window_s,
 )
 
 
-def _text(question: str, options: list[str]) -> str:
-    return memory_perception_text(TWO_VISITS, format_question(question, options))
+def _record(question: str, options: list[str]) -> PerceptionRecord:
+    return memory_rec(TWO_VISITS, question, options)
 
 
 def _answer(category: str, question: str, options: list[str]) -> str | None:
-    return solve_text(category, _text(question, options)).letter
+    return solve_record(category, _record(question, options)).letter
 
 
 QUADRANTS = ["A. front-left", "B. front-right", "C. back-left", "D. back-right"]
 
 
 def test_objects_of_one_colour_are_told_apart_by_when_they_were_seen() -> None:
-    memory = ObjectMap(parse_perception(_text("Where is the red box?", QUADRANTS)))
+    memory = ObjectMap(stated_view(_record("Where is the red box?", QUADRANTS)))
     reds = memory.objects("red")
     assert len(reds) == 2
     old = next(o for o in reds if min(o.ages) > 900)
@@ -76,8 +75,8 @@ def test_the_route_back_turns_towards_where_the_object_was_seen() -> None:
 
 
 def test_what_the_text_cannot_carry_is_left_undecided() -> None:
-    unseen = solve_text("object_direction",
-                        _text("Where is the green cone relative to you now?", QUADRANTS))
+    unseen = solve_record("object_direction",
+                          _record("Where is the green cone relative to you now?", QUADRANTS))
     assert unseen.letter is None and "no green" in unseen.evidence
 
 
@@ -95,25 +94,26 @@ def test_the_evidence_restates_the_places_line_and_compares_at_the_band_edges() 
     """What a think text concludes from: the quadrant in the line's own words, and a number
     against the edges of its band, for a reasoner to copy rather than recompute."""
     where = "Where is the red box you saw about 17 minutes ago relative to you now?"
-    text = _text(where, QUADRANTS)
-    found = solve_text("object_direction", text)
+    record = _record(where, QUADRANTS)
+    text = render(record)
+    found = solve_record("object_direction", record)
     assert found.evidence.startswith("the red object is now front-right (")
     stated = found.evidence.removeprefix("the red object is now ")
     assert f"{stated}; seen from" in text  # word for word as the places line puts it
     bands = ["A. less than 2 m", "B. between 2 and 5 m", "C. between 5 and 10 m",
              "D. more than 10 m"]
-    far = solve_text("object_distance", _text("How far is the red box you saw about 17 minutes "
+    far = solve_record("object_distance", _record("How far is the red box you saw about 17 minutes "
                                               "ago from you now?", bands))
     assert far.evidence.endswith("is over 2 and under 5, so between 2 and 5 m")
     ages = ["A. less than 1 minute ago", "B. between 1 and 5 minutes ago",
             "C. between 5 and 15 minutes ago", "D. more than 15 minutes ago"]
-    old = solve_text("last_seen", _text("How long ago did you last see the blue box?", ages))
+    old = solve_record("last_seen", _record("How long ago did you last see the blue box?", ages))
     assert old.evidence.endswith("s is over 900, so more than 15 minutes ago")
-    closer = solve_text("closer", _text(
+    closer = solve_record("closer", _record(
         "Which is closer to you now, in a straight line: the blue box or the red box you saw "
         "about 17 minutes ago?", ["A. the blue box", "B. the red box you saw about 17 minutes "
                                   "ago"]))
     assert closer.evidence.endswith("away: B is closer")
-    seen = solve_text("seen", _text("Did you see a blue box in the last 5 minutes?",
+    seen = solve_record("seen", _record("Did you see a blue box in the last 5 minutes?",
                                     ["A. yes", "B. no"]))
     assert seen.evidence.endswith("is over 300): no")

@@ -11,12 +11,13 @@ import pytest
 
 from embodied_r_ros.core.reasoning import parse_options
 from embodied_r_ros.core.rewards import prompt_text
-from lab.long_world import oracle as long_oracle
 from embodied_r_training.data.dataset_files import load_rows
 from embodied_r_training.data.oracle import perception_of
 from embodied_r_training.data.rationales import rationale
+from embodied_r_training.data.row_records import record_of
 from embodied_r_training.evaluation.scoring import baseline_completions
-from lab.long_world.oracle import solve_text
+from lab.long_world import oracle as long_oracle
+from lab.long_world.oracle import solve
 from lab.long_world.rationales import answer_lines
 from lab.long_world.rows import write_sets
 
@@ -64,7 +65,7 @@ def test_a_memory_rationale_quotes_the_places_lines_it_rests_on_and_concludes_th
         assert why.think.startswith("Options: ")
         assert why.think.endswith(f"So: {text} = {r['solution']}.")
         assert why.answer == f"{r['solution']}. {text}"
-        found = solve_text(r["category"], prompt_text(r["prompt"]))
+        found = solve(r)
         assert why.supported == (found.letter == r["solution"])
         supported += why.supported
         # what the think text quotes is a line of the prompt, for the reasoner to copy
@@ -89,6 +90,6 @@ def test_a_closer_rationale_puts_each_options_line_after_its_letter(rows: list[d
 def test_the_oracle_baseline_reads_a_memory_row_with_the_long_reader(rows: list[dict]) -> None:
     memory = [r for r in rows if r["text_source"] == "memory"][:30]
     letters = [c.split("<answer>")[1][0] for c in baseline_completions("oracle", memory)]
-    assert letters == [long_oracle.answer_letter(r["category"], prompt_text(r["prompt"]))
+    assert letters == [long_oracle.answer_letter(r["category"], record_of(r))
                        for r in memory]
     assert sum(a == r["solution"] for a, r in zip(letters, memory, strict=True)) >= 24

@@ -6,19 +6,18 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from memory_rows import memory_rec
 from memory_rows import odometry_row as _row
 
-from embodied_r_ros.core.perception_text import parse_perception
+from embodied_r_ros.core.perception_text import stated_view
 from embodied_r_ros.core.poses import Pose
-from embodied_r_ros.core.reasoning import format_question
-from embodied_r_ros.memory import memory_perception_text
 from embodied_r_ros.memory.places import ObjectMap
 from embodied_r_ros.sim.camera import PinholeCamera
 from embodied_r_ros.sim.floor_plan import make_floor_plan
 from embodied_r_ros.sim.scene import SceneObject
 from embodied_r_ros.sim.trajectory import Trajectory
 from embodied_r_ros.sim.visibility import Visibility
-from lab.long_world.oracle import solve_text
+from lab.long_world.oracle import solve_record
 from lab.long_world.question_rules import (
     AGE_BANDS,
     AGE_MARGIN,
@@ -147,8 +146,8 @@ def test_two_objects_of_a_colour_seen_seconds_apart_in_two_places_stay_two() -> 
     (14, -2) from (10, 0) and (10, 2): one visit by time, two places by their bearings."""
     rows = [_row(0.0, 0.0, 0.0, 0.0, _seen(26.6)), _row(5.0, 0.0, -2.0, 0.0, _seen(45.0)),
             _row(20.0, 10.0, 0.0, 0.0, _seen(-26.6)), _row(25.0, 10.0, 2.0, 0.0, _seen(-45.0))]
-    text = memory_perception_text(rows, format_question("Where is the red box?", ["A. x"]))
-    reds = ObjectMap(parse_perception(text)).objects("red")
+    reds = ObjectMap(stated_view(memory_rec(rows, "Where is the red box?", ["A. x"]))
+                     ).objects("red")
     assert len(reds) == 2 and all(r.triangulated for r in reds)
     places = sorted(r.position for r in reds if r.position is not None)
     assert places[0] == pytest.approx((4.0, 2.0), abs=0.2)
@@ -168,12 +167,12 @@ def test_an_object_seen_from_one_place_only_is_not_placed_next_to_another() -> N
              "left)."),
     ]
     options = ["A. red cone", "B. green box"]
-    text = memory_perception_text(rows, format_question(
-        "Which object stood next to the blue box (the nearest to it)?", options))
-    memory = ObjectMap(parse_perception(text))
+    record = memory_rec(rows, "Which object stood next to the blue box (the nearest to it)?",
+                        options)
+    memory = ObjectMap(stated_view(record))
     (red,) = memory.objects("red")
     assert not red.triangulated
-    assert solve_text("next_to", text).letter == "B"
+    assert solve_record("next_to", record).letter == "B"
 
 
 def test_an_object_walked_towards_is_placed_from_rays_that_only_cross_together() -> None:
@@ -182,7 +181,7 @@ def test_an_object_walked_towards_is_placed_from_rays_that_only_cross_together()
     They are one object, placed where they cross, not three guesses along the rays."""
     rows = [_row(0.0, 0.0, 0.3, 0.0, _seen(-2.15)), _row(3.0, 2.0, 0.5, 0.0, _seen(-4.76)),
             _row(6.0, 4.0, 0.7, 0.0, _seen(-9.93))]
-    text = memory_perception_text(rows, format_question("Where is the red box?", ["A. x"]))
-    (red,) = ObjectMap(parse_perception(text)).objects("red")
+    (red,) = ObjectMap(stated_view(memory_rec(rows, "Where is the red box?", ["A. x"]))
+                       ).objects("red")
     assert red.triangulated and red.ages == (0.0, 3.0, 6.0)
     assert red.position == pytest.approx((8.0, 0.0), abs=0.6)

@@ -16,6 +16,7 @@ from embodied_r_ros.agent.query_runner import QueryRequest, QueryRunner
 from embodied_r_ros.cli import main
 from embodied_r_ros.core.config import load_config
 from embodied_r_ros.core.poses import Pose
+from embodied_r_ros.core.records import FrameRecord
 from embodied_r_ros.core.streaming import KeyFrameNote
 from embodied_r_ros.memory import MemoryRecorder, SqliteMemoryStore
 from embodied_r_ros.memory.export import (
@@ -169,7 +170,8 @@ def test_a_failed_write_is_counted_and_loses_no_stored_row(tmp_path: Path) -> No
     try:
         image = np.zeros((32, 32, 3), np.uint8)
         for stamp, text in ((1.0, "a red chair"), (2.0, "x" * 9000), (3.0, "a blue door")):
-            writer.submit(KeyFrameNote("front", stamp, None, None, text, 0.0, image),
+            writer.submit(KeyFrameNote("front", FrameRecord(stamp, vlm_text=text), None, 0.0,
+                                       image),
                           image, lambda _s: Pose(1.0, 2.0, 0.0, 10.0, 0.0))
         assert writer.wait_idle(10)
         stats = writer.stats()
@@ -193,7 +195,7 @@ class NoEngine:
 
     perceive = window
 
-    def reason(self, perception: str, options: object, cancel: object) -> object:
+    def reason(self, perception: str, options: object, cancel: object, scope: str) -> object:
         from embodied_r_ros.core.reasoning import Reasoning
 
         return Reasoning(think="t", answer="A", answer_text="A. red", raw=perception,

@@ -14,11 +14,13 @@ import sys
 import threading
 import uuid
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from embodied_r_ros.core.poses import Pose
+from embodied_r_ros.core.records import SeenObject
 from embodied_r_ros.memory import MemoryRow, MemoryStore, Retriever, SpatialMemoryError
 from embodied_r_ros.memory.errors import (
     BAD_ROW,
@@ -101,6 +103,49 @@ def test_rows_survive_a_restart_exactly(open_store: Opener) -> None:
     again = open_store(writable=True)  # a restarted writer goes on where it stopped
     again.add(row(50))
     assert reader.span("robot").last == 1050.0
+
+
+def _as_schema_1(kind: str, target: str) -> None:
+    """Make a memory what the version before records wrote: no ``seen`` column, schema 1."""
+    statements = ("ALTER TABLE {frames} DROP COLUMN seen",
+                  "UPDATE {meta} SET value='1' WHERE key='schema_version'")
+    if kind == "sqlite":
+        import sqlite3
+
+        with sqlite3.connect(target) as conn:
+            for sql in statements:
+                conn.execute(sql.format(frames="frames", meta="meta"))
+        return
+    import psycopg
+
+    with psycopg.connect(target, autocommit=True) as conn:
+        for sql in statements:
+            conn.execute(sql.format(frames="memory_frames", meta="memory_meta"))
+
+
+def test_a_memory_of_the_schema_before_records_is_upgraded_by_its_writer(
+        backend: tuple[str, str], open_store: Opener) -> None:
+    """Rows stored before the memory kept records keep their text and are read from it; a
+    reader of such a memory is told to let the writer upgrade it, and nothing is lost."""
+    kind, target = backend
+    writer = open_store(writable=True)
+    ids = [writer.add(row(i, description="I see a small red object to the left (20 degrees "
+                                         f"left); frame {i}.")) for i in range(3)]
+    writer.close()
+    _as_schema_1(kind, target)
+    with pytest.raises(SpatialMemoryError) as err:
+        open_store()
+    assert err.value.code == "SCHEMA_MISMATCH" and "to upgrade it" in str(err.value)
+    upgraded = open_store(writable=True)
+    seen = (SeenObject("green object", "green", "small", "ahead", 1.0),)
+    new_id = upgraded.add(replace(row(9), seen=seen, by_vlm=False))
+    reader = open_store()
+    old = reader.get(ids)
+    assert [r.stamp for r in old] == [1000.0, 1001.0, 1002.0] and all(
+        r.seen is None for r in old)
+    assert [o.colour for o in old[0].frame_record().objects] == ["red"]
+    (fresh,) = reader.get([new_id])
+    assert fresh.seen == seen and not fresh.by_vlm
 
 
 def test_one_writer_and_readers_cannot_write(open_store: Opener) -> None:
@@ -240,6 +285,7 @@ def test_readers_run_while_the_writer_writes(open_store: Opener) -> None:
 _WRITER = """
 import sys
 from embodied_r_ros.core.poses import Pose
+from embodied_r_ros.core.records import SeenObject
 from embodied_r_ros.memory.store import MemoryRow
 kind, target = sys.argv[1], sys.argv[2]
 if kind == "sqlite":

@@ -6,11 +6,11 @@ from __future__ import annotations
 import re
 
 import pytest
-from memory_rows import TWO_VISITS, odometry_row
+from memory_rows import TWO_VISITS, memory_text, odometry_row
 
-from embodied_r_ros.core.reasoning import format_question
-from embodied_r_ros.memory import MemoryRow, memory_perception_text
-from embodied_r_ros.memory.places import OBJECTS_PER_COLOUR, PLACES_HEADING, colour_times
+from embodied_r_ros.core.perception_text import PLACES_HEADING
+from embodied_r_ros.memory import MemoryRow
+from embodied_r_ros.memory.places import OBJECTS_PER_COLOUR, colour_times
 
 
 def _places(text: str) -> list[str]:
@@ -23,9 +23,9 @@ def _places(text: str) -> list[str]:
 
 
 def test_an_object_seen_long_ago_is_placed_relative_to_the_robot_now() -> None:
-    text = memory_perception_text(TWO_VISITS, format_question(
-        "Which object stood next to the red box you saw about 17 minutes ago?",
-        ["A. blue cone", "B. yellow sphere"]))
+    text = memory_text(
+        TWO_VISITS, "Which object stood next to the red box you saw about 17 minutes ago?",
+        ["A. blue cone", "B. yellow sphere"])
     lines = _places(text)
     old = next(line for line in lines if "red object seen 16 min ago" in line)  # 990 s
     # (4, 2) from (8, 0) facing -x: 4.5 m away, 27 degrees to the right
@@ -50,17 +50,16 @@ def test_the_object_seen_about_the_time_asked_is_listed_among_many_of_its_colour
                  f"I see a small red object to the left ({10 + 15 * k} degrees left).")
             for k in range(6)]
     rows.sort(key=lambda r: r.stamp)
-    text = memory_perception_text(rows, format_question(
-        "Where is the red box you saw about 10 minutes ago relative to you now?",
-        ["A. front-left", "B. back-left"]))
+    text = memory_text(
+        rows, "Where is the red box you saw about 10 minutes ago relative to you now?",
+        ["A. front-left", "B. back-left"])
     red = [line for line in _places(text) if line.startswith("- red object")]
     assert len(red) == OBJECTS_PER_COLOUR
     assert "seen 10 min ago" in red[0]  # 600 s before the last frame
     assert any("seen 0 s ago" in line for line in red)
     # a last-seen question's options are ranges, no moment: the newest leads
-    text = memory_perception_text(rows, format_question(
-        "How long ago did you last see the red box?",
-        ["A. less than 1 minute ago", "B. between 1 and 5 minutes ago"]))
+    text = memory_text(rows, "How long ago did you last see the red box?",
+        ["A. less than 1 minute ago", "B. between 1 and 5 minutes ago"])
     assert "seen 0 s ago" in _places(text)[0]
 
 
@@ -69,7 +68,7 @@ def test_free_text_descriptions_give_no_places_block() -> None:
     saying that they are in no frame would be false."""
     rows = [odometry_row(0.0, 0.0, 0.0, 0.0, "A red car is parked near a tree."),
             odometry_row(60.0, 2.0, 0.0, 0.0, "A red car is parked near a tree, closer now.")]
-    text = memory_perception_text(rows, format_question("Where is the red car?", ["A. left"]))
+    text = memory_text(rows, "Where is the red car?", ["A. left"])
     assert PLACES_HEADING not in text
     assert "\n>\nQuestion: Where is the red car?" in text
 
@@ -94,28 +93,26 @@ def test_no_places_where_the_text_leaves_a_motion_or_an_age_unknown(case: str) -
         rows.insert(2, MemoryRow(stamp=500.0, description=TWO_VISITS[0].description))
     else:
         layout = "paper"
-    question = format_question("Where is the red box you saw about 17 minutes ago?",
-                               ["A. front-left", "B. front-right"])
-    assert PLACES_HEADING in memory_perception_text(TWO_VISITS, question)
-    text = memory_perception_text(rows, question, layout=layout)
+    question = "Where is the red box you saw about 17 minutes ago?"
+    options = ["A. front-left", "B. front-right"]
+    assert PLACES_HEADING in memory_text(TWO_VISITS, question, options)
+    text = memory_text(rows, question, options, layout=layout)
     assert PLACES_HEADING not in text
     assert ("an unknown motion" in text) == (case == "a row without a pose")
 
 
-def test_a_text_with_places_is_read_by_the_memory_reader_and_any_other_by_the_lm() -> None:
-    """``reasoning.memory_model`` reads the texts it was trained on, the ones with a places
-    block; a window's text, or a memory text that has none, goes to ``reasoning.model``."""
+def test_a_memory_question_is_read_by_the_memory_reader_and_any_other_by_the_lm() -> None:
+    """``reasoning.memory_model`` reads the texts it was trained on, a memory's; the request's
+    scope says which LM reads a text, never its words (a window text quoting the places
+    heading is still the LM's)."""
     from embodied_r_ros.core.backends.factory import create_backend
     from embodied_r_ros.core.config import load_config
-    from embodied_r_ros.core.perception_text import has_places
-    from embodied_r_ros.core.pipeline import EmbodiedR
+    from embodied_r_ros.core.pipeline import SCOPE_MEMORY, SCOPE_WINDOW, EmbodiedR
 
     config = load_config("tiny", overrides={"cache": {"enabled": False}})
-    question = format_question("Where is the red box you saw about 17 minutes ago?",
-                               ["A. front-left", "B. front-right"])
-    memory = memory_perception_text(TWO_VISITS, question)
-    without = memory_perception_text(TWO_VISITS, question, layout="paper")
-    assert has_places(memory) and not has_places(without)
+    options = ["A. front-left", "B. front-right"]
+    memory = memory_text(TWO_VISITS, "Where is the red box you saw about 17 minutes ago?",
+                         options)
     named = config.model_copy(update={"reasoning": config.reasoning.model_copy(
         update={"memory_model": "tiny-qwen2"})})
     assert named.memory_reader() is None  # the memory is off: no text for it to read
@@ -127,12 +124,17 @@ def test_a_text_with_places_is_read_by_the_memory_reader_and_any_other_by_the_lm
     memory_lm = create_backend(reader, text_only=True)
     pipeline = EmbodiedR(config, lm=lm, memory_lm=memory_lm, load_models=False)
     try:
-        assert pipeline.reader_for(memory) is memory_lm
-        assert pipeline.reader_for(without) is lm
-        # a question that quotes the heading is not a places block
-        assert pipeline.reader_for(format_question(PLACES_HEADING, ["A. yes", "B. no"])) is lm
-        assert pipeline.reason(memory, ["A. front-left", "B. front-right"]).raw
+        assert pipeline.reader_for(SCOPE_MEMORY) is memory_lm
+        assert pipeline.reader_for(SCOPE_WINDOW) is lm and pipeline.reader_for() is lm
+        seen: list[str] = []
+        for backend, name in ((lm, "lm"), (memory_lm, "memory")):
+            complete = backend.complete
+            backend.complete = (  # type: ignore[method-assign]
+                lambda calls, *a, _c=complete, _n=name, **k: seen.append(_n) or _c(calls, *a, **k))
+        assert pipeline.reason(memory, options, scope=SCOPE_MEMORY).raw
+        assert pipeline.reason(memory, options).raw  # the same words, a window's scope
+        assert seen == ["memory", "lm"]
         alone = EmbodiedR(config, lm=lm, load_models=False)
-        assert alone.reader_for(memory) is lm
+        assert alone.reader_for(SCOPE_MEMORY) is lm
     finally:
         pipeline.close()

@@ -38,11 +38,10 @@ def questions(long_world_rows: list[dict]) -> list[dict]:
     the text reaches the solution, as for the rows it trained on: a places line guessed
     wrongly from one view tests the perception, not the reader), the kinds the memory reader
     steps from a places line (about 5,000 characters of text each)."""
-    from embodied_r_ros.core.rewards import prompt_text
-    from lab.long_world.oracle import solve_text
+    from lab.long_world.oracle import solve
 
     memory = [r for r in long_world_rows if r["text_source"] == "memory"
-              and solve_text(r["category"], prompt_text(r["prompt"])).letter == r["solution"]]
+              and solve(r).letter == r["solution"]]
     return [r for kind in ("object_direction", "object_distance")
             for r in [r for r in memory if r["category"] == kind][:4]]
 

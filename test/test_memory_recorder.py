@@ -11,6 +11,7 @@ import pytest
 
 from embodied_r_ros.core.backends.images import decode_image
 from embodied_r_ros.core.poses import Pose
+from embodied_r_ros.core.records import FrameRecord
 from embodied_r_ros.core.streaming import KeyFrameNote
 from embodied_r_ros.memory import MemoryRecorder, Retriever, SpatialMemoryError, SqliteMemoryStore
 from embodied_r_ros.memory import embedder as embedder_module
@@ -24,9 +25,9 @@ def test_a_recorded_key_frame_keeps_its_pose_objects_and_a_small_thumbnail(
         recorder = MemoryRecorder(store, "rover-1", thumbnail_side=64)
         image = np.zeros((480, 640, 3), np.uint8)
         image[:, :320] = (200, 30, 30)
-        note = KeyFrameNote(camera="front", stamp=12.5, previous_stamp=11.0,
-                            action="rotate left", description="I see a red door and a bench.",
-                            seconds=0.3)
+        note = KeyFrameNote(camera="front", record=FrameRecord(
+            12.5, vlm_action="rotate left", vlm_text="I see a red door and a bench."),
+                            previous_stamp=11.0, seconds=0.3)
         row_id = recorder.record_note(note, pose=Pose(1.0, 2.0, 0.0, 30.0),
                                       pose_source="odometry", image=image)
         (row,) = store.get([row_id], thumbnails=True)

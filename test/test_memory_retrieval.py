@@ -7,19 +7,21 @@ import math
 from pathlib import Path
 
 import pytest
+from memory_rows import memory_text
 
 from embodied_r_ros.core.dead_reckoning import poses as reckoned_poses
-from embodied_r_ros.core.perception_text import parse_perception
+from embodied_r_ros.core.perception_text import render, stated_view
 from embodied_r_ros.core.poses import Pose
 from embodied_r_ros.core.reasoning import format_question
+from embodied_r_ros.core.records import FrameRecord, SeenObject
 from embodied_r_ros.memory import (
+    MemoryRecorder,
     MemoryRow,
     Retriever,
     SpatialMemoryError,
     SqliteMemoryStore,
-    frames_from_rows,
-    memory_perception_text,
     parse_time_phrases,
+    records_from_rows,
 )
 from embodied_r_ros.memory.errors import BAD_TIME_PHRASE
 from embodied_r_ros.memory.query_terms import objects_in, question_terms
@@ -78,10 +80,19 @@ def test_question_terms_keep_objects_and_attributes_only() -> None:
     assert terms == ["red", "chair", "wooden", "table"]
 
 
-def test_objects_are_read_from_geometric_and_free_text_descriptions() -> None:
-    assert objects_in("I see a small red object to the left (25 degrees left, about 3.1 m "
-                      "away); a large blue object straight ahead.") == ("red object",
-                                                                        "blue object")
+def test_objects_are_named_by_the_record_or_read_from_free_text(tmp_path: Path) -> None:
+    with SqliteMemoryStore(tmp_path / "o.sqlite3", writable=True) as store:
+        recorder = MemoryRecorder(store)
+        seen = (SeenObject("red object", "red", "small", "to the left", 25.0, 3.1),)
+        recorder.record_frame(FrameRecord(1.0, objects=seen))
+        # a row stored before records: its geometric description is read for its objects
+        recorder.record(2.0, "I see a small red object to the left (25 degrees left, about 3.1 "
+                             "m away); a large blue object straight ahead (2 degrees left).")
+        rows = store.latest("robot", 2)
+    assert rows[0].objects == ("red object",) and rows[0].seen == seen
+    assert not rows[0].by_vlm and rows[0].frame_record().vlm_text is None
+    assert rows[1].objects == ("red object", "blue object") and rows[1].seen is None
+    assert [o.colour for o in rows[1].frame_record().objects] == ["red", "blue"]
     assert objects_in("A red chair stands next to the wooden table, and a lamp is on.") == (
         "red chair", "wooden table", "lamp")
 
@@ -165,9 +176,10 @@ def test_the_text_states_ages_and_the_motion_between_frames_far_apart(
         store: SqliteMemoryStore) -> None:
     sel = Retriever(store, budget=32).select(
         "robot", "Where is the red chair relative to me now?", ["A. left", "B. right"])
-    block = format_question("Where is the red chair relative to me now?", ["A. left", "B. right"])
-    text = sel.text(block)
-    read = parse_perception(text)
+    question, options = "Where is the red chair relative to me now?", ["A. left", "B. right"]
+    record = sel.record(question, options, format_question(question, options))
+    read = stated_view(record)
+    assert render(record).count("s before the last key frame)") == len(sel.rows)
     assert len(read.frames) == len(sel.rows)
     last = sel.rows[-1].stamp
     assert [f.age_s for f in read.frames] == [round(last - r.stamp) for r in sel.rows]
@@ -186,12 +198,13 @@ def test_the_text_states_ages_and_the_motion_between_frames_far_apart(
 def test_a_stored_action_is_kept_only_for_the_pair_it_describes() -> None:
     rows = [MemoryRow(stamp=float(s), description=f"view {s}", pose=_walk(s),
                       pose_source="odometry", action="rotate left") for s in (0, 1, 90)]
-    frames = frames_from_rows(rows, adjacent=[False, True, False])
+    frames = records_from_rows(rows, adjacent=[False, True, False])
     assert frames[1].vlm_action == "rotate left" and frames[2].vlm_action is None
-    assert frames[2].measured_motion and frames[2].motion_source == "odometry"
+    assert frames[2].motion is not None and frames[2].motion_source == "odometry"
     no_pose = [MemoryRow(stamp=0.0, description="a"), MemoryRow(stamp=5.0, description="b")]
-    assert frames_from_rows(no_pose)[1].action == "an unknown motion"
-    text = memory_perception_text(rows, format_question("q?", []))
+    assert records_from_rows(no_pose)[1].motion is None
+    assert "Frame 1: After an unknown motion, Observe: b" in memory_text(no_pose, "q?")
+    text = memory_text(rows, "q?")
     assert "Frame 0 (90 s before the last key frame): Observe: view 0" in text
     assert ("Frame 2 (0 s before the last key frame): After move forward about 29.0 m and move "
             "left about 40.0 m, then rotate left about 180 degrees, Observe: view 90") in text

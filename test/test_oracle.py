@@ -3,22 +3,22 @@
 from __future__ import annotations
 
 import pytest
+from old_texts import old_row
 from worlddata import built_world_rows
 
-from embodied_r_ros.core.perception import FrameDescription
-from embodied_r_ros.core.perception_text import assemble, parse_perception
+from embodied_r_ros.core.actions import Motion
+from embodied_r_ros.core.legacy_text import parse_perception
+from embodied_r_ros.core.perception_text import render
 from embodied_r_ros.core.reasoning import build_messages, format_question
+from embodied_r_ros.core.records import FrameRecord, PerceptionRecord
 from embodied_r_training.data.oracle import perception_of, progress_step, solve
+from embodied_r_training.data.row_records import record_of
 
 
 def _row(frames: list[tuple[str | None, str]], question: str, options: list[str],
          category: str, solution: str = "A") -> dict:
-    """A dataset row whose prompt is assembled by the core from (action, observation) pairs."""
-    descs = [FrameDescription(stamp=float(i), action=a, observation=o)
-             for i, (a, o) in enumerate(frames)]
-    text = assemble(descs, format_question(question, options))
-    return {"prompt": build_messages(text), "options": options, "category": category,
-            "solution": solution}
+    """A dataset row written before records: its prompt states (action, observation) lines."""
+    return old_row(frames, question, options, category, solution)
 
 
 NOTHING = "no distinctly coloured object in view."
@@ -178,20 +178,24 @@ def test_oracle_answers_a_built_world_from_the_text_alone(built_rows: tuple[dict
 
 # ---------------------------------------------------------------- places of the robot's path
 
-PATH_MOTIONS = [  # (age, what the timed layout writes): forward 2 m, turn left, forward 1 m
-    (10.0, None), (6.0, "move forward about 2.0 m"), (3.0, "rotate left about 90 degrees"),
-    (0.0, "move forward about 1.0 m")]
+PATH_MOTIONS = [  # (age, odometry motion): forward 2 m, turn left, forward 1 m
+    (10.0, None), (6.0, Motion(forward=2.0)), (3.0, Motion(yaw_deg=90.0)),
+    (0.0, Motion(forward=1.0))]
 STARTED = "the point where you started (at the first frame of the video)"
 
 
 def _path_row(question: str, options: list[str], category: str) -> dict:
     """A row of the robot route: odometry motions and frame ages, nothing in view."""
-    descs = [FrameDescription(stamp=10.0 - age, action=text, observation=NOTHING,
-                              measured_motion=text, motion_source="odometry" if text else None)
-             for age, text in PATH_MOTIONS]
-    text = assemble(descs, format_question(question, options))
+    frames = [FrameRecord(10.0 - age, motion=motion,
+                          motion_source="odometry" if motion is not None else None)
+              for age, motion in PATH_MOTIONS]
+    row = {"question": question, "options": options, "category": category,
+           "question_block": format_question(question, options),
+           "records": PerceptionRecord(tuple(frames), question, tuple(options),
+                                       format_question(question, options)).to_dict()}
+    text = render(record_of(row))
     assert "Frame 1 (6 s before the last key frame): After move forward about 2.0 m," in text
-    return {"prompt": build_messages(text), "category": category}
+    return {**row, "prompt": build_messages(text)}
 
 
 @pytest.mark.parametrize(("question", "options", "category", "want"), [

@@ -153,7 +153,7 @@ def test_the_robot_and_build_prompt_the_lm_byte_for_byte_across_an_odometry_gap(
     assert ages == [written_age((stamps[-1] - s) / 1e9) for s in stamps]
     assert ages[0] >= 2 and ages[-1] == 0
     # the gap is bridged as the robot bridges it (visually), the rest is odometry in metres
-    sources = [f.get("motion_source") for f in row["frames"][1:]]
+    sources = [f.get("motion_source") for f in row["records"]["frames"][1:]]
     inside = [GAP[0] + 0.2 < (s - EPOCH_NS) / 1e9 < GAP[1] - 0.2 for s in stamps]
     gap_pairs = [i for i in range(len(stamps) - 1) if inside[i] or inside[i + 1]]
     assert gap_pairs and all(sources[i] == "visual" for i in gap_pairs), (sources, gap_pairs)

@@ -10,17 +10,14 @@ from embodied_r_ros.core.actions import ACTIONS, Motion
 from embodied_r_ros.core.backends.base import BackendError
 from embodied_r_ros.core.cache import ReplyCache
 from embodied_r_ros.core.cancel import CancelToken
-from embodied_r_ros.core.colors import describe_colour_regions
+from embodied_r_ros.core.colors import colour_objects
 from embodied_r_ros.core.config import PerceptionConfig
 from embodied_r_ros.core.error_codes import CANCELLED
-from embodied_r_ros.core.perception import (
-    FrameDescription,
-    Perceiver,
-    assemble,
-    parse_reply,
-)
+from embodied_r_ros.core.perception import Perceiver, parse_reply
+from embodied_r_ros.core.perception_text import describe_objects, render
 from embodied_r_ros.core.prompts import default_prompts
 from embodied_r_ros.core.reasoning import format_question
+from embodied_r_ros.core.records import FrameRecord, PerceptionRecord, TextStyle
 
 QUESTION = format_question("Where is the red box?", ["A. left", "B. right"])
 
@@ -76,12 +73,12 @@ def test_first_frame_reply_is_all_observation() -> None:
 
 
 def test_assembly_has_the_paper_shape() -> None:
-    frames = [
-        FrameDescription(0.0, None, "a red box ahead"),
-        FrameDescription(1.0, "rotate left", "a wall", vlm_action="rotate left"),
-        FrameDescription(2.0, None, "a door"),
-    ]
-    text = assemble(frames, QUESTION, report_motion=False)
+    frames = (
+        FrameRecord(0.0, vlm_text="a red box ahead"),
+        FrameRecord(1.0, vlm_action="rotate left", vlm_text="a wall"),
+        FrameRecord(2.0, vlm_text="a door"),
+    )
+    text = render(PerceptionRecord(frames, "", (), QUESTION, TextStyle(report_motion=False)))
     lines = text.splitlines()
     assert "Frame 0: Observe: a red box ahead" in lines
     assert "Frame 1: After rotate left, Observe: a wall" in lines
@@ -104,8 +101,8 @@ def test_vlm_perception_is_pairwise(tmp_path: Path) -> None:
     pair = vlm.seen[2][0]["content"]
     assert pair[0]["image"] is imgs[1] and pair[1]["image"] is imgs[2]
     f1 = result.frames[1]
-    assert f1.vlm_action == "rotate left"
-    assert f1.measured_motion == "rotate left about 31 degrees"
+    assert f1.vlm_action == "rotate left" and f1.vlm_text == "a wall red box"
+    assert (f1.motion, f1.motion_source) == (Motion(yaw_deg=31.0), "visual")
     assert ("Frame 1 (1 s before the last key frame): After rotate left (measured: rotate left "
             "about 31 degrees)") in result.text
 
@@ -190,7 +187,7 @@ def test_streaming_prompts_are_question_agnostic_and_shared_by_questions() -> No
     notes += [perceiver.prefetch(a, b) for a, b in zip(imgs, imgs[1:], strict=False)]
     # each key frame alone and after its predecessor: 1 + 2 + 2 calls, none with the question
     assert len(vlm.seen) == 5 and all("Question" not in prompt_of(c) for c in vlm.seen)
-    assert notes[0].action is None and notes[1].action == "rotate left"
+    assert notes[0].vlm_action is None and notes[1].vlm_action == "rotate left"
     result = perceiver.describe(imgs, [0, 1, 2], QUESTION)
     other = perceiver.describe(imgs, [0, 1, 2], format_question("Where is the door?", []))
     assert result.vlm_calls == other.vlm_calls == 0 and result.text.endswith(QUESTION)
@@ -204,7 +201,9 @@ def test_geometric_perception_uses_motion_and_colours() -> None:
     img[40:80, 5:40] = (230, 20, 20)  # red on the left
     perceiver = Perceiver(PerceptionConfig(backend="geometric"))
     result = perceiver.describe([img, img], [0.0, 1.0], QUESTION, [Motion(yaw_deg=-40)])
-    assert result.frames[1].action == "rotate right about 40 degrees"
+    assert result.frames[1].motion == Motion(yaw_deg=-40) and result.frames[1].vlm_text is None
+    assert [o.name for o in result.frames[1].objects] == ["red object"]
+    assert result.frames[1].objects[0].bearing_deg > 20.0
     assert "red object to the left" in result.text
     assert ("Frame 1 (0 s before the last key frame): After rotate right about 40 degrees, "
             "Observe:") in result.text
@@ -214,10 +213,13 @@ def test_colour_regions_name_hue_direction_and_size() -> None:
     img = np.full((240, 320, 3), 128, np.uint8)
     img[100:140, 260:310] = (20, 40, 230)  # blue, right
     img[60:200, 120:200] = (30, 200, 40)  # green, ahead, large
-    text = describe_colour_regions(img)
-    assert text.index("green") < text.index("blue")  # largest first
+    found = colour_objects(img)
+    assert [o.colour for o in found] == ["green", "blue"]  # largest first
+    assert (found[0].size, found[0].direction) == ("large", "straight ahead")
+    assert found[1].direction == "to the right" and found[1].bearing_deg < -20.0
+    text = describe_objects(found)
     assert "large green object straight ahead" in text and "blue object to the right" in text
-    assert describe_colour_regions(np.full((10, 10, 3), 90, np.uint8)).startswith("no distinct")
+    assert colour_objects(np.full((10, 10, 3), 90, np.uint8)) == ()
 
 
 def test_mismatched_inputs_are_rejected() -> None:
@@ -237,11 +239,11 @@ def test_odometry_action_leads_and_the_vlm_action_stays_beside_it() -> None:
         imgs, [0.0, 1.0, 2.0], QUESTION, motions, motion_source=["odometry", "visual"]
     )
     f1, f2 = result.frames[1:]
-    assert (f1.action, f1.motion_source) == ("move forward about 2.0 m", "odometry")
+    assert (f1.motion, f1.motion_source) == (Motion(forward=2.0), "odometry")
     assert ("Frame 1 (1 s before the last key frame): After move forward about 2.0 m (VLM: "
             "rotate left), Observe:") in result.text
     # no numbered VLM action for frame 2: the visual measurement stands in for it
-    assert (f2.vlm_action, f2.action) == (None, "rotate right about 30 degrees")
+    assert (f2.vlm_action, f2.motion_source) == (None, "visual")
     assert ("Frame 2 (0 s before the last key frame): After rotate right about 30 degrees, "
             "Observe: tree") in result.text
     with pytest.raises(ValueError, match="one source per motion"):

@@ -6,15 +6,12 @@ import re
 from pathlib import Path
 
 import pytest
+from old_texts import old_row
 from worlddata import built_world_rows
 
 from embodied_r_ros.core.backends.base import ChatBackend, Completion
-from embodied_r_ros.core.perception import FrameDescription
-from embodied_r_ros.core.perception_text import assemble
 from embodied_r_ros.core.reasoning import (
-    build_messages,
     extract_think,
-    format_question,
     is_well_formed,
     parse_reasoning,
 )
@@ -27,11 +24,7 @@ NOTHING = "no distinctly coloured object in view."
 
 def _row(frames: list[tuple[str | None, str]], question: str, options: list[str],
          category: str, solution: str) -> dict:
-    descs = [FrameDescription(stamp=float(i), action=a, observation=o)
-             for i, (a, o) in enumerate(frames)]
-    text = assemble(descs, format_question(question, options))
-    return {"id": "q", "prompt": build_messages(text), "options": options,
-            "category": category, "solution": solution}
+    return {**old_row(frames, question, options, category, solution), "id": "q"}
 
 
 APPEARANCE = _row(

@@ -15,8 +15,8 @@ from embodied_r_interfaces.action import SpatialQuery as QueryAction  # noqa: E4
 from embodied_r_interfaces.srv import SpatialQuery  # noqa: E402
 from embodied_r_ros.core.actions import Motion  # noqa: E402
 from embodied_r_ros.core.error_codes import CORRUPT_FRAME, UNSUPPORTED_ENCODING  # noqa: E402
-from embodied_r_ros.core.perception import FrameDescription  # noqa: E402
 from embodied_r_ros.core.query_result import QueryResult  # noqa: E402
+from embodied_r_ros.core.records import FrameRecord  # noqa: E402
 from embodied_r_ros.nodes.conversions import (  # noqa: E402
     FrameError,
     compressed_to_rgb,
@@ -165,7 +165,7 @@ def test_a_query_result_crosses_the_wire_as_the_response_fields(response_type: t
     sent = QueryResult(
         success=True, answer="B", answer_text="B. right", reasoning="the view slid left",
         raw="<think>the view slid left</think><answer>B</answer>", well_formed=True,
-        perception="Frame 0: a door", frames=[FrameDescription(1.5, None, "a door")],
+        perception="Frame 0: a door", frames=(FrameRecord(1.5, vlm_text="a door"),),
         key_frame_stamps=[1.5, 2.25], key_frame_indices=[3, 7], keyframes_sec=0.5,
         perception_sec=1.25, reasoning_sec=0.75, total_sec=2.5, perception_from_cache=True,
     )

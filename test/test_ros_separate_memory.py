@@ -32,7 +32,7 @@ from sensor_msgs.msg import Image  # noqa: E402
 
 from embodied_r_interfaces.srv import MemoryClear, MemoryStats, SpatialQuery  # noqa: E402
 from embodied_r_ros.core.backends.base import Health  # noqa: E402
-from embodied_r_ros.core.perception_text import has_places  # noqa: E402
+from embodied_r_ros.core.perception_text import PLACES_HEADING  # noqa: E402
 from embodied_r_ros.memory import SqliteMemoryStore  # noqa: E402
 from embodied_r_ros.nodes.conversions import stamp_to_sec  # noqa: E402
 from embodied_r_ros.nodes.frame_buffer import FrameBufferNode  # noqa: E402
@@ -91,7 +91,7 @@ def separate(tiny_models_dir: Path, tmp_path_factory: pytest.TempPathFactory
     tmp = tmp_path_factory.mktemp("separate-memory")
     db = tmp / "memory.sqlite3"
     config = tmp / "memory.yaml"
-    # a memory reader of its own (the tiny LM again): the reasoning node routes by the text
+    # a memory reader of its own (the tiny LM again): the reasoning node routes by the scope
     config.write_text(MEMORY_CONFIG.format(path=db).replace(
         "reasoning: {model:", "reasoning: {memory_model: tiny-qwen2, model:"))
     with ros_context(__name__) as ctx:
@@ -135,24 +135,29 @@ def test_the_stand_alone_query_server_answers_from_that_memory(
 
 def test_the_reasoning_node_gives_a_memory_text_to_its_memory_reader(
         separate: tuple[SeparateMemory, Path]) -> None:
-    """The query server sends the reasoning node only text and options; the places block in
-    the text is what sends it to the memory reader, on the other node as in the all-in-one."""
+    """The query server sends the reasoning node the text, the options and the question's
+    scope; the scope, not the text's words, sends it to the memory reader, on the other node
+    as in the all-in-one."""
     s, _ = separate
     pipeline = s.reasoning.pipeline
     assert pipeline is not None and pipeline.memory_lm is not None
     assert pipeline.memory_lm is not pipeline.lm
+    read_by: list[str] = []
+    for backend, name in ((pipeline.lm, "lm"), (pipeline.memory_lm, "memory")):
+        complete = backend.complete
+        backend.complete = (  # type: ignore[method-assign]
+            lambda calls, *a, _c=complete, _n=name, **k: read_by.append(_n) or _c(calls, *a, **k))
     r = call(s.client, SpatialQuery.Request(
         question="Where is the red object you saw at the start relative to you now?",
         options=["A. front-left", "B. front-right", "C. back-left", "D. back-right"],
         scope="memory"))
     assert r.success, r.error
-    assert has_places(r.perception) and pipeline.reader_for(r.perception) is pipeline.memory_lm
+    assert PLACES_HEADING in r.perception and read_by == ["memory"]
     window = call(s.client, SpatialQuery.Request(question="Which way did I turn?",
                                                  options=["A. left", "B. right"],
                                                  scope="window"))
     assert window.success, window.error
-    assert not has_places(window.perception) and pipeline.reader_for(window.perception) is \
-        pipeline.lm
+    assert PLACES_HEADING not in window.perception and read_by == ["memory", "lm"]
     model, healthy, error = s.reasoning.backend_status()
     assert (model, healthy, error) == (
         f"{pipeline.lm.model_id}, {pipeline.memory_lm.model_id}", True, "")

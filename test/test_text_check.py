@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 
 from embodied_r_ros.core.actions import Motion
-from embodied_r_ros.core.perception import FrameDescription
-from embodied_r_ros.core.perception_text import NOTHING_IN_VIEW, describe_motion
+from embodied_r_ros.core.perception_text import NOTHING_IN_VIEW
+from embodied_r_ros.core.records import FrameRecord
 from embodied_r_ros.sim.question_rows import Draft
 from embodied_r_training.data import text_check
 from embodied_r_training.data.text_check import TextCheck
@@ -23,14 +23,11 @@ class Written(TextCheck):
 
     def __init__(self, motions: list[Motion | None]) -> None:
         self.layout = "timed"
-        frames = [FrameDescription(0.0, None, NOTHING_IN_VIEW)]
-        for i, m in enumerate(motions, 1):
-            text = describe_motion(m) if m else None
-            frames.append(FrameDescription(float(i), text, NOTHING_IN_VIEW,
-                                           measured_motion=text, motion_source="odometry"))
+        frames = (FrameRecord(0.0), *(FrameRecord(float(i), motion=m, motion_source="odometry")
+                                      for i, m in enumerate(motions, 1)))
         self.clip = None if any(m is None for m in motions) else frames
 
-    def _frames(self, draft: Draft) -> list[FrameDescription] | None:
+    def _frames(self, draft: Draft) -> tuple[FrameRecord, ...] | None:
         return self.clip
 
 

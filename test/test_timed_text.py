@@ -11,37 +11,37 @@ import pytest
 
 from embodied_r_ros.core.actions import Motion
 from embodied_r_ros.core.dead_reckoning import poses
-from embodied_r_ros.core.perception import FrameDescription
 from embodied_r_ros.core.perception_text import (
     TEXT_PRECISION,
-    assemble,
     describe_motion,
-    parse_parts,
-    parse_perception,
+    motion_parts,
+    render,
     rounded,
+    stated_view,
     written_age,
 )
 from embodied_r_ros.core.reasoning import format_question
+from embodied_r_ros.core.records import FrameRecord, PerceptionRecord, TextStyle
 
-BLOCK = format_question("Which way did I turn?", ["A. left", "B. right"])
-VIEW = "no distinctly coloured object in view."
+QUESTION, OPTIONS = "Which way did I turn?", ("A. left", "B. right")
+BLOCK = format_question(QUESTION, OPTIONS)
 
 
-def _frames(motions: list[Motion], stamps: list[float], source: str | None = "odometry",
-            layout: str = "timed") -> list[FrameDescription]:
-    frames = [FrameDescription(stamps[0], None, VIEW)]
-    for motion, stamp in zip(motions, stamps[1:], strict=True):
-        text = describe_motion(motion, layout)  # type: ignore[arg-type]
-        frames.append(FrameDescription(stamp, text, VIEW, measured_motion=text,
-                                       motion_source=source))  # type: ignore[arg-type]
-    return frames
+def _record(motions: list[Motion], stamps: list[float], layout: str = "timed"
+            ) -> PerceptionRecord:
+    frames = [FrameRecord(stamps[0])] + [
+        FrameRecord(stamp, motion=motion, motion_source="odometry")
+        for motion, stamp in zip(motions, stamps[1:], strict=True)]
+    return PerceptionRecord(tuple(frames), QUESTION, OPTIONS, BLOCK,
+                            TextStyle(layout))  # type: ignore[arg-type]
 
 
 def test_a_pair_that_drives_and_turns_states_both() -> None:
     text = describe_motion(Motion(yaw_deg=54.2, forward=0.71, left=0.36))
     assert text == ("move forward about 0.7 m and move left about 0.4 m, then rotate left about "
                     "54 degrees")
-    assert parse_parts(text) == (("move forward", 0.7), ("move left", 0.4), ("rotate left", 54.0))
+    assert motion_parts(Motion(yaw_deg=54.2, forward=0.71, left=0.36)) == [
+        ("move forward", 0.7), ("move left", 0.4), ("rotate left", 54.0)]
     assert describe_motion(Motion(yaw_deg=-90.0)) == "rotate right about 90 degrees"
     assert describe_motion(Motion(forward=-1.26)) == "move backward about 1.3 m"
     # the paper layout names the one primary action, as the shipped reasoner was trained
@@ -66,25 +66,27 @@ def test_every_line_states_its_age_rounded_to_the_second() -> None:
     stamps = [100.0, 103.4, 110.5, 111.6, 112.0]
     motions = [Motion(yaw_deg=30.0), Motion(forward=1.0), Motion(yaw_deg=-20.0),
                Motion(forward=0.5)]
-    text = assemble(_frames(motions, stamps), BLOCK)
+    text = render(_record(motions, stamps))
     assert "Frame 0 (12 s before the last key frame): Observe:" in text
     assert "Frame 1 (9 s before the last key frame): After rotate left about 30 degrees," in text
     assert "Frame 2 (2 s before the last key frame):" in text  # 1.5 rounds up
     assert "Frame 3 (0 s before the last key frame):" in text  # 0.4 rounds down
-    read = parse_perception(text)
+    read = stated_view(_record(motions, stamps))
     assert [f.age_s for f in read.frames] == [12.0, 9.0, 2.0, 0.0, 0.0]
     assert written_age(1.5) == 2.0 and written_age(-0.1) == 0.0 and rounded(2.5, 1.0) == 3.0
 
 
 def test_the_benchmark_route_and_the_paper_layout_write_no_ages() -> None:
     stamps, motions = [0.0, 2.0, 4.0], [Motion(yaw_deg=30.0), Motion(forward=1.0)]
-    paper = assemble(_frames(motions, stamps, layout="paper"), BLOCK, layout="paper")
+    paper = render(_record(motions, stamps, layout="paper"))
     assert "Frame 1: After rotate left, about 30 degrees, Observe:" in paper
     assert "before the last key frame" not in paper
     # the VLM's own actions without measured motion: the paper's text whatever the layout
-    vlm = [FrameDescription(0.0, None, VIEW), FrameDescription(2.0, "rotate left", VIEW,
-                                                               vlm_action="rotate left")]
-    official = assemble(vlm, BLOCK, report_motion=False)
+    vlm = (FrameRecord(0.0, vlm_text="a hall"),
+           FrameRecord(2.0, motion=Motion(yaw_deg=31.0), motion_source="visual",
+                       vlm_action="rotate left", vlm_text="a door"))
+    official = render(PerceptionRecord(vlm, QUESTION, OPTIONS, BLOCK,
+                                       TextStyle(report_motion=False)))
     assert "Frame 1: After rotate left, Observe:" in official
     assert "before the last key frame" not in official
 
@@ -103,7 +105,7 @@ def test_dead_reckoning_the_text_recomputes_every_pose() -> None:
         y += m.forward * math.sin(h) + m.left * math.cos(h)
         yaw += m.yaw_deg
         truth.append((x, y))
-    read = parse_perception(assemble(_frames(motions, [float(i) for i in range(13)]), BLOCK))
+    read = stated_view(_record(motions, [float(i) for i in range(13)]))
     path = poses(read.frames)
     errors = [math.dist(t, (p.x, p.y)) for t, p in zip(truth, path, strict=True)]
     # each step loses at most half a rounding step per axis and a component under threshold

@@ -15,9 +15,11 @@ from torch import Tensor
 from transformers import AutoModelForCausalLM, TrainerCallback
 
 from embodied_r_ros.core.backends.base import ChatBackend, Completion
+from embodied_r_ros.core.perception_text import observation
 from embodied_r_ros.core.rewards import ConsistencyReward, completion_text
 from embodied_r_training.cli import main
 from embodied_r_training.data.prompt_budget import dataset_layout, fit_prompt, token_counter
+from embodied_r_training.data.row_records import record_of
 from embodied_r_training.evaluation.report import markdown_report, paper_columns
 from embodied_r_training.evaluation.scoring import EvalResult, average_folds, score
 from embodied_r_training.recipe import PAPER_STAGES, load_train_config
@@ -209,8 +211,8 @@ def test_prompts_drop_the_oldest_frames_first(dataset: Path, tiny_models_dir: Pa
     text = shorter[1]["content"]
     assert dropped >= 1 and count(shorter) <= full - 1
     assert text.endswith(row["question_block"])  # the question block is intact
-    last = row["frames"][-1]["observation"]
-    first = row["frames"][0]["observation"]
+    frames = record_of(row).frames
+    last, first = observation(frames[-1]), observation(frames[0])
     assert last in text and (first not in text or first == last)
 
 

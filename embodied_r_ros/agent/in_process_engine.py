@@ -11,13 +11,14 @@ from collections.abc import Callable, Mapping, Sequence
 from embodied_r_ros.agent.frame_store import Window
 from embodied_r_ros.core.cancel import CancelToken
 from embodied_r_ros.core.perception import ProgressFn
-from embodied_r_ros.core.pipeline import EmbodiedR
+from embodied_r_ros.core.pipeline import SCOPE_WINDOW, EmbodiedR
 from embodied_r_ros.core.reasoning import Reasoning
 
 WindowFn = Callable[[float], Window]
 PipelineFn = Callable[[], EmbodiedR]
 #: the reasoning node's ``reason`` (publishes the prompt on its debug topic)
-ReasonFn = Callable[[str, Sequence[str], CancelToken], Reasoning]
+#: (perception text, options, cancel, scope) -> the reasoning LM's answer
+ReasonFn = Callable[[str, Sequence[str], CancelToken, str], Reasoning]
 
 
 class LocalEngine:
@@ -53,5 +54,6 @@ class LocalEngine:
         )
         return result.text
 
-    def reason(self, perception: str, options: Sequence[str], cancel: CancelToken) -> Reasoning:
-        return self.reasoning(perception, options, cancel)
+    def reason(self, perception: str, options: Sequence[str], cancel: CancelToken,
+               scope: str = SCOPE_WINDOW) -> Reasoning:
+        return self.reasoning(perception, options, cancel, scope)

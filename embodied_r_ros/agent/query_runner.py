@@ -33,17 +33,19 @@ from embodied_r_ros.core.error_codes import (
     UNKNOWN_SCOPE,
 )
 from embodied_r_ros.core.perception import ProgressFn
-from embodied_r_ros.core.pipeline import QueryError, validate_query
+from embodied_r_ros.core.pipeline import (
+    SCOPE_MEMORY,
+    SCOPE_WINDOW,
+    SCOPES,
+    QueryError,
+    validate_query,
+)
 from embodied_r_ros.core.query_result import MemoryFrameUsed, QueryResult
 from embodied_r_ros.core.reasoning import Reasoning
 
 log = logging.getLogger(__name__)
 
 _POLL_S = 0.02
-#: ``SpatialQuery.scope``: the camera buffer's window (the default), or the spatial memory
-SCOPE_WINDOW = "window"
-SCOPE_MEMORY = "memory"
-SCOPES = (SCOPE_WINDOW, SCOPE_MEMORY)
 
 
 class Engine(Protocol):
@@ -64,8 +66,11 @@ class Engine(Protocol):
         ...
 
     def reason(
-        self, perception: str, options: Sequence[str], cancel: CancelToken
-    ) -> Reasoning: ...
+        self, perception: str, options: Sequence[str], cancel: CancelToken, scope: str
+    ) -> Reasoning:
+        """The reasoning LM's answer; ``scope`` names which LM reads the text (the memory
+        reader reads a memory's)."""
+        ...
 
 
 class MemorySource(Protocol):
@@ -285,7 +290,7 @@ class QueryRunner:
             t1 = time.perf_counter()
             raise_if_stopped(cancel)
             progress("reasoning", 0, 1, "")
-            reasoning = self.engine.reason(perception, options, cancel)
+            reasoning = self.engine.reason(perception, options, cancel, scope)
             t2 = time.perf_counter()
             raise_if_stopped(cancel)
             progress("done", 1, 1, reasoning.answer)

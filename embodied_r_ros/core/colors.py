@@ -22,7 +22,7 @@ import cv2
 import numpy as np
 
 from embodied_r_ros.core.config import CameraConfig
-from embodied_r_ros.core.perception_text import describe_regions
+from embodied_r_ros.core.records import SeenObject
 
 #: bump when the observation text changes, so that datasets built from it are rebuilt
 OBSERVATION_VERSION = 2
@@ -153,10 +153,14 @@ def find_regions(
     return found
 
 
-def describe_colour_regions(
+def colour_objects(
     image: np.ndarray,
     camera: CameraConfig | None = None,
     mount: CameraMount | None = None,
-) -> str:
-    """The observation text of one frame (see the module notes for ``camera`` and ``mount``)."""
-    return describe_regions(find_regions(image, camera=camera, mount=mount))
+) -> tuple[SeenObject, ...]:
+    """The colour regions of one frame as its record's objects, largest first (see the module
+    notes for ``camera`` and ``mount``)."""
+    return tuple(SeenObject(f"{r.colour} object", colour=r.colour, size=r.size,
+                            direction=r.direction, bearing_deg=r.bearing_deg,
+                            distance_m=r.distance_m)
+                 for r in find_regions(image, camera=camera, mount=mount))

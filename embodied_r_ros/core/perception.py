@@ -24,7 +24,7 @@ import json
 import logging
 import re
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 import numpy as np
@@ -38,14 +38,14 @@ from embodied_r_ros.core.backends.base import (
 )
 from embodied_r_ros.core.cache import ReplyCache, digest
 from embodied_r_ros.core.cancel import CancelToken
-from embodied_r_ros.core.colors import describe_colour_regions
+from embodied_r_ros.core.colors import colour_objects
 from embodied_r_ros.core.config import ModelConfig, PerceptionConfig
-from embodied_r_ros.core.perception_text import assemble, describe_motion
+from embodied_r_ros.core.perception_text import observation, render
 from embodied_r_ros.core.prompts import PromptSet, default_prompts
+from embodied_r_ros.core.records import FrameRecord, MotionSource, PerceptionRecord, TextStyle
 
 log = logging.getLogger(__name__)
 
-MotionSource = Literal["odometry", "visual"]
 #: how a VLM reply is read: ``robust`` (:func:`parse_reply`, robots) or ``official``
 #: (:func:`parse_reply_official`, the paper route and benchmark imports)
 ReplyReading = Literal["robust", "official"]
@@ -129,36 +129,17 @@ def _squash(text: str) -> str:
 
 
 @dataclass(frozen=True)
-class FrameDescription:
-    """What perception says of one key frame."""
-
-    stamp: float
-    action: str | None  # the action written into the LM text (None for frame 0)
-    observation: str
-    vlm_action: str | None = None
-    measured_motion: str | None = None  # e.g. "rotate left, about 30 degrees"
-    motion_source: MotionSource | None = None  # where measured_motion came from
-
-
-@dataclass(frozen=True)
 class PerceptionResult:
-    frames: list[FrameDescription]
+    """The records of a question's key frames, and the text rendered from them."""
+
+    record: PerceptionRecord
     text: str  # the full LM user message
     from_cache: bool = False  # no VLM call was made
     vlm_calls: int = 0  # calls made for this result (the rest came from the cache)
 
-
-def lm_action(
-    vlm_action: str | None, measured: str | None, source: MotionSource | None
-) -> str | None:
-    """The action the LM reads: odometry beats the VLM, the VLM beats visual ego-motion.
-
-    Odometry is a measurement of the robot itself; visual ego-motion is only reported beside
-    the VLM's action, and stands in for it when the VLM named none (or there is no VLM).
-    """
-    if source == "odometry" and measured:
-        return measured
-    return vlm_action or measured
+    @property
+    def frames(self) -> tuple[FrameRecord, ...]:
+        return self.record.frames
 
 
 def vlm_conversation(
@@ -305,14 +286,15 @@ class Perceiver:
         cancel: CancelToken | None = None,
         *,
         alone: bool = True,
-    ) -> FrameReply:
+        stamp: float = 0.0,
+    ) -> FrameRecord:
         """Describe a frame question-agnostically, alone (for a window that starts at it) and
         after ``previous`` (for one that goes on through it), into the cache: what streaming
-        perception does in the background. Returns the parsed reply of the pair (of the frame
-        alone for the first of a stream). Without a VLM: the colour-region summary of the
-        frame and no action (the motion is measured), nothing cached."""
+        perception does in the background. Returns the record of the pair (of the frame alone
+        for the first of a stream). Without a VLM: the frame's colour regions and no action
+        (the motion is measured), nothing cached."""
         if self.vlm is None:
-            return FrameReply(None, describe_colour_regions(current))
+            return FrameRecord(stamp, objects=colour_objects(current))
         calls = [vlm_conversation(0, [current], None, self.prompts)] if alone else []
         if previous is not None:
             calls.append(vlm_conversation(1, [previous, current], None, self.prompts))
@@ -324,7 +306,13 @@ class Perceiver:
                 replies[i] = completion.text
                 if self.cache is not None:
                     self.cache.put(keys[i], completion.text)
-        return read_reply(replies[-1] or "", previous is None, self.cfg.reply_reading)
+        reply = read_reply(replies[-1] or "", previous is None, self.cfg.reply_reading)
+        return FrameRecord(stamp, vlm_action=reply.action, vlm_text=reply.observation)
+
+    @property
+    def style(self) -> TextStyle:
+        """How this perception's records are written for the LM."""
+        return TextStyle(self.cfg.frame_layout, self.cfg.report_motion)
 
     def describe(
         self,
@@ -336,65 +324,54 @@ class Perceiver:
         motion_source: MotionSource | Sequence[MotionSource] = "visual",
         on_progress: ProgressFn | None = None,
         cancel: CancelToken | None = None,
+        question: str = "",
+        options: Sequence[str] = (),
     ) -> PerceptionResult:
         """Perceive key frames; ``motions[i]`` is the motion from frame i to i+1, measured by
-        ``motion_source`` (one source for all, or one per motion). Raises ``BackendError``
-        (``CANCELLED`` / ``BACKEND_TIMEOUT`` when ``cancel`` stops it)."""
+        ``motion_source`` (one source for all, or one per motion); ``question`` and
+        ``options``: what ``question_block`` words (kept in the record for its readers). Raises
+        ``BackendError`` (``CANCELLED`` / ``BACKEND_TIMEOUT`` when ``cancel`` stops it)."""
         if len(images) != len(stamps):
             raise ValueError("images and stamps differ in length")
         if motions is not None and len(motions) != max(len(images) - 1, 0):
             raise ValueError("motions must have one entry per consecutive key-frame pair")
-        layout = self.cfg.frame_layout
-        measured = [None] + [describe_motion(m, layout) if m else None for m in (motions or [])]
-        if len(measured) < len(images):
-            measured += [None] * (len(images) - len(measured))
+        motions = list(motions or [])
+        motions += [None] * (max(len(images) - 1, 0) - len(motions))
         if isinstance(motion_source, str):
-            sources: list[MotionSource | None] = [None] + [motion_source] * (len(images) - 1)
+            sources: list[MotionSource] = [motion_source] * len(motions)
         else:
-            if len(motion_source) != len(images) - 1:
+            if len(motion_source) != len(motions):
                 raise ValueError("motion_source must name one source per motion")
-            sources = [None, *motion_source]
-        sources = [src if m else None for src, m in zip(sources, measured, strict=True)]
+            sources = list(motion_source)
+        measured: list[tuple[Motion | None, MotionSource | None]] = [(None, None)] + [
+            (m, src if m is not None else None) for m, src in zip(motions, sources, strict=True)]
         calls = 0
         if self.vlm is not None:
             replies, calls = self._vlm_replies(images, question_block, on_progress, cancel)
-            parsed = [read_reply(r, i == 0, self.cfg.reply_reading)
-                      for i, r in enumerate(replies)]
-            report = self.cfg.report_motion
-            frames = [
-                FrameDescription(
-                    stamp=float(stamps[i]),
-                    # without report_motion the LM reads the VLM's own action, as the paper
-                    action=(lm_action(p.action, measured[i], sources[i]) if report
-                            else p.action) if i else None,
-                    observation=p.observation,
-                    vlm_action=p.action if i else None,
-                    measured_motion=measured[i],
-                    motion_source=sources[i],
-                )
-                for i, p in enumerate(parsed)
-            ]
+            frames = []
+            for i, reply in enumerate(replies):
+                got = read_reply(reply, i == 0, self.cfg.reply_reading)
+                motion, source = measured[i]
+                frames.append(FrameRecord(float(stamps[i]), motion=motion, motion_source=source,
+                                          vlm_action=got.action if i else None,
+                                          vlm_text=got.observation))
         else:
             frames = []
             for i, img in enumerate(images):
                 raise_if_stopped(cancel)
-                frames.append(
-                    FrameDescription(
-                        stamp=float(stamps[i]),
-                        action=(measured[i] or "an unknown motion") if i else None,
-                        observation=describe_colour_regions(img),
-                        measured_motion=measured[i],
-                        motion_source=sources[i],
-                    )
-                )
+                motion, source = measured[i]
+                frames.append(FrameRecord(float(stamps[i]), motion=motion, motion_source=source,
+                                          objects=colour_objects(img)))
                 if on_progress:
-                    on_progress("perception", i + 1, len(images), frames[-1].observation)
-        text = assemble(frames, question_block, self.cfg.report_motion, self.prompts, layout)
-        return PerceptionResult(
-            frames=frames, text=text, from_cache=self.vlm is not None and calls == 0,
-            vlm_calls=calls,
-        )
+                    on_progress("perception", i + 1, len(images), observation(frames[-1]))
+        record = PerceptionRecord(tuple(frames), question, tuple(options), question_block,
+                                  self.style)
+        return PerceptionResult(record, render(record, self.prompts),
+                                from_cache=self.vlm is not None and calls == 0, vlm_calls=calls)
 
 
-def description_dicts(result: PerceptionResult) -> list[dict[str, object]]:
-    return [asdict(f) for f in result.frames]
+def with_poses(result: PerceptionResult, poses: Sequence[Any]) -> PerceptionResult:
+    """``result`` with the camera pose of each key frame where one was known."""
+    frames = tuple(replace(f, pose=p, pose_source="odometry" if p is not None else None)
+                   for f, p in zip(result.frames, poses, strict=True))
+    return replace(result, record=replace(result.record, frames=frames))

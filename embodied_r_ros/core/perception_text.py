@@ -1,4 +1,4 @@
-"""The perception text the reasoning LM reads: written and read back in one place.
+"""The perception text the reasoning LM reads: rendered from the typed records, in one place.
 
 Perception writes, per key frame, ``Frame i: After <action>, Observe: <view>`` (the shape of
 ``derive_video_content_str`` in ``train/conver_format/VLM_perception_API.py`` of
@@ -10,10 +10,13 @@ key frame): After move forward about 0.7 m and move left about 0.4 m, then rotat
 degrees, Observe: ...``. The moves are along the axes of the previous key frame's pose and come
 before the turn, so dead reckoning the written amounts recomputes every pose. How amounts are
 rounded and which are written at all is :data:`TEXT_PRECISION`. A geometric observation reads
-``I see a small red object to the left (25 degrees left, about 3.1 m away); ...``.
+``I see a small red object to the left (25 degrees left, about 3.1 m away); ...``. A memory's
+text adds, after the frames, where the objects the question names are now (:data:`PLACES_HEADING`).
 
-The oracle, the rationales, the question generators and the tests read that text back; keeping
-the writers and the parsers side by side (round-trip tested) stops the two from drifting apart.
+:func:`render` writes a :class:`~embodied_r_ros.core.records.PerceptionRecord`; nothing else
+writes this prose, and nothing parses it back. Readers that must see exactly what the LM sees
+(the rule reader, the rationales, the memory's places) take :func:`stated_view`: the same
+records with every amount as the text rounds it.
 """
 
 from __future__ import annotations
@@ -22,26 +25,31 @@ import math
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Literal
 
 from embodied_r_ros.core.actions import ActionThresholds, Motion, action_of, primary_action
-from embodied_r_ros.core.config import CameraConfig
+from embodied_r_ros.core.poses import quadrant
 from embodied_r_ros.core.prompts import PromptSet, default_prompts
-from embodied_r_ros.core.reasoning import parse_options, question_from_prompt
-
-if TYPE_CHECKING:
-    from embodied_r_ros.core.colors import Region
-    from embodied_r_ros.core.perception import FrameDescription
+from embodied_r_ros.core.reasoning import parse_options
+from embodied_r_ros.core.records import (
+    ColourNote,
+    FrameLayout,
+    FrameRecord,
+    MotionSource,
+    ObjectPlace,
+    PerceptionRecord,
+    SeenObject,
+    TextStyle,
+)
 
 #: the observation written when no colour region is found
 NOTHING_IN_VIEW = "no distinctly coloured object in view."
 #: the first line of the notes a memory writes after the frames: where the named objects are now
 PLACES_HEADING = "Named objects, placed from the frames above, relative to you now:"
-#: horizontal field of view the coarse directions are read against: the config's default guess,
-#: which colors uses when no intrinsics are given
-_HFOV_DEG = CameraConfig.model_fields["hfov_deg"].default
-
-# -- writing ------------------------------------------------------------------------------------
+#: what a frame whose motion nobody knows says (a memory row without a pose, the geometric
+#: perception without one); a VLM's frame without an action says "None", as the official code
+UNKNOWN_MOTION = "an unknown motion"
+#: a spot nearer than this is "here": its bearing says nothing
+HERE_M = 0.5
 
 
 @dataclass(frozen=True)
@@ -117,6 +125,24 @@ def _primary_part(motion: Motion, thresholds: ActionThresholds | None = None
     return action, motion.translation if motion.metric else None
 
 
+def primary_part(parts: Sequence[MotionPart], thresholds: ActionThresholds | None = None
+                 ) -> MotionPart | None:
+    """The component that names the motion alone (the weighting of
+    :func:`~embodied_r_ros.core.actions.primary_action`: a turn of ``deg_per_metre`` degrees
+    outweighs a metre of travel)."""
+    th = thresholds or ActionThresholds()
+
+    def weight(part: MotionPart) -> float:
+        action, amount = part
+        scale = 1.0 if action.startswith(("rotate", "tilt")) else th.deg_per_metre
+        return (amount if amount is not None else th.rotation_deg) * scale
+
+    return max(parts, key=weight) if parts else None
+
+
+# -- writing ------------------------------------------------------------------------------------
+
+
 def describe_part(action: str, amount: float | None) -> str:
     if amount is None:
         return action
@@ -133,10 +159,6 @@ def describe_parts(parts: Sequence[MotionPart]) -> str:
     if not moves and not turns:
         return "stay still"
     return ", then ".join(" and ".join(group) for group in (moves, turns) if group)
-
-
-#: how the robot route writes its frame lines (``perception.frame_layout``)
-FrameLayout = Literal["timed", "paper"]
 
 
 def describe_motion(motion: Motion, layout: FrameLayout = "timed",
@@ -156,24 +178,75 @@ def describe_motion(motion: Motion, layout: FrameLayout = "timed",
     return f"{action}, about {amount:.1f} m"
 
 
-def describe_region(region: Region) -> str:
+def _stated_bearing(bearing: float) -> float:
+    """A bearing as an observation writes it: whole degrees, the side kept."""
+    return float(round(abs(bearing))) * (1.0 if bearing >= 0 else -1.0)
+
+
+def describe_object(obj: SeenObject) -> str:
     """``a small red object to the left (25 degrees left, about 3.1 m away)``."""
-    side = "left" if region.bearing_deg >= 0 else "right"
-    degrees = round(abs(region.bearing_deg))
+    bearing = obj.bearing_deg or 0.0
+    side = "left" if bearing >= 0 else "right"
+    degrees = round(abs(bearing))
     geometry = f"{degrees} degree{'' if degrees == 1 else 's'} {side}"
-    if region.distance_m is not None:
-        geometry += f", about {region.distance_m:.1f} m away"
-    return f"a {region.size} {region.colour} object {region.direction} ({geometry})"
+    if obj.distance_m is not None:
+        geometry += f", about {obj.distance_m:.1f} m away"
+    return f"a {obj.size} {obj.colour} object {obj.direction} ({geometry})"
 
 
-def describe_regions(regions: Sequence[Region]) -> str:
-    """The observation of one frame from its colour regions (largest first)."""
-    if not regions:
+def describe_objects(objects: Sequence[SeenObject]) -> str:
+    """The geometric observation of one frame from its colour regions (largest first)."""
+    if not objects:
         return NOTHING_IN_VIEW
-    return "I see " + "; ".join(describe_region(r) for r in regions) + "."
+    return "I see " + "; ".join(describe_object(o) for o in objects) + "."
 
 
-def frame_line(index: int, desc: FrameDescription, report_motion: bool = True,
+def observation(record: FrameRecord) -> str:
+    """What a frame's line says it shows: the VLM's own text, else its objects."""
+    return record.vlm_text if record.vlm_text is not None else describe_objects(record.objects)
+
+
+def lm_action(
+    vlm_action: str | None, measured: str | None, source: MotionSource | None
+) -> str | None:
+    """The action the LM reads: odometry beats the VLM, the VLM beats visual ego-motion.
+
+    Odometry is a measurement of the robot itself; visual ego-motion is only reported beside
+    the VLM's action, and stands in for it when the VLM named none (or there is no VLM).
+    """
+    if source == "odometry" and measured:
+        return measured
+    return vlm_action or measured
+
+
+def _action(record: FrameRecord, style: TextStyle) -> str:
+    """The ``After <action>`` of a frame line (not frame 0's)."""
+    measured = describe_motion(record.motion, style.layout) if record.motion else None
+    source = record.motion_source if measured else None
+    vlm = record.vlm_action
+    if style.report_motion and measured and vlm:
+        if source == "odometry":
+            return f"{measured} (VLM: {vlm})"
+        return f"{vlm} (measured: {measured})"
+    if style.report_motion or not record.described_by_vlm:
+        action = lm_action(vlm, measured, source)
+    else:  # the official route: the VLM's own action
+        action = vlm
+    if action:
+        return action
+    if style.unknown_motion is not None:
+        return style.unknown_motion
+    return "None" if record.described_by_vlm else UNKNOWN_MOTION
+
+
+def timed_route(frames: Sequence[FrameRecord], style: TextStyle) -> bool:
+    """Whether the lines state their frames' ages: the timed layout of the robot route, where
+    measured motion is present and reported."""
+    return (style.layout == "timed" and style.report_motion
+            and any(f.motion is not None for f in frames))
+
+
+def frame_line(index: int, record: FrameRecord, style: TextStyle,
                age_s: float | None = None) -> str:
     """One frame's line; ``age_s``: how long before the last key frame it was taken (the robot
     route states it, the benchmark route does not)."""
@@ -181,70 +254,78 @@ def frame_line(index: int, desc: FrameDescription, report_motion: bool = True,
     if age_s is not None:
         head += f" ({written_age(age_s):.0f} s before the last key frame)"
     if index == 0:
-        return f"{head}: Observe: {desc.observation}"
-    action = desc.action or "None"
-    if report_motion and desc.measured_motion and desc.vlm_action:
-        if desc.motion_source == "odometry":
-            action = f"{desc.measured_motion} (VLM: {desc.vlm_action})"
-        else:
-            action = f"{desc.vlm_action} (measured: {desc.measured_motion})"
-    return f"{head}: After {action}, Observe: {desc.observation}"
+        return f"{head}: Observe: {observation(record)}"
+    return f"{head}: After {_action(record, style)}, Observe: {observation(record)}"
 
 
-def robot_route(frames: Sequence[FrameDescription], report_motion: bool) -> bool:
-    """Whether the text is the robot route's: measured motion is present and reported."""
-    return report_motion and any(f.motion_source for f in frames)
-
-
-def assemble(
-    frames: Sequence[FrameDescription],
-    question_block: str,
-    report_motion: bool = True,
-    prompts: PromptSet | None = None,
-    layout: FrameLayout = "timed",
-    notes: str = "",
-) -> str:
-    """The reasoning LM's user message in the official code's shape: the instruction, the
-    frame lines wrapped in ``<`` and ``>`` after ``Video content:``, then the question
-    (``VLM_perception_API.py`` of Embodied-R.code). On the robot route of the timed layout each
-    line states its frame's age. ``notes`` (what a memory derives from the frames) go between
-    the frames and the question."""
-    p = prompts or default_prompts()
-    timed = layout == "timed" and robot_route(frames, report_motion)
+def frame_lines(frames: Sequence[FrameRecord], style: TextStyle) -> list[str]:
+    timed = timed_route(frames, style)
     last = frames[-1].stamp if frames else 0.0
-    lines = "\n".join(frame_line(i, f, report_motion, last - f.stamp if timed else None)
-                      for i, f in enumerate(frames))
+    return [frame_line(i, f, style, last - f.stamp if timed else None)
+            for i, f in enumerate(frames)]
+
+
+def _ago(age_s: float) -> str:
+    return f"{age_s:.0f} s" if age_s < 60.0 else f"{age_s / 60.0:.0f} min"
+
+
+def bearing_words(bearing: float) -> str:
+    """How a line states a bearing: ``back-left (113 degrees left)``."""
+    side = "left" if bearing >= 0 else "right"
+    return f"{quadrant(bearing)} ({abs(bearing):.0f} degrees {side})"
+
+
+def place_line(note: ObjectPlace | ColourNote) -> str:
+    """One line of the places block: where an object is now, or when a colour was seen."""
+    if isinstance(note, ColourNote):
+        if note.last_seen_s is None:
+            return f"- {note.colour}: in none of these frames."
+        return f"- {note.colour} last seen {note.last_seen_s:.0f} s ago."
+    seen = ", ".join(_ago(a) for a in note.visits_s)
+    parts = [f"{note.colour} object seen {seen} ago (last {note.last_s:.0f} s ago)"]
+    if note.now is not None:
+        distance, bearing = note.now
+        where = f"now {distance:.1f} m away, {bearing_words(bearing)}"
+        parts.append(where if note.triangulated else f"{where}, guessed from one view")
+    if note.seen_from is not None:
+        distance, bearing = note.seen_from
+        parts.append("seen from about here" if distance < HERE_M else
+                     f"seen from a spot now {distance:.1f} m away, {bearing_words(bearing)}")
+    if note.nearby:
+        parts.append("nearest named: " + ", ".join(f"{c} {d:.1f} m" for c, d in note.nearby))
+    return "- " + "; ".join(parts) + "."
+
+
+def places_block(notes: Sequence[ObjectPlace | ColourNote]) -> str:
+    """The block a memory writes after the frames; empty without a line."""
+    return "\n".join([PLACES_HEADING, *(place_line(n) for n in notes)]) if notes else ""
+
+
+def render(record: PerceptionRecord, prompts: PromptSet | None = None) -> str:
+    """The reasoning LM's user message in the official code's shape: the instruction, the
+    frame lines wrapped in ``<`` and ``>`` after ``Video content:``, a memory's places block,
+    then the question (``VLM_perception_API.py`` of Embodied-R.code)."""
+    p = prompts or default_prompts()
+    lines = "\n".join(frame_lines(record.frames, record.style))
     video = f"{p.lm_instruction}\nVideo content:\n<\n{p.preamble}\n{lines}\n>\n"
-    return f"{video}{notes}\n{question_block}" if notes else f"{video}{question_block}"
+    notes = places_block(record.places or ())
+    return f"{video}{notes}\n{record.question_block}" if notes else (
+        f"{video}{record.question_block}")
 
 
-# -- reading ------------------------------------------------------------------------------------
+# -- the stated view ------------------------------------------------------------------------------
 
-
-def has_places(user_text: str) -> bool:
-    """Whether ``user_text`` carries a memory's places block after its frames (the text a
-    memory reader is trained on: ``reasoning.memory_model``)."""
-    return f"\n>\n{PLACES_HEADING}\n" in user_text
-
-
-_FRAME_RE = re.compile(
-    r"^Frame (\d+)(?: \((\d+(?:\.\d+)?) s before the last key frame\))?: "
-    r"(?:After (.*?), )?Observe: (.*)$", re.MULTILINE)
+#: bearing of a region's centre that each coarse direction stands for (degrees, left > 0): the
+#: middle of its third of an image of the default 70-degree field of view
+_THIRD_DEG = math.degrees(math.atan(math.tan(math.radians(70.0 / 2)) * 2 / 3))
+COARSE_BEARING = {"left": _THIRD_DEG, "right": -_THIRD_DEG, "ahead": 0.0}
 _AMOUNT_RE = re.compile(r"about (-?\d+(?:\.\d+)?) (m|degrees)")
 _PART_SPLIT_RE = re.compile(r",? then | and ")
-_SIGHTING_RE = re.compile(
-    r"an? (small|medium|large) (\w+) object (.*?)(?: \((\d+) degrees? (left|right)"
-    r"(?:, about (\d+(?:\.\d+)?) m away)?\))?$"
-)
-#: bearing of a region's centre that each coarse direction stands for (degrees, left > 0): the
-#: middle of its third of the image
-_THIRD_DEG = math.degrees(math.atan(math.tan(math.radians(_HFOV_DEG / 2)) * 2 / 3))
-_COARSE_BEARING = {"left": _THIRD_DEG, "right": -_THIRD_DEG, "ahead": 0.0}
 
 
 @dataclass(frozen=True)
 class Sighting:
-    """One coloured region of one frame, as the text describes it."""
+    """One coloured object of one frame, as the text states it."""
 
     colour: str
     size: str
@@ -256,7 +337,7 @@ class Sighting:
 
 @dataclass(frozen=True)
 class FrameText:
-    """One ``Frame i: After <action>, Observe: <view>`` line, read back."""
+    """One frame as its line states it."""
 
     index: int
     action: str | None  # the primary vocabulary action, "stay still" or None (frame 0, unknown)
@@ -270,66 +351,19 @@ class FrameText:
 
 @dataclass(frozen=True)
 class PerceptionText:
-    """An LM user message read back: its frames, question and options."""
+    """A perception text as the LM reads it: its frames, question and options."""
 
     frames: tuple[FrameText, ...]
     question: str
     options: tuple[tuple[str, str], ...]
 
 
-def parse_sighting(part: str) -> Sighting | None:
-    """One ``a small red object ... (25 degrees left, about 3.1 m away)``, else None."""
-    m = _SIGHTING_RE.match(part.strip())
-    if not m:
-        return None
-    size, colour, direction, deg, side, dist = m.groups()
-    direction = direction.strip()
-    if deg is not None:
-        bearing = float(deg) * (1.0 if side == "left" else -1.0)
-    else:
-        horiz = "left" if "left" in direction else "right" if "right" in direction else "ahead"
-        bearing = _COARSE_BEARING[horiz]
-    return Sighting(colour, size, direction, bearing, float(dist) if dist else None,
-                    deg is not None)
-
-
-def parse_observation(view: str) -> dict[str, Sighting]:
-    """``"I see a small red object to the left; ..."`` -> sightings by colour."""
-    view = view.strip().rstrip(".")
-    if not view.startswith("I see "):
-        return {}
-    out: dict[str, Sighting] = {}
-    for part in view[len("I see "):].split("; "):
-        s = parse_sighting(part)
-        if s is not None and s.colour not in out:
-            out[s.colour] = s
-    return out
-
-
-def parse_motion(text: str | None) -> tuple[str | None, float | None]:
-    """``"rotate right about 38 degrees"`` (or a VLM's ``"rotate right, about 38 degrees"``)
-    -> ``("rotate right", 38.0)``: the first action named and its amount."""
-    if not text:
-        return None, None
-    low = text.strip().lower()
-    if low.startswith("stay still"):
-        return "stay still", 0.0
-    action = action_of(low)
-    m = _AMOUNT_RE.search(low)
-    return action, float(m.group(1)) if m else None
-
-
-def parse_parts(text: str | None) -> tuple[MotionPart, ...]:
-    """The components of a written motion (:func:`describe_parts`), in order. Of an action
-    written beside another source's, the measured one: ``<odometry> (VLM: ...)`` or
-    ``<VLM action> (measured: <visual>)``."""
+def action_words(text: str | None) -> tuple[MotionPart, ...]:
+    """The components a VLM's action names (``rotate right, about 38 degrees``), in order."""
     if not text:
         return ()
-    low = text.strip().lower()
-    measured = re.search(r"\(measured: (.*)\)$", low)
-    low = measured.group(1) if measured else re.sub(r" \(vlm: .*\)$", "", low)
     parts = []
-    for piece in _PART_SPLIT_RE.split(low):
+    for piece in _PART_SPLIT_RE.split(text.strip().lower()):
         action = action_of(piece)
         if action is not None:
             m = _AMOUNT_RE.search(piece)
@@ -337,36 +371,66 @@ def parse_parts(text: str | None) -> tuple[MotionPart, ...]:
     return tuple(parts)
 
 
-def primary_part(parts: Sequence[MotionPart], thresholds: ActionThresholds | None = None
-                 ) -> MotionPart | None:
-    """The component that names the motion alone (the weighting of
-    :func:`~embodied_r_ros.core.actions.primary_action`: a turn of ``deg_per_metre`` degrees
-    outweighs a metre of travel)."""
-    th = thresholds or ActionThresholds()
-
-    def weight(part: MotionPart) -> float:
-        action, amount = part
-        scale = 1.0 if action.startswith(("rotate", "tilt")) else th.deg_per_metre
-        return (amount if amount is not None else th.rotation_deg) * scale
-
-    return max(parts, key=weight) if parts else None
+def first_action(text: str | None) -> tuple[str | None, float | None]:
+    """The action a phrase starts with and the first amount it names: ``stay still`` is 0."""
+    if not text:
+        return None, None
+    low = text.strip().lower()
+    if low.startswith("stay still"):
+        return "stay still", 0.0
+    m = _AMOUNT_RE.search(low)
+    return action_of(low), float(m.group(1)) if m else None
 
 
-def parse_perception(user_text: str) -> PerceptionText:
-    """The frames, question and options of an LM user message written by :func:`assemble`."""
-    video, _, _ = user_text.partition("\n>\n")
-    frames = []
-    for m in _FRAME_RE.finditer(video):
-        index, age, motion, view = m.groups()
-        parts = parse_parts(motion)
-        if len(parts) > 1:
-            action, amount = primary_part(parts) or (None, None)
-        else:
-            action, amount = parse_motion(motion)
-        frames.append(FrameText(int(index), action, amount, parse_observation(view), parts,
-                                float(age) if age is not None else None))
-    block = question_from_prompt(user_text)
-    question, _, choices = block.partition("\nChoices:\n")
-    options = parse_options([c for c in choices.splitlines() if c.strip()])
-    return PerceptionText(tuple(frames), question.removeprefix("Question:").strip(),
-                          tuple(options))
+def _stated_motion(motion: Motion, layout: FrameLayout) -> tuple[MotionPart, ...]:
+    """The components a measured motion's words state, amounts as written."""
+    if layout == "timed":
+        return tuple(motion_parts(motion))
+    part = _primary_part(motion)
+    if part is None:
+        return ()
+    action, amount = part
+    if amount is None:
+        return ((action, None),)
+    written = f"{amount:.0f}" if action.startswith(("rotate", "tilt")) else f"{amount:.1f}"
+    return ((action, float(written)),)
+
+
+def _stated_frame(index: int, record: FrameRecord, style: TextStyle,
+                  age_s: float | None) -> FrameText:
+    sightings: dict[str, Sighting] = {}
+    for obj in record.objects if not record.described_by_vlm else ():
+        if obj.colour and obj.colour not in sightings and obj.bearing_deg is not None:
+            distance = None if obj.distance_m is None else float(f"{obj.distance_m:.1f}")
+            sightings[obj.colour] = Sighting(obj.colour, obj.size or "", obj.direction or "",
+                                             _stated_bearing(obj.bearing_deg), distance, True)
+    age = written_age(age_s) if age_s is not None else None
+    if index == 0:
+        return FrameText(0, None, None, sightings, (), age)
+    # the line states the measured motion wherever it shows it (beside a VLM's action too)
+    states_measured = style.report_motion or not record.described_by_vlm
+    if record.motion is not None and states_measured:
+        parts = _stated_motion(record.motion, style.layout)
+        if not parts:
+            return FrameText(index, "stay still", 0.0, sightings, (), age)
+        action, amount = primary_part(parts) if len(parts) > 1 else parts[0]
+        return FrameText(index, action, amount, sightings, parts, age)
+    words = record.vlm_action  # the VLM's own words name the motion
+    parts = action_words(words)
+    if len(parts) > 1:
+        action, amount = primary_part(parts) or (None, None)
+    else:
+        action, amount = first_action(words)
+    return FrameText(index, action, amount, sightings, parts, age)
+
+
+def stated_view(record: PerceptionRecord) -> PerceptionText:
+    """The record as its text states it: ages, motions and bearings as written (what a reader
+    of the text can know), the question and its options."""
+    frames = record.frames
+    timed = timed_route(frames, record.style)
+    last = frames[-1].stamp if frames else 0.0
+    stated = tuple(_stated_frame(i, f, record.style, last - f.stamp if timed else None)
+                   for i, f in enumerate(frames))
+    return PerceptionText(stated, record.question.strip(),
+                          tuple(parse_options(list(record.options))))

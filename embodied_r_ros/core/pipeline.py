@@ -29,13 +29,7 @@ from embodied_r_ros.core.error_codes import (
     QUESTION_TOO_LONG,
 )
 from embodied_r_ros.core.keyframes import KeyframeSelection, select_keyframes
-from embodied_r_ros.core.perception import (
-    MotionSource,
-    Perceiver,
-    PerceptionResult,
-    ProgressFn,
-)
-from embodied_r_ros.core.perception_text import has_places
+from embodied_r_ros.core.perception import Perceiver, PerceptionResult, ProgressFn
 from embodied_r_ros.core.prompts import prompts_from
 from embodied_r_ros.core.query_result import QueryResult
 from embodied_r_ros.core.reasoning import (
@@ -47,8 +41,15 @@ from embodied_r_ros.core.reasoning import (
     parse_options,
     parse_reasoning,
 )
+from embodied_r_ros.core.records import MotionSource
 
 log = logging.getLogger(__name__)
+
+#: a question's scope (``SpatialQuery.scope``): the camera buffer's window (the default), or the
+#: spatial memory; a memory's text is read by the memory reader where one is loaded
+SCOPE_WINDOW = "window"
+SCOPE_MEMORY = "memory"
+SCOPES = (SCOPE_WINDOW, SCOPE_MEMORY)
 
 
 #: bounds every entry point applies before any work (a 200,000-character option once pinned
@@ -233,6 +234,8 @@ class EmbodiedR:
                 motion_source=motion_source,
                 on_progress=on_progress,
                 cancel=cancel,
+                question=question,
+                options=options,
             )
         except BackendError as exc:
             raise QueryError(exc.code, f"perception model: {exc}") from None
@@ -290,24 +293,24 @@ class EmbodiedR:
         ``prompt`` is this, so training and serving prompt the LM alike)."""
         return build_messages(perception_text, self.prompts)
 
-    def reader_for(self, perception_text: str) -> ChatBackend | None:
-        """The LM that reads ``perception_text``: the memory reader for a text with a places
-        block when one is loaded, else the reasoning LM. The text decides, not the caller, so
-        a remote reasoning node routes a memory query as the all-in-one does."""
-        if self.memory_lm is not None and has_places(perception_text):
+    def reader_for(self, scope: str = SCOPE_WINDOW) -> ChatBackend | None:
+        """The LM that reads a text of ``scope``: the memory reader for a memory's text where
+        one is loaded, else the reasoning LM. The request's scope decides (a separate
+        reasoning node is told it), never the text's words."""
+        if scope == SCOPE_MEMORY and self.memory_lm is not None:
             return self.memory_lm
         return self.lm
 
     def reason(
         self, perception_text: str, options: Sequence[str], cancel: CancelToken | None = None,
-        *, reader: ChatBackend | None = None,
+        *, scope: str = SCOPE_WINDOW, reader: ChatBackend | None = None,
     ) -> Reasoning:
-        """The LM's reply to a perception text (validated first: options, size), from the
-        memory reader where the text is a memory's (:meth:`reader_for`); ``reader`` names the
-        LM instead (a benchmark reading one text with both)."""
+        """The LM's reply to a perception text (validated first: options, size), from the LM
+        the request's ``scope`` names (:meth:`reader_for`); ``reader`` names the LM instead
+        (a benchmark reading one text with both)."""
         opts = validate_options(options)
         validate_perception(perception_text)
-        lm = reader or self.reader_for(perception_text)
+        lm = reader or self.reader_for(scope)
         if lm is None:
             raise QueryError(BACKEND_DOWN, "no reasoning model is loaded")
         try:

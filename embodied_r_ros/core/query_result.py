@@ -12,8 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from embodied_r_ros.core.perception import FrameDescription
 from embodied_r_ros.core.reasoning import Reasoning
+from embodied_r_ros.core.records import FrameRecord
 
 
 @dataclass(frozen=True)
@@ -45,9 +45,9 @@ class QueryResult:
     #: the reasoning LM's whole reply, and whether it has the ``<think>``/``<answer>`` format
     raw: str = ""
     well_formed: bool = False
-    #: the assembled perception text the reasoning LM read, and its parts per key frame
+    #: the perception text the reasoning LM read, and the records of its key frames
     perception: str = ""
-    frames: list[FrameDescription] = field(default_factory=list)
+    frames: tuple[FrameRecord, ...] = ()
     key_frame_stamps: list[float] = field(default_factory=list)
     #: positions of the key frames in the video (a video file's answer only)
     key_frame_indices: list[int] = field(default_factory=list)

@@ -27,22 +27,26 @@ import numpy as np
 
 from embodied_r_ros.core.backends.base import BackendError
 from embodied_r_ros.core.perception import Perceiver
+from embodied_r_ros.core.records import FrameRecord
 
 log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
 class KeyFrameNote:
-    """What the background made of one key frame."""
+    """What the background made of one key frame: its record (no motion: the memory has the
+    pose), compared with the camera's previous key frame."""
 
     camera: str
-    stamp: float
+    record: FrameRecord
     previous_stamp: float | None  # the key frame it was compared with (None: first)
-    action: str | None
-    description: str
     seconds: float
     #: the key frame described (RGB, as the frame buffer stored it): the memory's thumbnail
     image: np.ndarray | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def stamp(self) -> float:
+        return self.record.stamp
 
 
 @dataclass
@@ -113,8 +117,8 @@ class BackgroundDescriber:
                 job = self._jobs.popleft()
             start = time.monotonic()
             try:
-                reply = self.perceiver.prefetch(job.previous[1] if job.previous else None,
-                                                job.image, alone=job.keyframe)
+                record = self.perceiver.prefetch(job.previous[1] if job.previous else None,
+                                                 job.image, alone=job.keyframe, stamp=job.stamp)
             except BackendError as exc:
                 self.failed += 1
                 log.warning("streaming perception of %.3f s failed: %s", job.stamp, exc)
@@ -124,9 +128,8 @@ class BackgroundDescriber:
                 self.described += 1
                 self.busy_sec += seconds
                 self._recent.append(time.monotonic())
-            note = KeyFrameNote(job.camera, job.stamp,
-                                job.previous[0] if job.previous else None,
-                                reply.action, reply.observation, seconds, job.image)
+            note = KeyFrameNote(job.camera, record, job.previous[0] if job.previous else None,
+                                seconds, job.image)
             if job.keyframe and self.on_described is not None:
                 try:
                     self.on_described(note)

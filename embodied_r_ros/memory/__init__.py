@@ -1,13 +1,13 @@
 """Long-horizon spatial memory: every key frame the robot keeps, for hours, on disk.
 
 A key frame becomes a :class:`MemoryRow` (stamp, pose and its source, the question-agnostic
-description, the objects it names, a thumbnail) in a :class:`MemoryStore`: SQLite by default
-(:class:`SqliteMemoryStore`), PostgreSQL for a fleet writing to one server
+perception's record: its objects and description, a thumbnail) in a :class:`MemoryStore`:
+SQLite by default (:class:`SqliteMemoryStore`), PostgreSQL for a fleet writing to one server
 (:class:`PostgresMemoryStore`). A question then selects at most the key-frame budget from the
-whole memory (:class:`Retriever`) and :func:`memory_perception_text` writes the perception text
-the reasoner reads, with every frame's age, the motion between the selected frames from
-their poses, and where the objects the question names are now (:mod:`.places`). The layer
-stands on ``core`` alone and imports no ROS.
+whole memory (:class:`Retriever`) and :func:`memory_record` makes the perception record the
+reasoner's text is rendered from, with every frame's age, the motion between the selected
+frames from their poses, and where the objects the question names are now (:mod:`.places`).
+The layer stands on ``core`` alone and imports no ROS.
 """
 
 from embodied_r_ros.memory.errors import SpatialMemoryError
@@ -16,7 +16,7 @@ from embodied_r_ros.memory.recorder import MemoryRecorder
 from embodied_r_ros.memory.retrieval import Retriever, Selection
 from embodied_r_ros.memory.sqlite_store import SqliteMemoryStore
 from embodied_r_ros.memory.store import MemoryRow, MemoryStore, Span, TextHit
-from embodied_r_ros.memory.text import frames_from_rows, memory_perception_text
+from embodied_r_ros.memory.text import memory_record, records_from_rows
 from embodied_r_ros.memory.time_phrases import TimeRange, TimeSpec, parse_time_phrases
 
 __all__ = [
@@ -31,8 +31,8 @@ __all__ = [
     "TextHit",
     "TimeRange",
     "TimeSpec",
-    "frames_from_rows",
-    "memory_perception_text",
+    "memory_record",
     "open_store",
     "parse_time_phrases",
+    "records_from_rows",
 ]

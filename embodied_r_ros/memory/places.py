@@ -3,11 +3,11 @@
 A memory text holds up to 32 frames spread over an hour: an object seen twenty minutes ago
 shows in a few of them, and where it is from the robot *now* follows only from dead reckoning
 every written motion since and crossing the bearings of the frames that show it. That
-geometry is the memory's work, not the reasoner's: :func:`places_text` writes, after the
-frames, one line per object of a colour the question names, with where it is relative to the
-last key frame. It reads the text alone (:func:`~embodied_r_ros.core.perception_text
-.parse_perception`), never the stored poses, so it states exactly what the frames above it
-imply.
+geometry is the memory's work, not the reasoner's: :func:`place_notes` places, for the renderer
+to write after the frames, each object of a colour the question names, relative to the last key
+frame. It reads the frames as their text states them (:func:`~embodied_r_ros.core.perception_text
+.stated_view` of the records: ages, motions and bearings as rounded there), so it states exactly
+what the frames above it imply.
 
 :class:`ObjectMap` groups a colour's bearing rays into objects by where they cross (a group
 grows while its rays still cross at one place, or while a ray only runs along its last one:
@@ -27,13 +27,9 @@ from dataclasses import dataclass
 
 from embodied_r_ros.core.colors import COLOUR_NAMES
 from embodied_r_ros.core.dead_reckoning import Pose2D, poses
-from embodied_r_ros.core.perception_text import (
-    PLACES_HEADING,
-    FrameText,
-    PerceptionText,
-    parse_perception,
-)
-from embodied_r_ros.core.poses import crossing_deg, heading_deg, quadrant, wrap_deg
+from embodied_r_ros.core.perception_text import FrameText, PerceptionText
+from embodied_r_ros.core.poses import crossing_deg, heading_deg, wrap_deg
+from embodied_r_ros.core.records import ColourNote, ObjectPlace, PlaceNote
 from embodied_r_ros.memory.errors import SpatialMemoryError
 from embodied_r_ros.memory.time_phrases import parse_time_phrases
 
@@ -49,8 +45,6 @@ MIN_CROSSING_DEG = 6.0
 #: a place where no triangulation reaches: this far along the bearing ray
 ASSUMED_RANGE_M = 3.5
 MAX_RANGE_M = 15.0
-#: a spot nearer than this is "here": its bearing says nothing
-HERE_M = 0.5
 #: objects a line is written for, per colour the question names (the newest first)
 OBJECTS_PER_COLOUR = 3
 #: other named objects a line lists as near an object
@@ -247,10 +241,6 @@ def question_colours(question: str, options: Sequence[str]) -> list[str]:
     return named_colours(" ".join([question, *options]))
 
 
-def _ago(age_s: float) -> str:
-    return f"{age_s:.0f} s" if age_s < 60.0 else f"{age_s / 60.0:.0f} min"
-
-
 def visits(ages: Sequence[float]) -> list[float]:
     """The newest stated age of each visit among ``ages`` (ages less than
     :data:`VISIT_GAP_S` apart are one visit), newest first."""
@@ -258,39 +248,24 @@ def visits(ages: Sequence[float]) -> list[float]:
     return [a for i, a in enumerate(ordered) if i == 0 or a - ordered[i - 1] > VISIT_GAP_S]
 
 
-def bearing_words(bearing: float) -> str:
-    """How a line states a bearing: ``back-left (113 degrees left)``."""
-    side = "left" if bearing >= 0 else "right"
-    return f"{quadrant(bearing)} ({abs(bearing):.0f} degrees {side})"
-
-
-def object_line(m: ObjectMap, obj: Sighted, colours: Sequence[str]) -> str:
-    """``obj`` as one line: when it was seen (each visit), where it is now, the spot it was
-    seen from last, and the other objects of ``colours`` nearest it."""
-    seen = ", ".join(_ago(a) for a in visits(obj.ages))
-    parts = [f"{obj.colour} object seen {seen} ago (last {min(obj.ages):.0f} s ago)"]
+def object_place(m: ObjectMap, obj: Sighted, colours: Sequence[str]) -> ObjectPlace:
+    """``obj`` placed: when it was seen (each visit), where it is now, the spot it was seen
+    from last, and the other objects of ``colours`` nearest it."""
+    now = None
     if obj.position is not None:
-        where = (f"now {m.distance_now(obj.position):.1f} m away, "
-                 f"{bearing_words(m.bearing_now(obj.position))}")
-        parts.append(where if obj.triangulated else f"{where}, guessed from one view")
+        now = (m.distance_now(obj.position), m.bearing_now(obj.position))
     spot = m.pose_at(min(obj.ages))
+    seen_from = None
     if spot is not None:
-        d = m.distance_now((spot.x, spot.y))
-        parts.append("seen from about here" if d < HERE_M else
-                     f"seen from a spot now {d:.1f} m away, "
-                     f"{bearing_words(m.bearing_now((spot.x, spot.y)))}")
+        seen_from = (m.distance_now((spot.x, spot.y)), m.bearing_now((spot.x, spot.y)))
     near = m.nearby(obj, colours)[:NEARBY_PER_OBJECT]
-    if near:
-        parts.append("nearest named: " + ", ".join(f"{o.colour} {d:.1f} m" for d, o in near))
-    return "- " + "; ".join(parts) + "."
+    return ObjectPlace(obj.colour, tuple(visits(obj.ages)), min(obj.ages), now,
+                       obj.triangulated, seen_from, tuple((o.colour, d) for d, o in near))
 
 
-def colour_line(m: ObjectMap, colour: str) -> str:
+def colour_note(m: ObjectMap, colour: str) -> ColourNote:
     """A colour only the options name: when a frame last showed it, or that none did."""
-    age = m.last_seen_s(colour)
-    if age is None:
-        return f"- {colour}: in none of these frames."
-    return f"- {colour} last seen {age:.0f} s ago."
+    return ColourNote(colour, m.last_seen_s(colour))
 
 
 def _moments(text: str) -> list[tuple[str, float]]:
@@ -322,12 +297,11 @@ def colour_times(texts: Sequence[str]) -> dict[str, list[float]]:
     return out
 
 
-def places_lines(m: ObjectMap, question: str, options: Sequence[str]) -> list[str]:
-    """The lines of :func:`places_text`: up to :data:`OBJECTS_PER_COLOUR` object lines for
-    each colour the question names (or that it is in no frame): those seen nearest a time the
+def place_list(m: ObjectMap, question: str, options: Sequence[str]) -> list[PlaceNote]:
+    """What :func:`place_notes` places: up to :data:`OBJECTS_PER_COLOUR` objects for each
+    colour the question names (or that it is in no frame): those seen nearest a time the
     question names first (the object it asks about leads), and always the one seen last;
-    without a time, the newest first. A last-seen line for each colour only the options
-    name."""
+    without a time, the newest first. When each colour only the options name was last seen."""
     asked = named_colours(question)
     named = question_colours(question, options)
     times = colour_times([question, *options])
@@ -336,17 +310,17 @@ def places_lines(m: ObjectMap, question: str, options: Sequence[str]) -> list[st
         return min((abs(a - t) for a in obj.ages for t in times.get(obj.colour, [])),
                    default=min(obj.ages))
 
-    lines: list[str] = []
+    notes: list[PlaceNote] = []
     for colour in named:
         found = m.objects(colour)
         if colour not in asked or not found:
-            lines.append(colour_line(m, colour))
+            notes.append(colour_note(m, colour))
             continue
         chosen = sorted(found, key=relevance)[:OBJECTS_PER_COLOUR - 1]
         chosen += [found[0]] if found[0] not in chosen else []
         chosen += sorted((o for o in found if o not in chosen), key=relevance)
-        lines += [object_line(m, obj, named) for obj in chosen[:OBJECTS_PER_COLOUR]]
-    return lines
+        notes += [object_place(m, obj, named) for obj in chosen[:OBJECTS_PER_COLOUR]]
+    return notes
 
 
 def reckonable(p: PerceptionText) -> bool:
@@ -358,14 +332,12 @@ def reckonable(p: PerceptionText) -> bool:
         f.parts or (f.action is not None and f.amount is not None) for f in p.frames[1:])
 
 
-def places_text(user_text: str) -> str:
-    """The block :func:`~embodied_r_ros.core.perception_text.assemble` writes after the frames
-    of ``user_text``: empty where neither the question nor its options name a colour, where its
-    frames carry no bearings, or where they are not :func:`reckonable`."""
-    p = parse_perception(user_text)
+def place_notes(p: PerceptionText) -> tuple[PlaceNote, ...]:
+    """Where the objects ``p``'s question names are now, for the places block after its
+    frames: none where neither the question nor its options name a colour, where its frames
+    carry no bearings, or where they are not :func:`reckonable`."""
     if not any(f.sightings for f in p.frames):  # free text: no bearings to place anything by
-        return ""
+        return ()
     if not reckonable(p):
-        return ""
-    lines = places_lines(ObjectMap(p), p.question, [text for _, text in p.options])
-    return "\n".join([PLACES_HEADING, *lines]) if lines else ""
+        return ()
+    return tuple(place_list(ObjectMap(p), p.question, [text for _, text in p.options]))

@@ -36,6 +36,7 @@ from embodied_r_ros.memory.store import (
     COLUMNS,
     F_COLUMNS,
     SCHEMA_VERSION,
+    UPGRADABLE,
     MemoryRow,
     MemoryStore,
     Span,
@@ -45,6 +46,7 @@ from embodied_r_ros.memory.store import (
     joined_objects,
     row_from_columns,
     search_terms,
+    seen_json,
     vector_blob,
     vectors_from_blobs,
 )
@@ -63,7 +65,7 @@ _SCHEMA = (
     "camera text NOT NULL, stamp double precision NOT NULL, x double precision, "
     "y double precision, z double precision, yaw_deg double precision, "
     "pitch_deg double precision, pose_source text, action text, description text NOT NULL, "
-    "objects text NOT NULL, nbytes integer NOT NULL, "
+    "objects text NOT NULL, seen text, nbytes integer NOT NULL, "
     "tsv tsvector GENERATED ALWAYS AS (to_tsvector('english', description || ' ' || objects)) "
     "STORED, UNIQUE (robot, camera, stamp))",
     "CREATE INDEX memory_frames_robot_stamp ON memory_frames (robot, stamp)",
@@ -87,7 +89,8 @@ def _db_error(exc: psycopg.Error, where: str) -> SpatialMemoryError:
 
 
 def _row_bytes(row: MemoryRow) -> int:
-    text = len(row.description.encode()) + len(joined_objects(row.objects).encode())
+    text = (len(row.description.encode()) + len(joined_objects(row.objects).encode())
+            + len((seen_json(row) or "").encode()) // 2)
     return _ROW_OVERHEAD + 2 * text + len((row.action or "").encode())
 
 
@@ -132,10 +135,20 @@ class PostgresMemoryStore(MemoryStore):
             if exists and exists[0]:
                 version = conn.execute(
                     "SELECT value FROM memory_meta WHERE key='schema_version'").fetchone()
-                if version is None or int(version[0]) != SCHEMA_VERSION:
+                found = int(version[0]) if version is not None else None
+                if self.writable and found in UPGRADABLE:
+                    # schema 1 to 2: the record of objects beside each description
+                    conn.execute("ALTER TABLE memory_frames ADD COLUMN seen text")
+                    conn.execute("UPDATE memory_meta SET value=%s WHERE key='schema_version'",
+                                 (str(SCHEMA_VERSION),))
+                    log.info("upgraded the memory on %s to schema %d", self._where,
+                             SCHEMA_VERSION)
+                elif found != SCHEMA_VERSION:
+                    hint = (": open it once for writing (a robot's memory writer) to upgrade it"
+                            if found in UPGRADABLE else "")
                     raise SpatialMemoryError(SCHEMA_MISMATCH, f"memory on {self._where} has "
-                                             f"schema {version[0] if version else 'unknown'}, "
-                                             f"this version reads {SCHEMA_VERSION}")
+                                             f"schema {found if found is not None else 'unknown'}"
+                                             f", this version reads {SCHEMA_VERSION}{hint}")
             elif self.writable:
                 for statement in _SCHEMA:
                     conn.execute(statement)
@@ -190,7 +203,7 @@ class PostgresMemoryStore(MemoryStore):
                   *((pose.x, pose.y, pose.z, pose.yaw_deg, pose.pitch_deg) if pose
                     else (None,) * 5),
                   row.pose_source if pose else None, row.action, row.description,
-                  joined_objects(row.objects), nbytes)
+                  joined_objects(row.objects), seen_json(row), nbytes)
         replaced = False
         with self._db() as conn, conn.transaction():
             gone = conn.execute("DELETE FROM memory_frames WHERE robot=%s AND camera=%s AND "
@@ -198,7 +211,7 @@ class PostgresMemoryStore(MemoryStore):
             replaced = bool(gone)
             got = conn.execute(
                 f"INSERT INTO memory_frames ({COLUMNS.removeprefix('id, ')}, nbytes) VALUES "
-                "(%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s) RETURNING id", values).fetchone()
+                "(%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s) RETURNING id", values).fetchone()
             assert got is not None
             row_id = int(got[0])
             if row.thumbnail:

@@ -3,17 +3,15 @@
 A question's objects and attributes ("the red chair", "a wooden table") are what full-text
 search can find; its spatial and question words ("where", "relative", "left", "turn") are in
 every description or none, so they only dilute the search and are dropped, as are time phrases
-(they select by stamp instead). Object extraction from a description is deliberately simple:
-the geometric perception's sightings ("a small red object") are read exactly, a VLM's free text
-by the noun phrases after an article; the full-text index covers the whole description anyway.
+(they select by stamp instead). Object extraction from a VLM's free text is deliberately simple,
+the noun phrases after an article (the geometric perception's objects come named in its
+record); the full-text index covers the whole description anyway.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-
-from embodied_r_ros.core.perception_text import parse_observation
 
 _WORD = re.compile(r"[a-z][a-z0-9-]*")
 _OPTION_LETTER = re.compile(r"^\s*\(?[A-Za-z]\s*[.):]\s+")
@@ -59,12 +57,8 @@ def question_terms(question: str, options: Sequence[str] = ()) -> list[str]:
 
 
 def objects_in(description: str, limit: int = 12) -> tuple[str, ...]:
-    """The objects a description names: ``red object`` for each colour the geometric
-    perception saw, else the noun phrases after an article (``a red chair`` -> ``red chair``),
-    cut before a preposition or verb."""
-    sightings = parse_observation(description)
-    if sightings:
-        return tuple(f"{s.colour} object" for s in sightings.values())[:limit]
+    """The objects a VLM's description names: the noun phrases after an article (``a red
+    chair`` -> ``red chair``), cut before a preposition or verb."""
     out: list[str] = []
     for m in _ARTICLE_PHRASE.finditer(description.lower()):
         words: list[str] = []

@@ -12,11 +12,14 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from dataclasses import replace
 
 import numpy as np
 
 from embodied_r_ros.core.backends.images import encode_jpeg, resize_max_side
+from embodied_r_ros.core.perception_text import observation
 from embodied_r_ros.core.poses import Pose
+from embodied_r_ros.core.records import FrameRecord, SeenObject
 from embodied_r_ros.core.streaming import KeyFrameNote
 from embodied_r_ros.memory.embedder import TextEmbedder
 from embodied_r_ros.memory.query_terms import objects_in
@@ -55,17 +58,24 @@ class MemoryRecorder:
     def record(self, stamp: float, description: str, *, camera: str = "camera",
                pose: Pose | None = None, pose_source: PoseSource | None = None,
                action: str | None = None, objects: Sequence[str] | None = None,
-               image: np.ndarray | None = None) -> int:
-        """Store one key frame; returns its row id. ``objects`` default to those the
-        description names (:func:`~embodied_r_ros.memory.query_terms.objects_in`);
-        ``image`` (RGB) becomes the thumbnail."""
+               image: np.ndarray | None = None,
+               seen: Sequence[SeenObject] | None = None, by_vlm: bool = True) -> int:
+        """Store one key frame; returns its row id. ``objects`` (the names search finds)
+        default to those ``seen`` names, else those the description names
+        (:func:`~embodied_r_ros.memory.query_terms.objects_in`); ``image`` (RGB) becomes
+        the thumbnail; ``seen`` and ``by_vlm``: the frame's record of objects and whether a VLM
+        described it (None: read from the description, as a row stored before records)."""
         thumb = (thumbnail(image, self.thumbnail_side, self.thumbnail_quality)
                  if image is not None and self.thumbnail_side > 0 else None)
         row = MemoryRow(stamp=float(stamp), description=description, robot=self.robot,
                         camera=camera, pose=pose, pose_source=pose_source if pose else None,
-                        action=action,
-                        objects=tuple(objects) if objects is not None else objects_in(
-                            description), thumbnail=thumb)
+                        action=action, thumbnail=thumb,
+                        seen=tuple(seen) if seen is not None else None, by_vlm=by_vlm)
+        if objects is None:
+            rec = row.frame_record()
+            objects = (objects_in(description) if rec.described_by_vlm
+                       else [o.name for o in rec.objects])
+        row = replace(row, objects=tuple(objects))
         row_id = self.store.add(row)
         self.recorded += 1
         if self.embedder is not None:
@@ -78,9 +88,18 @@ class MemoryRecorder:
                     pose_source: PoseSource | None = None,
                     image: np.ndarray | None = None) -> int:
         """Store what streaming perception made of a key frame
-        (:class:`~embodied_r_ros.core.streaming.KeyFrameNote`)."""
-        return self.record(note.stamp, note.description, camera=note.camera, pose=pose,
-                           pose_source=pose_source, action=note.action, image=image)
+        (:class:`~embodied_r_ros.core.streaming.KeyFrameNote`): its record, and its
+        observation as text for search."""
+        return self.record_frame(note.record, camera=note.camera, pose=pose,
+                                 pose_source=pose_source, image=image)
+
+    def record_frame(self, record: FrameRecord, *, camera: str = "camera",
+                     pose: Pose | None = None, pose_source: PoseSource | None = None,
+                     image: np.ndarray | None = None) -> int:
+        """Store one key frame's perception record, its observation as text for search."""
+        return self.record(record.stamp, observation(record), camera=camera, pose=pose,
+                           pose_source=pose_source, action=record.vlm_action, image=image,
+                           seen=record.objects, by_vlm=record.described_by_vlm)
 
     def flush(self) -> None:
         """Embed and store the vectors of the rows recorded since the last flush."""

@@ -27,11 +27,11 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from embodied_r_ros.core.perception_text import FrameLayout
-from embodied_r_ros.core.prompts import PromptSet
+from embodied_r_ros.core.records import PerceptionRecord
 from embodied_r_ros.memory.embedder import TextEmbedder
 from embodied_r_ros.memory.query_terms import question_terms
 from embodied_r_ros.memory.store import MemoryRow, MemoryStore, TextHit
-from embodied_r_ros.memory.text import memory_perception_text
+from embodied_r_ros.memory.text import memory_record
 from embodied_r_ros.memory.time_phrases import TimeRange, parse_time_phrases
 from embodied_r_ros.memory.vectors import VectorIndex
 
@@ -58,11 +58,11 @@ class Selection:
     notes: list[str] = field(default_factory=list)
     seconds: float = 0.0
 
-    def text(self, question_block: str, layout: FrameLayout = "timed",
-             prompts: PromptSet | None = None) -> str:
-        """The reasoner's user message from these frames."""
-        return memory_perception_text(self.rows, question_block, layout, prompts,
-                                      self.adjacent)
+    def record(self, question: str, options: Sequence[str], question_block: str,
+               layout: FrameLayout = "timed") -> PerceptionRecord:
+        """The record the reasoner's user message is rendered from, from these frames."""
+        return memory_record(self.rows, question, options, question_block, layout,
+                             self.adjacent)
 
 
 class _Picker:

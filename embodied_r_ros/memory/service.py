@@ -21,6 +21,7 @@ import numpy as np
 from embodied_r_ros.core.config import Config, MemoryConfig
 from embodied_r_ros.core.error_codes import BAD_TIME_PHRASE as QUERY_BAD_TIME_PHRASE
 from embodied_r_ros.core.error_codes import MEMORY_UNAVAILABLE, NO_FRAMES
+from embodied_r_ros.core.perception_text import render
 from embodied_r_ros.core.pipeline import QueryError
 from embodied_r_ros.core.poses import Pose
 from embodied_r_ros.core.prompts import PromptSet, prompts_from
@@ -141,9 +142,9 @@ class MemoryReader:
             raise query_error(err) from None
         if not selection.rows:
             raise QueryError(NO_FRAMES, "; ".join(selection.notes) or "the memory is empty")
-        text = selection.text(format_question(question, options),
-                              layout=self.config.perception.frame_layout, prompts=self.prompts)
-        return text, frames_used(selection)
+        record = selection.record(question, options, format_question(question, options),
+                                  layout=self.config.perception.frame_layout)
+        return render(record, self.prompts), frames_used(selection)
 
     def close(self) -> None:
         with self._lock:

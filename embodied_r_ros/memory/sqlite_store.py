@@ -40,6 +40,7 @@ from embodied_r_ros.memory.store import (
     COLUMNS,
     F_COLUMNS,
     SCHEMA_VERSION,
+    UPGRADABLE,
     MemoryRow,
     MemoryStore,
     Span,
@@ -49,6 +50,7 @@ from embodied_r_ros.memory.store import (
     joined_objects,
     row_from_columns,
     search_terms,
+    seen_json,
     vector_blob,
     vectors_from_blobs,
 )
@@ -61,7 +63,7 @@ _SCHEMA = (
     "CREATE TABLE frames (id INTEGER PRIMARY KEY, robot TEXT NOT NULL, camera TEXT NOT NULL, "
     "stamp REAL NOT NULL, x REAL, y REAL, z REAL, yaw_deg REAL, pitch_deg REAL, "
     "pose_source TEXT, action TEXT, description TEXT NOT NULL, objects TEXT NOT NULL, "
-    "UNIQUE (robot, camera, stamp))",
+    "seen TEXT, UNIQUE (robot, camera, stamp))",
     "CREATE INDEX frames_robot_stamp ON frames (robot, stamp)",
     "CREATE INDEX frames_stamp ON frames (stamp)",
     "CREATE TABLE thumbnails (frame_id INTEGER PRIMARY KEY, jpeg BLOB NOT NULL)",
@@ -182,14 +184,28 @@ class SqliteMemoryStore(MemoryStore):
             raise
         return conn
 
+    def _upgrade(self, conn: sqlite3.Connection) -> None:
+        """Schema 1 to 2: the record of objects beside each description (stored rows keep
+        theirs as text, read from it)."""
+        conn.execute("BEGIN IMMEDIATE")
+        conn.execute("ALTER TABLE frames ADD COLUMN seen TEXT")
+        conn.execute("UPDATE meta SET value=? WHERE key='schema_version'", (str(SCHEMA_VERSION),))
+        conn.execute("COMMIT")
+        log.info("upgraded the memory %s to schema %d", self.path, SCHEMA_VERSION)
+
     def _prepare(self, conn: sqlite3.Connection) -> None:
         tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
         if "meta" in tables:
             version = conn.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
-            if version is None or int(version[0]) != SCHEMA_VERSION:
+            found = int(version[0]) if version is not None else None
+            if self.writable and found in UPGRADABLE:
+                self._upgrade(conn)
+            elif found != SCHEMA_VERSION:
+                hint = (": open it once for writing (the robot's memory writer) to upgrade it"
+                        if found in UPGRADABLE else "; it was left as it is")
                 raise SpatialMemoryError(SCHEMA_MISMATCH, f"{self.path} has memory schema "
-                                         f"{version[0] if version else 'unknown'}, this version "
-                                         f"reads {SCHEMA_VERSION}; it was left as it is")
+                                         f"{found if found is not None else 'unknown'}, this "
+                                         f"version reads {SCHEMA_VERSION}{hint}")
         elif tables:
             raise SpatialMemoryError(DB_CORRUPT, f"{self.path} is an SQLite database but not a "
                                      "memory database; it was left as it is")
@@ -235,13 +251,13 @@ class SqliteMemoryStore(MemoryStore):
                   *((pose.x, pose.y, pose.z, pose.yaw_deg, pose.pitch_deg) if pose
                     else (None,) * 5),
                   row.pose_source if pose else None, row.action, row.description,
-                  joined_objects(row.objects))
+                  joined_objects(row.objects), seen_json(row))
         with self._db() as db:
             db.execute("BEGIN IMMEDIATE")
             db.execute("DELETE FROM frames WHERE robot=? AND camera=? AND stamp=?", values[:3])
             row_id = int(db.execute(
                 f"INSERT INTO frames ({COLUMNS.removeprefix('id, ')}) "
-                "VALUES (?,?,?,?,?,?,?,?,?,?,?,?)", values).lastrowid or 0)
+                "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)", values).lastrowid or 0)
             if row.thumbnail:
                 db.execute("INSERT INTO thumbnails VALUES (?, ?)", (row_id, row.thumbnail))
             if vector is not None:

@@ -8,6 +8,7 @@ then the oldest rows. Rows are keyed by robot, so one server can hold a fleet.
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from abc import ABC, abstractmethod
@@ -18,14 +19,19 @@ from typing import Any, Literal
 
 import numpy as np
 
+from embodied_r_ros.core.legacy_text import observed_objects
+from embodied_r_ros.core.perception_text import NOTHING_IN_VIEW
 from embodied_r_ros.core.poses import Pose
+from embodied_r_ros.core.records import FrameRecord, SeenObject
 from embodied_r_ros.memory.errors import BAD_ROW, READ_ONLY, SpatialMemoryError
 
 #: where a row's pose came from: wheel/IMU odometry, or visual ego-motion integrated over time
 PoseSource = Literal["odometry", "visual"]
 POSE_SOURCES: tuple[str, ...] = ("odometry", "visual")
-#: bumped when the tables change; a store refuses a database of another version
-SCHEMA_VERSION = 1
+#: bumped when the tables change; a store refuses a database of another version, except that
+#: its writer upgrades one of :data:`UPGRADABLE` in place (its rows keep their text)
+SCHEMA_VERSION = 2
+UPGRADABLE = (1,)
 #: how long a description may be; longer ones are refused, not cut silently
 MAX_DESCRIPTION_CHARS = 8000
 MAX_OBJECTS = 32
@@ -37,11 +43,15 @@ _TERM_RE = re.compile(r"[a-z0-9]+")
 class MemoryRow:
     """One key frame as the memory keeps it.
 
-    ``description`` is the streaming (question-agnostic) perception's observation and
-    ``action`` its action after the previous key frame of the same camera, as written then.
-    ``pose`` is the camera pose at the frame where one was known; the motion between any two
-    rows is computed from their poses when the text is written, so frames far apart still get
-    one. ``id`` is set by the store.
+    ``description`` is the streaming (question-agnostic) perception's observation as text (a
+    VLM's own words, or the geometric objects written out): what the full-text index and a
+    person read. ``seen`` is the frame's record of objects and ``by_vlm`` whether a VLM
+    described it; None for a row stored before the memory kept records, read then from its
+    description. ``action`` is the VLM's action after the previous key frame of the same
+    camera, as named then. ``pose`` is the camera pose at the frame where one was known; the
+    motion between any two rows is computed from their poses when the text is written, so
+    frames far apart still get one. ``objects`` are the names the full-text index searches.
+    ``id`` is set by the store.
     """
 
     stamp: float
@@ -54,6 +64,34 @@ class MemoryRow:
     objects: tuple[str, ...] = ()
     thumbnail: bytes | None = None
     id: int | None = None
+    seen: tuple[SeenObject, ...] | None = None
+    by_vlm: bool = True
+
+    def frame_record(self) -> FrameRecord:
+        """The row as a perception record (no motion: that is between two rows)."""
+        if self.seen is None:  # stored before records: the description is all there is
+            objects = observed_objects(self.description)
+            by_vlm = not objects and self.description != NOTHING_IN_VIEW
+        else:
+            objects, by_vlm = self.seen, self.by_vlm
+        return FrameRecord(self.stamp, pose=self.pose, pose_source=self.pose_source,
+                           vlm_action=self.action, vlm_text=self.description if by_vlm else None,
+                           objects=objects)
+
+
+def seen_json(row: MemoryRow) -> str | None:
+    """The ``seen`` column: the row's record of objects and who described it."""
+    if row.seen is None:
+        return None
+    return json.dumps({"vlm": row.by_vlm, "objects": [o.to_dict() for o in row.seen]},
+                      separators=(",", ":"))
+
+
+def _seen_from_json(text: str | None) -> tuple[tuple[SeenObject, ...] | None, bool]:
+    if not text:
+        return None, True
+    data = json.loads(text)
+    return tuple(SeenObject.from_dict(o) for o in data.get("objects", ())), bool(data["vlm"])
 
 
 @dataclass(frozen=True)
@@ -99,6 +137,9 @@ def check_row(row: MemoryRow) -> MemoryRow:
                                      f"{', '.join(POSE_SOURCES)}; got {row.pose_source!r}")
     if len(row.objects) > MAX_OBJECTS or not all(isinstance(o, str) for o in row.objects):
         raise SpatialMemoryError(BAD_ROW, f"objects must be at most {MAX_OBJECTS} strings")
+    if row.seen is not None and (len(row.seen) > MAX_OBJECTS or not all(
+            isinstance(o, SeenObject) for o in row.seen)):
+        raise SpatialMemoryError(BAD_ROW, f"seen must be at most {MAX_OBJECTS} objects")
     if row.thumbnail is not None and not isinstance(row.thumbnail, bytes):
         raise SpatialMemoryError(BAD_ROW, "thumbnail must be JPEG bytes")
     return row
@@ -125,7 +166,7 @@ def split_objects(text: str | None) -> tuple[str, ...]:
 
 #: a row's columns in the order both stores select them (``f.``: the frames table aliased)
 COLUMNS = ("id, robot, camera, stamp, x, y, z, yaw_deg, pitch_deg, pose_source, action, "
-           "description, objects")
+           "description, objects, seen")
 F_COLUMNS = ", ".join(f"f.{c}" for c in COLUMNS.split(", "))
 
 
@@ -133,12 +174,14 @@ def row_from_columns(values: Sequence[Any], thumbnail: bytes | memoryview | None
                      ) -> MemoryRow:
     """A row selected as :data:`COLUMNS`, with its thumbnail when selected too."""
     (row_id, robot, camera, stamp, x, y, z, yaw, pitch, source, action, description,
-     objects) = values
+     objects, seen) = values
     pose = Pose(x, y, z, yaw, pitch) if x is not None else None
+    objs, by_vlm = _seen_from_json(seen)
     return MemoryRow(stamp=stamp, description=description, robot=robot, camera=camera,
                      pose=pose, pose_source=source, action=action,
                      objects=split_objects(objects),
-                     thumbnail=bytes(thumbnail) if thumbnail is not None else None, id=row_id)
+                     thumbnail=bytes(thumbnail) if thumbnail is not None else None, id=row_id,
+                     seen=objs, by_vlm=by_vlm)
 
 
 class MemoryStore(ABC):

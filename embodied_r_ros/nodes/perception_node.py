@@ -35,6 +35,7 @@ from rclpy.qos import QoSProfile, ReliabilityPolicy
 from embodied_r_ros.agent.guard import guard_subscription
 from embodied_r_ros.core.cancel import CancelToken
 from embodied_r_ros.core.error_codes import BAD_REQUEST, CORRUPT_FRAME
+from embodied_r_ros.core.perception_text import observation
 from embodied_r_ros.core.pipeline import EmbodiedR, QueryError, validate_query
 from embodied_r_ros.core.poses import Pose
 from embodied_r_ros.core.streaming import BackgroundDescriber, KeyFrameNote
@@ -203,7 +204,7 @@ class PerceptionNode(ModelNode):
         msg = self._note_type(
             header=self._header_type(stamp=sec_to_stamp(note.stamp), frame_id=note.camera),
             model=self.pipeline.perceiver.model_id if self.pipeline else "",
-            action=note.action or "", description=note.description,
+            action=note.record.vlm_action or "", description=observation(note.record),
         )
         if note.previous_stamp is not None:
             msg.previous_stamp = sec_to_stamp(note.previous_stamp)
@@ -257,7 +258,7 @@ class PerceptionNode(ModelNode):
                 cancel=token,
             )
             result.perception = res.text
-            result.descriptions = [f.observation for f in res.frames]
+            result.descriptions = [observation(f) for f in res.frames]
 
         result.perception_sec = self.serve_goal(goal_handle, result, work, beat)
         return result

@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from embodied_r_ros.core.cancel import CancelToken
-from embodied_r_ros.core.pipeline import EmbodiedR, validate_perception
+from embodied_r_ros.core.pipeline import SCOPE_WINDOW, EmbodiedR, validate_perception
 from embodied_r_ros.core.reasoning import Reasoning
 from embodied_r_ros.nodes.model_node import ModelNode, model_status
 
@@ -40,15 +40,15 @@ class ReasoningNode(ModelNode):
         self._server = self.create_goal_server(Reason, "~/reason", self._execute)
 
     def reason(self, perception: str, options: Sequence[str], cancel: CancelToken,
-               pipeline: EmbodiedR | None = None) -> Reasoning:
-        """The LM's answer to a perception text (the Reason action's and the all-in-one's
-        path), its prompt published on ``~/prompts`` while subscribed."""
+               scope: str = SCOPE_WINDOW, pipeline: EmbodiedR | None = None) -> Reasoning:
+        """The LM's answer to a perception text of ``scope`` (the Reason action's and the
+        all-in-one's path), its prompt published on ``~/prompts`` while subscribed."""
         pipeline = pipeline or self.serving()
         if self._prompts.get_subscription_count() > 0:
             validate_perception(perception)  # a hostile request is refused, not published
             messages = pipeline.reasoning_messages(perception)
             self._prompts.publish(self._string(data=json.dumps(messages)))
-        return pipeline.reason(perception, options, cancel)
+        return pipeline.reason(perception, options, cancel, scope=scope)
 
     def _execute(self, goal_handle: Any) -> Any:
         goal = goal_handle.request
@@ -56,7 +56,8 @@ class ReasoningNode(ModelNode):
         start = time.perf_counter()
 
         def work(pipeline: EmbodiedR, token: CancelToken) -> None:
-            r = self.reason(goal.perception, list(goal.options), token, pipeline)
+            r = self.reason(goal.perception, list(goal.options), token,
+                            goal.scope or SCOPE_WINDOW, pipeline)
             result.think, result.answer, result.answer_text, result.raw = (
                 r.think, r.answer, r.answer_text, r.raw
             )

@@ -36,7 +36,7 @@ from embodied_r_ros.core.backends.base import raise_if_stopped
 from embodied_r_ros.core.cancel import CancelToken
 from embodied_r_ros.core.error_codes import BACKEND_DOWN, BACKEND_FAILED
 from embodied_r_ros.core.perception import ProgressFn
-from embodied_r_ros.core.pipeline import QueryError
+from embodied_r_ros.core.pipeline import SCOPE_WINDOW, QueryError
 from embodied_r_ros.core.reasoning import Reasoning, is_well_formed
 from embodied_r_ros.nodes.conversions import (
     jpeg_to_compressed,
@@ -267,8 +267,9 @@ class RemoteEngine:
         res = self._run_goal(self._perceive, goal, "the perception node", feedback, cancel)
         return str(res.perception)
 
-    def reason(self, perception: str, options: Sequence[str], cancel: CancelToken) -> Reasoning:
-        goal = self._types[2].Goal(perception=perception, options=list(options))
+    def reason(self, perception: str, options: Sequence[str], cancel: CancelToken,
+               scope: str = SCOPE_WINDOW) -> Reasoning:
+        goal = self._types[2].Goal(perception=perception, options=list(options), scope=scope)
         res = self._run_goal(self._reason, goal, "the reasoning node", None, cancel)
         return Reasoning(raw=res.raw, think=res.think, answer=res.answer,
                          answer_text=res.answer_text, well_formed=is_well_formed(res.raw))

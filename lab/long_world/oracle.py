@@ -31,9 +31,10 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from embodied_r_ros.core.perception_text import PerceptionText, parse_perception
+from embodied_r_ros.core.perception_text import PerceptionText, bearing_words, stated_view
 from embodied_r_ros.core.poses import quadrant
-from embodied_r_ros.memory.places import ObjectMap, Sighted, bearing_words
+from embodied_r_ros.core.records import PerceptionRecord
+from embodied_r_ros.memory.places import ObjectMap, Sighted
 from embodied_r_training.data.oracle import OracleAnswer, _letter_where, perception_of
 from lab.long_world.question_rules import AGE_BANDS, DISTANCE_BANDS, nearest_turn
 
@@ -241,12 +242,13 @@ SOLVERS: dict[str, Callable[[PerceptionText], OracleAnswer]] = {
 }
 
 
-def solve_text(category: str, user_text: str) -> OracleAnswer:
-    """The oracle's answer to a long-world question of ``category`` from its user message."""
+def solve_record(category: str, record: PerceptionRecord) -> OracleAnswer:
+    """The oracle's answer to a long-world question of ``category`` from its record, read as
+    the text states it."""
     solver = SOLVERS.get(category)
     if solver is None:
         return OracleAnswer(None, "unknown category")
-    return solver(parse_perception(user_text))
+    return solver(stated_view(record))
 
 
 def solve(row: Mapping[str, Any]) -> OracleAnswer:
@@ -257,7 +259,7 @@ def solve(row: Mapping[str, Any]) -> OracleAnswer:
     return solver(perception_of(row))
 
 
-def answer_letter(category: str, user_text: str) -> str:
+def answer_letter(category: str, record: PerceptionRecord) -> str:
     """A letter always: the oracle's, else the first option (the text decides nothing), as
     :func:`embodied_r_training.data.oracle.answer_letter` scores it."""
-    return solve_text(category, user_text).letter or "A"
+    return solve_record(category, record).letter or "A"

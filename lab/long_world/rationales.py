@@ -1,7 +1,7 @@
 """Cold-start think texts for the long world's memory questions.
 
 A memory text ends with where each object the question names is now
-(:func:`embodied_r_ros.memory.places.places_text`): the dead reckoning and triangulation over
+(:func:`embodied_r_ros.memory.places.place_notes`): the dead reckoning and triangulation over
 up to 32 frames minutes apart are done there. The think text quotes the lines its conclusion
 rests on, as the text writes them (the object the question means; each option's object of a
 "which is closer", after the option's letter, so that a reply compares the two lines it quotes;
@@ -14,12 +14,13 @@ rule reader reaches the row's solution.
 
 from __future__ import annotations
 
-from embodied_r_ros.core.perception_text import PerceptionText, parse_perception
+from embodied_r_ros.core.perception_text import PerceptionText, place_line, stated_view
+from embodied_r_ros.core.records import PerceptionRecord
 from embodied_r_ros.memory.places import (
     ObjectMap,
-    colour_line,
+    colour_note,
     named_colours,
-    object_line,
+    object_place,
     question_colours,
 )
 from lab.long_world.oracle import SOLVERS, asked_colour, references
@@ -43,7 +44,8 @@ def keyed_lines(p: PerceptionText, category: str) -> list[tuple[str, str]]:
 
     def line(colour: str, minutes_ago: float | None = None) -> str:
         obj = m.find(colour, minutes_ago)
-        return object_line(m, obj, named) if obj is not None else colour_line(m, colour)
+        return place_line(object_place(m, obj, named) if obj is not None
+                          else colour_note(m, colour))
 
     if category == "closer":
         options = [(key, references(text)[:1]) for key, text in p.options]
@@ -51,16 +53,16 @@ def keyed_lines(p: PerceptionText, category: str) -> list[tuple[str, str]]:
     if category == "seen":
         if (asked := asked_colour(p.question)) is not None:
             return [("", line(asked))]
-        return [("", colour_line(m, c)) for c in _option_colours(p)]
+        return [("", place_line(colour_note(m, c))) for c in _option_colours(p)]
     refs = references(p.question)
     return [("", line(refs[0].colour, refs[0].minutes_ago))] if refs else []
 
 
-def rule_reading(category: str, user_text: str) -> dict[str, str | None]:
+def rule_reading(category: str, record: PerceptionRecord) -> dict[str, str | None]:
     """The places lines a ``category`` answer rests on and the rule reader's conclusion, with
     the letter it reaches (None: the text decides nothing): a row's ``rule_reading``, which
     :func:`embodied_r_training.data.rationales.rationale` walks."""
-    p = parse_perception(user_text)
+    p = stated_view(record)
     solver = SOLVERS.get(category)
     lines = " ".join(f"{key}: {s.removeprefix('- ')}" if key else s.removeprefix("- ")
                      for key, s in keyed_lines(p, category))

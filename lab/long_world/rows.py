@@ -35,8 +35,10 @@ from pathlib import Path
 from typing import Any
 
 from embodied_r_ros.core.config import load_config
+from embodied_r_ros.core.perception_text import render
 from embodied_r_ros.core.pipeline import EmbodiedR, QueryError
 from embodied_r_ros.core.reasoning import format_question
+from embodied_r_ros.core.records import PerceptionRecord
 from embodied_r_ros.memory import SqliteMemoryStore
 from embodied_r_ros.memory.factory import retriever_for
 from embodied_r_training.data.builders import perception_manifest
@@ -75,15 +77,15 @@ def world_rows(world: Path, scene: str, work: Path, window: bool = True
             block = format_question(q["question"], q["options"])
             sel = retriever.select(config.memory.robot, q["question"], q["options"],
                                    now=q["stamp_ns"] / 1e9)
-            texts = {"memory": sel.text(block, layout=config.perception.frame_layout,
-                                        prompts=pipeline.prompts)}
+            records = {"memory": sel.record(q["question"], q["options"], block,
+                                            layout=config.perception.frame_layout)}
             if window:
                 try:
-                    texts["window"] = r.window_text(q["question"], q["options"])[0]
+                    records["window"] = r.window(q["question"], q["options"])[0].record
                 except QueryError as exc:
                     log.warning("%s: no window text (%s)", q["id"], exc)
-            return [_row(q, scene, source, text, block, pipeline)
-                    for source, text in texts.items()]
+            return [_row(q, scene, source, record, pipeline)
+                    for source, record in records.items()]
 
         return [row for rows in robot.play(world_questions(world), ask) for row in rows]
     finally:
@@ -91,7 +93,7 @@ def world_rows(world: Path, scene: str, work: Path, window: bool = True
         pipeline.close()
 
 
-def _row(q: dict[str, Any], scene: str, source: str, text: str, block: str,
+def _row(q: dict[str, Any], scene: str, source: str, record: PerceptionRecord,
          pipeline: EmbodiedR) -> dict[str, Any]:
     return {
         "id": f"{q['id']}-{source}",
@@ -102,15 +104,16 @@ def _row(q: dict[str, Any], scene: str, source: str, text: str, block: str,
         "solution": q["answer"],
         "answer_text": q["answer_text"],
         "source": f"{scene}#{q['id']}",
-        "prompt": pipeline.reasoning_messages(text),
-        "question_block": block,
+        "prompt": pipeline.reasoning_messages(render(record, pipeline.prompts)),
+        "question_block": record.question_block,
+        "records": record.to_dict(),
         "world": "long",
         "text_source": source,
         "horizon": q["horizon"],
         "horizon_s": q["horizon_s"],
         "perception_model": pipeline.perceiver.model_id if pipeline.perceiver else "",
         "prompt_version": pipeline.prompts.version,
-        "rule_reading": rule_reading(q["category"], text),
+        "rule_reading": rule_reading(q["category"], record),
     }
 
 

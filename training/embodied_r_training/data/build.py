@@ -25,7 +25,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from embodied_r_ros.core.perception import description_dicts
 from embodied_r_ros.core.pipeline import NO_FRAMES, EmbodiedR, QueryError
 from embodied_r_ros.core.reasoning import format_question
 from embodied_r_training.data.dataset_files import BuildError, write_table
@@ -133,7 +132,7 @@ def perceive_sample(pipeline: EmbodiedR, sample: Sample, frames: KeyFrames) -> d
         "source": sample.source,
         "prompt": pipeline.reasoning_messages(result.text),
         "question_block": block,
-        "frames": description_dicts(result),
+        "records": result.record.to_dict(),
         "key_frame_stamps": [float(s) for s in frames.stamps],
         "key_frame_indices": [int(i) for i in frames.indices],
         "motion_source": frames.motion_source,

@@ -22,24 +22,14 @@ from typing import Any
 
 from embodied_r_ros.core.actions import ACTIONS
 from embodied_r_ros.core.dead_reckoning import Pose2D, pose_at_age, poses
-from embodied_r_ros.core.perception_text import (
-    FrameText,
-    PerceptionText,
-    Sighting,
-    parse_perception,
-)
+from embodied_r_ros.core.perception_text import FrameText, PerceptionText, Sighting
 from embodied_r_ros.core.poses import heading_deg, quadrant, wrap_deg
-from embodied_r_ros.core.rewards import prompt_text
 from embodied_r_ros.sim.question_rules import DISTANCE_BANDS
+from embodied_r_training.data.row_records import perception_of
 
 #: where the text gives no range and one viewpoint only, objects are put this far away
 ASSUMED_RANGE_M: float | None = 3.5
 MAX_RANGE_M = 15.0  # a triangulated position farther than this is not believed
-
-
-def perception_of(row: Mapping[str, Any]) -> PerceptionText:
-    """The parsed perception text of a built dataset row (its user message only)."""
-    return parse_perception(prompt_text(row["prompt"]))
 
 
 def colour_of(name: str) -> str:

@@ -8,10 +8,11 @@ frames. Such a prompt is no longer a conversation, so in this mode every row's p
 chat-templated text (what TRL would have rendered from the messages), cut where needed.
 ``delete`` leaves a longer row out (ms-swift's default for its other trainers), and how many is
 reported. ``drop_oldest_frames`` never cuts the question block (without it the reward has
-nothing to check): the oldest key frames' descriptions go first, and the prompt is re-assembled
-by the core from the row's stored frames with the wording the dataset was built with, so a
-shortened prompt has exactly the shape of a full one (the first kept frame becomes "Frame 0",
-the agent's starting point). Evaluation keeps prompts whole unless ``eval.max_prompt_tokens``
+nothing to check): the oldest key frames go first, and the prompt is rendered again by the core
+from the row's perception record with the wording the dataset was built with, so a shortened
+prompt has exactly the shape of a full one (the first kept frame becomes "Frame 0", the agent's
+starting point). A memory's text is not shortened so: its places block was placed from every
+frame. Evaluation keeps prompts whole unless ``eval.max_prompt_tokens``
 asks otherwise.
 """
 
@@ -19,16 +20,16 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Literal, get_args
 
 from embodied_r_ros.core.backends.base import Conversation
-from embodied_r_ros.core.perception import FrameDescription
-from embodied_r_ros.core.perception_text import FrameLayout, assemble
+from embodied_r_ros.core.perception_text import FrameLayout, render
 from embodied_r_ros.core.prompts import PromptSet, prompts_from
 from embodied_r_ros.core.reasoning import build_messages
 from embodied_r_training.data.dataset_files import BuildError, load_manifest
+from embodied_r_training.data.row_records import has_record, record_of
 
 log = logging.getLogger(__name__)
 
@@ -111,9 +112,8 @@ def token_counter(tokenizer: Any) -> CountFn:
 
 
 def _prompt_without(row: dict[str, Any], drop: int, layout: PromptLayout) -> Conversation:
-    frames = [FrameDescription(**f) for f in row["frames"][drop:]]
-    text = assemble(frames, row["question_block"], layout.report_motion, layout.prompts,
-                    layout.frame_layout)
+    record = record_of(row)
+    text = render(replace(record, frames=record.frames[drop:]), layout.prompts)
     return build_messages(text, layout.prompts)
 
 
@@ -125,8 +125,10 @@ def fit_prompt(
     prompt = row["prompt"]
     if count(prompt) <= max_tokens:
         return prompt, 0
-    frames = row.get("frames") or []
-    if not frames or "question_block" not in row:
+    if "frames" in row and not has_record(row):
+        record_of(row)  # built before records: stops with the line that says to rebuild
+    frames = record_of(row).frames if has_record(row) else ()
+    if len(frames) < 2 or row["records"].get("places") is not None:
         log.warning("row %s is over %d tokens and has no frames to drop", row.get("id"), max_tokens)
         return prompt, 0
     lo, hi = 1, len(frames) - 1  # binary search the fewest dropped frames that fit

@@ -3,10 +3,10 @@
 A question drawn from a recording's odometry is true of the robot's path, but the reasoning LM
 reads only the perception text: the key frames ``build`` will select for the question's clip,
 the motions between them rounded as the text rounds them, and their ages. :class:`TextCheck`
-writes that text for a draft exactly as ``build`` does (the same key-frame selection, the same
-odometry rule, the same writer), reads it back with the rule reader, and keeps the draft only
-when the text decides the same answer clear of every decision boundary; otherwise it names the
-reason, for the report to count.
+makes that text's record for a draft exactly as ``build`` does (the same key-frame selection, the
+same odometry rule), reads it as the text states it with the rule reader, and keeps the draft
+only when the text decides the same answer clear of every decision boundary; otherwise it names
+the reason, for the report to count.
 """
 
 from __future__ import annotations
@@ -16,16 +16,10 @@ from typing import Any
 
 from embodied_r_ros.core.config import Config
 from embodied_r_ros.core.dead_reckoning import poses
-from embodied_r_ros.core.perception import FrameDescription
-from embodied_r_ros.core.perception_text import (
-    NOTHING_IN_VIEW,
-    PerceptionText,
-    assemble,
-    describe_motion,
-    parse_perception,
-)
+from embodied_r_ros.core.perception_text import PerceptionText, stated_view
 from embodied_r_ros.core.pipeline import EmbodiedR
 from embodied_r_ros.core.reasoning import format_question
+from embodied_r_ros.core.records import FrameRecord, PerceptionRecord, TextStyle
 from embodied_r_ros.sim.question_rows import Draft
 from embodied_r_ros.sim.question_rules import (
     DISTANCE_BANDS,
@@ -65,9 +59,9 @@ class TextCheck:
                                     odom_topic)
         self.layout = config.perception.frame_layout
         self.exact_ns = exact_ns
-        self._clips: dict[tuple[int, int], list[FrameDescription] | None] = {}
+        self._clips: dict[tuple[int, int], tuple[FrameRecord, ...] | None] = {}
 
-    def _frames(self, draft: Draft) -> list[FrameDescription] | None:
+    def _frames(self, draft: Draft) -> tuple[FrameRecord, ...] | None:
         clip = (self.exact_ns[draft.start], self.exact_ns[draft.end])
         if clip not in self._clips:
             sample = Sample("check", "", "", "", [], "A", "", {"window_ns": clip})
@@ -77,12 +71,10 @@ class TextCheck:
                 kf = None
             if kf is None or any(m is None for m in kf.motions):
                 self._clips[clip] = None
-            else:
-                described = [describe_motion(m, self.layout) for m in kf.motions]
-                self._clips[clip] = [FrameDescription(kf.stamps[0], None, NOTHING_IN_VIEW)] + [
-                    FrameDescription(s, text, NOTHING_IN_VIEW, measured_motion=text,
-                                     motion_source="odometry")
-                    for s, text in zip(kf.stamps[1:], described, strict=True)]
+            else:  # the motions alone: what the objects show does not decide these
+                self._clips[clip] = (FrameRecord(kf.stamps[0]), *(
+                    FrameRecord(s, motion=m, motion_source="odometry")
+                    for s, m in zip(kf.stamps[1:], kf.motions, strict=True)))
         return self._clips[clip]
 
     def text(self, draft: Draft) -> PerceptionText | None:
@@ -91,8 +83,9 @@ class TextCheck:
         if frames is None:
             return None
         options = [f"{chr(65 + i)}. {c}" for i, c in enumerate(draft.choices)]
-        return parse_perception(assemble(frames, format_question(draft.question, options),
-                                         layout=self.layout))
+        return stated_view(PerceptionRecord(frames, draft.question, tuple(options),
+                                            format_question(draft.question, options),
+                                            TextStyle(self.layout)))
 
     def reason_to_skip(self, draft: Draft) -> str | None:
         """None when the text decides the draft's answer (its first choice) clearly."""
