@@ -30,7 +30,7 @@ resumably), since they take the longest.
 Targets (the chosen engine, ``--target``): p50 <= 3 s, p99 <= 6 s, agreement >= 95 %.
 Run: ``.venv/bin/python bench/lm_engines.py [--engines transformers,llamacpp-float16,ct2-int8]
 [--id-per-category 30] [--measure-install] [--json PATH]``; ``--from-json FILE [--run LABEL]``
-prints the table of a figures file again (``results/bench/lm_engines_*.json``).
+prints the table of a figures file again (``results/records/bench/lm_engines_*.json``).
 """
 
 from __future__ import annotations

@@ -1,7 +1,8 @@
 """What the README and the docs say is true of the code: the profile table against the shipped
 profiles (the table is parsed from the README, its one place), every file they link to exists,
-every headline figure links to the file that holds it, and no page tells the project's own
-history."""
+every headline figure links to the file that holds it, the results index regenerates its files
+with today's code, the profiles' comments carry no measurements, and no page tells the
+project's own history or reads like a lab notebook."""
 
 from __future__ import annotations
 
@@ -18,6 +19,9 @@ from embodied_r_ros.core.config import Config, available_profiles, load_config
 REPO = Path(__file__).resolve().parents[1]
 README = REPO / "README.md"
 DOCS = sorted((REPO / "docs").glob("*.md"))
+RESULTS_README = REPO / "results" / "README.md"
+LAB_README = REPO / "lab" / "README.md"
+PROFILES = sorted((REPO / "config" / "profiles").glob("*.yaml"))
 MODEL_CARDS = sorted((REPO / "embodied_r_ros" / "models").glob("*/*.md"))
 LINK = re.compile(r"!?\[[^\]]*\]\(([^)\s]+)\)")
 MODEL_ON = re.compile(r"^`([^`]+)` on `([^`]+)`")
@@ -37,10 +41,20 @@ def config_key_pattern(*schemas: type[BaseModel]) -> re.Pattern[str]:
     return re.compile(rf"`((?:{'|'.join(sections)})\.[\w.]+)(?:[:=][^`]*)?`")
 #: a code span naming a file of this repository: `core/...` is short for `embodied_r_ros/core/...`
 REPO_PATH = re.compile(r"`((?:embodied_r_ros|embodied_r_interfaces|training|config|core|test|bench|"
-                       r"tools|launch|results|docs)/[\w./-]*[\w-])`")
+                       r"tools|launch|results|docs|lab)/[\w./-]*[\w-])`")
 FILE_SUFFIXES = {"py", "json", "jsonl", "md", "png", "yaml"}
 HISTORY = re.compile(r"\bissues? \d+|\bissue-\d+|\bstop \d+|\b(this|next|last) session\b|"
                      r"\bdigest\b|\brun \d+\b", re.I)
+#: a lab notebook's words: reports of runs live beside their files in results/ and in
+#: lab/README.md, and the reference pages say what the software does and measures now
+NOTEBOOK = re.compile(r"\bthe earlier reasoner\b|\brehearsed\b|\b(we|was|were) tried\b|"
+                      r"\brun \d+\b", re.I)
+#: a measured figure in a comment: a share, a time, a count of tokens, a percentile
+FIGURE = re.compile(r"\d\s*%|\d\s*(ms|s|seconds?|min|minutes?|hours?|tokens?)\b|"
+                    r"\b(p50|p99|median)\b", re.I)
+#: a command the results index regenerates a file with: a benchmark script, a module, a CLI
+COMMAND = re.compile(r"`(?:\.venv/bin/python |\.venv/bin/)?(bench/\w+\.py|"
+                     r"python -m \w+(?:\.\w+)*(?=[\s`])|embodied-r(?:-train)? [\w-]+)")
 
 
 def section(markdown: str, title: str) -> str:
@@ -117,7 +131,8 @@ def test_every_configuration_key_the_docs_name_exists(page: Path) -> None:
         assert _is_key(schema, parts), f"{page.name} names {key}, which {schema.__name__} lacks"
 
 
-@pytest.mark.parametrize("page", [README, *DOCS], ids=lambda p: p.name)
+@pytest.mark.parametrize("page", [README, *DOCS, RESULTS_README, LAB_README],
+                         ids=lambda p: p.relative_to(REPO).as_posix())
 def test_every_repository_path_the_docs_name_exists(page: Path) -> None:
     for path in REPO_PATH.findall(page.read_text()):
         full = REPO / ("embodied_r_ros/" + path if path.startswith("core/") else path)
@@ -130,7 +145,8 @@ def _links(path: Path) -> list[str]:
             if not re.match(r"^[a-z][a-z0-9+.-]*:|^#", link)]
 
 
-@pytest.mark.parametrize("page", [README, *DOCS, *MODEL_CARDS], ids=lambda p: p.name)
+@pytest.mark.parametrize("page", [README, *DOCS, *MODEL_CARDS, RESULTS_README, LAB_README],
+                         ids=lambda p: p.relative_to(REPO).as_posix())
 def test_every_linked_file_exists(page: Path) -> None:
     for link in _links(page):
         target = (page.parent / link.partition("#")[0]).resolve()
@@ -161,9 +177,62 @@ def _generated_references() -> str:
         return config_reference()
 
 
-def test_no_page_tells_the_projects_history_or_cites_outside_documents() -> None:
-    texts = {p.relative_to(REPO).as_posix(): p.read_text() for p in [README, *DOCS, *MODEL_CARDS]}
-    texts["generated reference tables"] = _generated_references()
-    found = {name: sorted({m.group(0) for m in HISTORY.finditer(text)})
+def _hits(pattern: re.Pattern[str], texts: dict[str, str]) -> dict[str, list[str]]:
+    found = {name: sorted({m.group(0) for m in pattern.finditer(text)})
              for name, text in texts.items()}
-    assert not {name: hits for name, hits in found.items() if hits}
+    return {name: hits for name, hits in found.items() if hits}
+
+
+def test_no_page_tells_the_projects_history_or_cites_outside_documents() -> None:
+    pages = [README, *DOCS, *MODEL_CARDS, RESULTS_README]
+    texts = {p.relative_to(REPO).as_posix(): p.read_text() for p in pages}
+    texts["generated reference tables"] = _generated_references()
+    assert not _hits(HISTORY, texts)
+
+
+def test_no_reference_page_reads_like_a_lab_notebook() -> None:
+    """The pages of the site and the results index are a reference; a model card records how
+    its model was trained, so it is held to the history rule above only."""
+    texts = {p.relative_to(REPO).as_posix(): p.read_text()
+             for p in [README, *DOCS, RESULTS_README]}
+    texts["generated reference tables"] = _generated_references()
+    assert not _hits(NOTEBOOK, texts)
+
+
+def test_the_profiles_comments_carry_no_measured_figures() -> None:
+    """A profile says what it loads; what that measures lives in the results and the docs."""
+    comments = {p.name: "\n".join(line.partition("#")[2] for line in p.read_text().splitlines()
+                                   if "#" in line) for p in PROFILES}
+    assert not _hits(FIGURE, comments)
+
+
+def _subcommands(parser: Any) -> set[str]:
+    import argparse
+
+    return {name for action in parser._actions if isinstance(action, argparse._SubParsersAction)
+            for name in action.choices}
+
+
+def test_the_results_index_regenerates_each_file_with_todays_code() -> None:
+    """Every command the index gives exists in this checkout: a benchmark script, a module of
+    the packages or the lab, a subcommand of the two command lines; none is an old commit's."""
+    from embodied_r_ros.cli import build_parser as ros_parser
+    from embodied_r_training.cli import build_parser as train_parser
+
+    text = RESULTS_README.read_text()
+    assert "git show" not in text, "a file only an old commit regenerates is a record"
+    clis = {"embodied-r": _subcommands(ros_parser()),
+            "embodied-r-train": _subcommands(train_parser())}
+    commands = COMMAND.findall(text)
+    assert len(commands) >= 10, commands
+    for command in commands:
+        if command.startswith("bench/"):
+            assert (REPO / command).is_file(), command
+        elif command.startswith("python -m "):
+            module = command.removeprefix("python -m ").replace(".", "/")
+            assert any((root / module).with_suffix(".py").is_file()
+                       or (root / module / "__main__.py").is_file()
+                       for root in (REPO, REPO / "training")), command
+        else:
+            cli, sub = command.split()
+            assert sub in clis[cli], command

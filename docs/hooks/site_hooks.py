@@ -2,10 +2,10 @@
 the code, and links that work both on GitHub and on the built site.
 
 - The README is the site's home page (``index.md`` is made from it at build time).
-- The files the pages link to outside ``docs/`` (results, model cards, shipped configs) are
-  carried into the site under their repository path, and a link written for GitHub
-  (``../results/bench/x.json`` from ``docs/``, ``docs/x.md`` from the README) is rewritten to
-  the site's copy. A link to a file the site does not carry stays as written, so
+- The files the pages link to outside ``docs/`` (results, model cards, shipped configs, the
+  lab's README) are carried into the site under their repository path, and a link written for
+  GitHub (``../results/bench/x.json`` from ``docs/``, ``docs/x.md`` from the README) is
+  rewritten to the site's copy. A link to a file the site does not carry stays as written, so
   ``mkdocs build --strict`` reports it.
 - A region between ``<!-- generated: NAME -->`` and ``<!-- end generated -->`` is replaced by
   the table ``NAME`` generated from the code (``reference_tables.py``); on GitHub the text
@@ -27,6 +27,7 @@ from reference_tables import config_reference, node_parameter_tables
 #: repository folders whose files of these kinds the site carries (what pages may link to)
 CARRIED: dict[str, tuple[str, ...]] = {
     "results": (".md", ".json", ".png", ".csv"),
+    "lab": (".md",),
     "embodied_r_ros/models": (".md", ".png"),
     "config/profiles": (".yaml",),
     "training/embodied_r_training/configs": (".yaml",),

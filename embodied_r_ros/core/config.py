@@ -98,8 +98,8 @@ class ModelConfig(StrictModel):
     # = Q8_0); the CPU cores the engine may use (0: every one this process may run on) and how
     # many of them share one reply's matrix products. On CTranslate2 one is fastest for a 135M
     # model (two threads on one reply took 1.30x the time of one on 2 cores:
-    # results/bench/ct2_threads_per_reply.md) and the rest serve other prompts of a batch, one
-    # prompt per core; llama.cpp's threads do speed up one reply.
+    # results/records/bench/ct2_threads_per_reply.md) and the rest serve other prompts of a
+    # batch, one prompt per core; llama.cpp's threads do speed up one reply.
     quantization: Quantization = "int8"
     threads: int = Field(0, ge=0)
     threads_per_reply: int = Field(1, ge=1)

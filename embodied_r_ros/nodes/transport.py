@@ -61,7 +61,7 @@ IMAGE_QOS = QoSProfile(history=HistoryPolicy.KEEP_LAST, depth=IMAGE_HISTORY,
 #: heap: a 720p RGB frame (2.6 MiB) and larger. Not 1 MiB: the reasoning engine's per-token
 #: buffers (1-2 MiB for the 135M reasoner on CTranslate2) would be mapped and faulted in anew
 #: on every token, 1.69x the reply time in a node process against 1.05x at 2 MiB
-#: (``results/bench/node_malloc_threshold.md``)
+#: (``results/records/bench/node_malloc_threshold.md``)
 MMAP_THRESHOLD = 2 << 20
 #: heaps (arenas) the executor's threads share: each one more keeps its own freed fragments
 MALLOC_ARENAS = 2

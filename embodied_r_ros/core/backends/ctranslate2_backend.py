@@ -2,7 +2,7 @@
 
 CTranslate2's int8 CPU kernels decode the shipped 135M reasoner faster than plain
 ``transformers`` ``generate``: 43.4 against 29.2 tokens a second, p50 2.80 against 3.87 s a
-demo question, one thread a reply (``results/bench/lm_engines_ctranslate2.json``). The
+demo question, one thread a reply (``results/records/bench/lm_engines_ctranslate2.json``). The
 engine cannot read a Transformers checkpoint directly, so :func:`ensure_converted` converts the
 local model (an offline model name such as the LoRA-merged ``smollm2-135m-embodied-r``, or a
 directory) once into the model cache with CTranslate2's own ``TransformersConverter`` and no
@@ -87,9 +87,9 @@ def cpu_threads(cores: int, per_reply: int) -> tuple[int, int]:
     """``(threads per reply, workers)`` for ``cores`` CPU cores: each worker decodes one reply
     on ``per_reply`` cores. A 135M model's matrix-vector products are too small to split: on
     2 cores two threads on one reply take 1.30x the time of one
-    (``results/bench/ct2_threads_per_reply.md``; the OpenMP barriers cost more than the second
-    core gives), so the spare cores run other prompts of a batch instead, and stay free for the
-    robot's own work when one question is asked."""
+    (``results/records/bench/ct2_threads_per_reply.md``; the OpenMP barriers cost more than the
+    second core gives), so the spare cores run other prompts of a batch instead, and stay free
+    for the robot's own work when one question is asked."""
     intra = max(1, min(per_reply, cores))
     return intra, max(1, cores // intra)
 
@@ -155,7 +155,7 @@ class CTranslate2Backend(LocalEngineBackend):
         tokens and ends decoding at the next step once ``cancel`` is stopped or a ``stop``
         string appears. (``generate_tokens`` runs the same loop in a second thread and hands
         each token over a queue: no faster, 1.02x the time of this path with identical
-        replies, ``results/bench/ct2_decode_paths.md``; this way there is no thread to
+        replies, ``results/records/bench/ct2_decode_paths.md``; this way there is no thread to
         close.)"""
         prefix, rest = self.split_prompt(ids)
         tokens = self.tokenizer.convert_ids_to_tokens
@@ -198,7 +198,7 @@ class CTranslate2Backend(LocalEngineBackend):
         """Greedy replies of several prompts in one engine call: what an evaluation asks, many
         questions and nobody waiting on one of them. On CPU every worker takes one prompt at a
         time: no padding, so each reply is its prompt's own (a padded int8 batch of 16 changed
-        9 replies and took 2.24x the time: ``results/bench/ct2_threads_per_reply.md``;
+        9 replies and took 2.24x the time: ``results/records/bench/ct2_threads_per_reply.md``;
         :meth:`_one` prefills the cached prefix apart, which can still move a near tie); on a
         GPU ``batch_size`` prompts share a step. A stop string cuts the text afterwards."""
         tokens = self.tokenizer.convert_ids_to_tokens

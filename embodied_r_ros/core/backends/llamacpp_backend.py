@@ -3,10 +3,10 @@
 On 2 CPU cores it is the one engine measured that both answers within the robot's latency
 budget and gives the same answers as ``transformers``: F16 weights on two threads answer a demo
 question at p50 2.58 s and agree with transformers fp32 on 98.9 % of the 180 ID answers
-(``results/bench/lm_engines.json``), where CTranslate2 int8 agrees on 68.9 %
-(``results/bench/lm_engines_ctranslate2.json``). Unlike CTranslate2, ggml's threads do speed up
-one reply of a 135M model: p50 3.79 s on one thread, 2.48 s on two
-(``results/bench/lm_engines_llamacpp_gguf.json``).
+(``results/records/bench/lm_engines.json``), where CTranslate2 int8 agrees on 68.9 %
+(``results/records/bench/lm_engines_ctranslate2.json``). Unlike CTranslate2, ggml's threads do
+speed up one reply of a 135M model: p50 3.79 s on one thread, 2.48 s on two
+(``results/records/bench/lm_engines_llamacpp_gguf.json``).
 
 :func:`ensure_converted` writes the local model (an offline model name such as the LoRA-merged
 ``smollm2-135m-embodied-r``, or a directory) once into ``<model cache>/llamacpp`` with
