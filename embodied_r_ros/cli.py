@@ -105,7 +105,8 @@ def _load_pipeline_config(args: argparse.Namespace):  # noqa: ANN202 - Config
 
 
 def cmd_ask(args: argparse.Namespace) -> int:
-    from embodied_r_ros.core.pipeline import EmbodiedR, validate_query
+    from embodied_r_ros.core.pipeline import EmbodiedR
+    from embodied_r_ros.core.request import validate_query
     from embodied_r_ros.core.video import iter_frames, probe_video
 
     # everything a user can get wrong is checked before the models load (seconds to minutes)
@@ -264,7 +265,7 @@ def _add_world(sub: argparse._SubParsersAction) -> None:
 
 def _user_errors() -> tuple[type[BaseException], ...]:
     from embodied_r_ros.core.backends.base import BackendError
-    from embodied_r_ros.core.pipeline import QueryError
+    from embodied_r_ros.core.request import QueryError
     from embodied_r_ros.core.video import VideoError
     from embodied_r_ros.memory.errors import SpatialMemoryError
 

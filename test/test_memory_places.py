@@ -107,7 +107,8 @@ def test_a_memory_question_is_read_by_the_memory_reader_and_any_other_by_the_lm(
     heading is still the LM's)."""
     from embodied_r_ros.core.backends.factory import create_backend
     from embodied_r_ros.core.config import load_config
-    from embodied_r_ros.core.pipeline import SCOPE_MEMORY, SCOPE_WINDOW, EmbodiedR
+    from embodied_r_ros.core.pipeline import EmbodiedR
+    from embodied_r_ros.core.request import SCOPE_MEMORY, SCOPE_WINDOW
 
     config = load_config("tiny", overrides={"cache": {"enabled": False}})
     options = ["A. front-left", "B. front-right"]

@@ -71,7 +71,6 @@ def world(tiny_models_dir: Path, lm: ChatGate,
           tmp_path_factory: pytest.TempPathFactory) -> Iterator[AllInOne]:
     cfg = config(tmp_path_factory.mktemp("cfg"), lm.url)
     params = [Parameter("profile", value="tiny"), Parameter("config_file", value=cfg),
-              Parameter("max_question_chars", value=200),
               Parameter("max_concurrent_queries", value=2)]
     with ros_context(__name__) as ctx:
         w = AllInOne(ctx, NS, parameters=params)
@@ -119,26 +118,17 @@ def huge_jpeg_header() -> bytes:
     return bytes(data)
 
 
+#: one request per error code, each of a hostile size or shape where one exists; the whole
+#: matrix of bad requests is test_request_contract.py's, against the same query runner
 QUERY_TABLE = [
     # (fields of SpatialQuery.Request, the error code)
-    ({"question": ""}, "EMPTY_QUESTION"),
     ({"question": " \t\n "}, "EMPTY_QUESTION"),
-    ({"question": "x" * 201}, "QUESTION_TOO_LONG"),
     ({"question": "x" * 300_000}, "QUESTION_TOO_LONG"),
     ({"options": ["A. " + "x" * 200_000]}, "BAD_OPTIONS"),
-    ({"options": [f"{c}. x" for c in "ABCDEFGHI"]}, "BAD_OPTIONS"),
-    ({"options": ["B. out of order"]}, "BAD_OPTIONS"),
-    ({"options": ["no letter at all"]}, "BAD_OPTIONS"),
-    ({"options": ["A."]}, "BAD_OPTIONS"),
     ({"window_sec": math.nan}, "BAD_WINDOW"),
-    ({"window_sec": -1.0}, "BAD_WINDOW"),
-    ({"window_sec": math.inf}, "BAD_WINDOW"),
     ({"camera": "x" * 10_000}, "UNKNOWN_CAMERA"),
-    ({"camera": "../front"}, "UNKNOWN_CAMERA"),
-    ({"scope": "x" * 10_000}, "UNKNOWN_SCOPE"),
     ({"scope": "../memory"}, "UNKNOWN_SCOPE"),
     # this process keeps no memory (memory.enabled false): refused before any model
-    ({"scope": "memory"}, "MEMORY_UNAVAILABLE"),
     ({"scope": "memory", "question": "Where was I 5 blorps ago?"}, "MEMORY_UNAVAILABLE"),
 ]
 
@@ -154,13 +144,12 @@ def test_hostile_queries_get_codes_and_the_node_keeps_serving(world: AllInOne,
         assert (r.success, r.error_code) == (False, code), fields.keys()
         assert "\n" not in r.error and len(r.error) <= 500
     assert lm.requests == asked  # refused up front: no question reached a model
-    # the same requests as action goals: the same codes, the goals aborted
-    for fields, code in QUERY_TABLE[:3]:
-        goal = QueryAction.Goal(**{"question": "Where is the door?", "options": OPTIONS,
-                                   **fields})
-        outcome = run_goal(world.action, goal)
-        assert outcome.status == GoalStatus.STATUS_ABORTED
-        assert outcome.result.error_code == code
+    # a bad request as an action goal: the same code, the goal aborted
+    fields, code = QUERY_TABLE[1]
+    outcome = run_goal(world.action, QueryAction.Goal(
+        **{"question": "Where is the door?", "options": OPTIONS, **fields}))
+    assert outcome.status == GoalStatus.STATUS_ABORTED
+    assert outcome.result.error_code == code
     unicode = world.ask("Wohin habe ich mich gedreht? 我转向哪边？\x07", OPTIONS)
     assert unicode.success, unicode.error
     assert world.ask("Which way did I turn?", OPTIONS).success  # still serving
@@ -168,21 +157,18 @@ def test_hostile_queries_get_codes_and_the_node_keeps_serving(world: AllInOne,
 
 def test_hostile_internal_requests_get_codes(world: AllInOne) -> None:
     window = client(world, GetWindow, "frames/front/get_window")
-    for value, code in ((math.nan, "BAD_WINDOW"), (-5.0, "BAD_WINDOW"), (1e30, "")):
+    for value, code in ((-5.0, "BAD_WINDOW"), (1e30, "")):
         r = result_of(window.call_async(GetWindow.Request(window_sec=value)), 30)
         assert r.error_code == code and r.success == (code == "")
     perceive = action(world, Perceive, "perception/perceive")
     two = [frame(t=1.0), frame(t=2.0)]
+    # one goal per code this interface adds; its question and options go through the same
+    # checks as the query's (test_request_contract.py has every case of both)
     table = [
         (Perceive.Goal(question="q?", key_frames=[]), "NO_FRAMES"),
         (Perceive.Goal(question="q?", key_frames=[frame()] * 300, motions=[EgoMotion()] * 299),
          "BAD_REQUEST"),
-        (Perceive.Goal(question="q?", key_frames=two, motions=[]), "BAD_REQUEST"),
-        (Perceive.Goal(question="q?", key_frames=[frame(b"\xff\xd8junk")]), "CORRUPT_FRAME"),
         (Perceive.Goal(question="q?", key_frames=[frame(huge_jpeg_header())]), "CORRUPT_FRAME"),
-        (Perceive.Goal(question="q?", options=["nonsense"], key_frames=two,
-                       motions=[EgoMotion()]), "BAD_OPTIONS"),
-        (Perceive.Goal(question="", key_frames=two, motions=[EgoMotion()]), "EMPTY_QUESTION"),
         (Perceive.Goal(question="x" * 30_000, key_frames=two, motions=[EgoMotion()]),
          "QUESTION_TOO_LONG"),
     ]
@@ -196,9 +182,7 @@ def test_hostile_internal_requests_get_codes(world: AllInOne) -> None:
     assert ok.result.success and "nan" not in ok.result.perception.lower()
     reason = action(world, Reason, "reasoning/reason")
     for goal, code in (
-        (Reason.Goal(perception="", options=OPTIONS), "BAD_REQUEST"),
         (Reason.Goal(perception="x" * 600_000, options=OPTIONS), "BAD_REQUEST"),
-        (Reason.Goal(perception="Frame 0: Observe: wall", options=["nonsense"]), "BAD_OPTIONS"),
         (Reason.Goal(perception="Frame 0: Observe: wall", options=["A. " + "y" * 100_000]),
          "BAD_OPTIONS"),
     ):

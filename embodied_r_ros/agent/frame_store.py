@@ -16,7 +16,6 @@ new timeline, clearing the buffer when the jump went back.
 from __future__ import annotations
 
 import logging
-import math
 import threading
 from collections import Counter, OrderedDict, deque
 from collections.abc import Callable
@@ -28,21 +27,13 @@ import numpy as np
 from embodied_r_ros.core.actions import Motion
 from embodied_r_ros.core.backends.images import decode_image, encode_jpeg, resize_max_side
 from embodied_r_ros.core.config import KeyframeConfig
-from embodied_r_ros.core.error_codes import BAD_STAMP, BAD_WINDOW, NO_FRAMES
+from embodied_r_ros.core.error_codes import BAD_STAMP, NO_FRAMES
 from embodied_r_ros.core.keyframes import KeyframeDecision, KeyframeExtractor, finalize_positions
 from embodied_r_ros.core.odometry import odometry_motions, pose_near
-from embodied_r_ros.core.pipeline import QueryError
 from embodied_r_ros.core.poses import Pose
+from embodied_r_ros.core.request import QueryError, check_window_sec
 
 log = logging.getLogger(__name__)
-
-
-
-def check_window_sec(window_sec: float) -> float:
-    """A request's ``window_sec`` (0 = the whole buffer); raises QueryError(BAD_WINDOW)."""
-    if not math.isfinite(window_sec) or window_sec < 0:
-        raise QueryError(BAD_WINDOW, f"window_sec must be >= 0, got {window_sec}")
-    return window_sec
 
 
 Verdict = Literal["ok", "held", "restart"]

@@ -18,15 +18,9 @@ from typing import Any
 from embodied_r_ros.core.backends.base import BackendError
 from embodied_r_ros.core.cancel import CancelToken
 from embodied_r_ros.core.error_codes import CANCELLED, INTERNAL
-from embodied_r_ros.core.pipeline import QueryError
+from embodied_r_ros.core.request import QueryError, one_line
 
 _log = logging.getLogger(__name__)
-
-
-def one_line(text: object, limit: int = 500) -> str:
-    """``text`` on one line, at most ``limit`` characters (errors go into ROS strings)."""
-    line = " ".join(str(text).split())
-    return line if len(line) <= limit else line[: limit - 3] + "..."
 
 
 def error_of(exc: BaseException) -> tuple[str, str]:

@@ -11,8 +11,9 @@ from collections.abc import Callable, Mapping, Sequence
 from embodied_r_ros.agent.frame_store import Window
 from embodied_r_ros.core.cancel import CancelToken
 from embodied_r_ros.core.perception import ProgressFn
-from embodied_r_ros.core.pipeline import SCOPE_WINDOW, EmbodiedR
+from embodied_r_ros.core.pipeline import EmbodiedR
 from embodied_r_ros.core.reasoning import Reasoning
+from embodied_r_ros.core.request import SCOPE_WINDOW
 
 WindowFn = Callable[[float], Window]
 PipelineFn = Callable[[], EmbodiedR]

@@ -20,28 +20,26 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Protocol
 
-from embodied_r_ros.agent.frame_store import Window, check_window_sec
-from embodied_r_ros.agent.guard import error_of, one_line
+from embodied_r_ros.agent.frame_store import Window
+from embodied_r_ros.agent.guard import error_of
 from embodied_r_ros.core.backends.base import raise_if_stopped
 from embodied_r_ros.core.cancel import CancelToken
-from embodied_r_ros.core.error_codes import (
-    BACKEND_DOWN,
-    BUSY,
-    INTERNAL,
-    MEMORY_UNAVAILABLE,
-    UNKNOWN_CAMERA,
-    UNKNOWN_SCOPE,
-)
+from embodied_r_ros.core.error_codes import BACKEND_DOWN, BUSY, INTERNAL
 from embodied_r_ros.core.perception import ProgressFn
-from embodied_r_ros.core.pipeline import (
-    SCOPE_MEMORY,
-    SCOPE_WINDOW,
-    SCOPES,
-    QueryError,
-    validate_query,
-)
 from embodied_r_ros.core.query_result import MemoryFrameUsed, QueryResult
 from embodied_r_ros.core.reasoning import Reasoning
+from embodied_r_ros.core.request import (
+    MAX_OPTION_CHARS,
+    MAX_QUESTION_CHARS,
+    SCOPE_MEMORY,
+    SCOPE_WINDOW,
+    QueryError,
+    check_camera,
+    check_scope,
+    check_window_sec,
+    one_line,
+    validate_query,
+)
 
 log = logging.getLogger(__name__)
 
@@ -138,8 +136,8 @@ class QueryRunner:
         *,
         default_camera: str = "",
         max_concurrent: int = 2,
-        max_question_chars: int = 2000,
-        max_option_chars: int = 500,
+        max_question_chars: int = MAX_QUESTION_CHARS,
+        max_option_chars: int = MAX_OPTION_CHARS,
         timeout_sec: float = 300.0,
         memory: MemorySource | None = None,
     ) -> None:
@@ -176,24 +174,15 @@ class QueryRunner:
             thread.join(timeout=max(0.0, deadline - time.monotonic()))
 
     def _validate(self, request: QueryRequest) -> tuple[str, list[str], str, str]:
+        """``(question, options, camera, scope)`` by the request contract
+        (:mod:`embodied_r_ros.core.request`) under this runner's current limits."""
         question, options = validate_query(
             request.question, list(request.options), self.max_question_chars,
             self.max_option_chars,
         )
-        camera = (request.camera or "").strip() or self.default_camera
-        if camera not in self.cameras:
-            raise QueryError(
-                UNKNOWN_CAMERA,
-                f"unknown camera {one_line(camera, 80)!r}; known: {', '.join(self.cameras)}",
-            )
+        camera = check_camera(request.camera, self.cameras, self.default_camera)
         check_window_sec(request.window_sec)
-        scope = (request.scope or "").strip() or SCOPE_WINDOW
-        if scope not in SCOPES:
-            raise QueryError(UNKNOWN_SCOPE, f"unknown scope {one_line(scope, 80)!r}; known: "
-                             f"{', '.join(SCOPES)}")
-        if scope == SCOPE_MEMORY and self.memory is None:
-            raise QueryError(MEMORY_UNAVAILABLE, "this server keeps no spatial memory "
-                             "(memory.enabled is false)")
+        scope = check_scope(request.scope, has_memory=self.memory is not None)
         return question, options, camera, scope
 
     def run(

@@ -22,111 +22,31 @@ from embodied_r_ros.core.config import CameraConfig, Config
 from embodied_r_ros.core.error_codes import (
     BACKEND_DOWN,
     BACKEND_FAILED,
-    BAD_OPTIONS,
     BAD_REQUEST,
-    EMPTY_QUESTION,
     NO_FRAMES,
-    QUESTION_TOO_LONG,
 )
 from embodied_r_ros.core.keyframes import KeyframeSelection, select_keyframes
 from embodied_r_ros.core.perception import Perceiver, PerceptionResult, ProgressFn
 from embodied_r_ros.core.prompts import prompts_from
 from embodied_r_ros.core.query_result import QueryResult
 from embodied_r_ros.core.reasoning import (
-    LETTERS,
-    OptionsError,
     Reasoning,
     build_messages,
     format_question,
-    parse_options,
     parse_reasoning,
 )
 from embodied_r_ros.core.records import MotionSource
+from embodied_r_ros.core.request import (
+    MAX_PERCEPTION_CHARS,
+    SCOPE_MEMORY,
+    SCOPE_WINDOW,
+    QueryError,
+    validate_options,
+    validate_perception,
+    validate_query,
+)
 
 log = logging.getLogger(__name__)
-
-#: a question's scope (``SpatialQuery.scope``): the camera buffer's window (the default), or the
-#: spatial memory; a memory's text is read by the memory reader where one is loaded
-SCOPE_WINDOW = "window"
-SCOPE_MEMORY = "memory"
-SCOPES = (SCOPE_WINDOW, SCOPE_MEMORY)
-
-
-#: bounds every entry point applies before any work (a 200,000-character option once pinned
-#: both cores for minutes): characters per option, and of the perception text a Reason gets
-MAX_OPTION_CHARS = 500
-MAX_PERCEPTION_CHARS = 500_000
-
-
-class QueryError(Exception):
-    """A question that cannot be answered; ``code`` is machine-readable, the message one line."""
-
-    def __init__(self, code: str, message: str) -> None:
-        super().__init__(message)
-        self.code = code
-
-
-def validate_options(
-    options: Sequence[str], max_option_chars: int = MAX_OPTION_CHARS
-) -> list[str]:
-    """Stripped options in ``"A. text"`` form, bounded in count and length, or QueryError."""
-    if len(options) > len(LETTERS):
-        raise QueryError(
-            BAD_OPTIONS, f"{len(options)} options given; at most {len(LETTERS)} are supported"
-        )
-    for i, option in enumerate(options):
-        if not isinstance(option, str):
-            raise QueryError(BAD_OPTIONS, f"option {i + 1} is not text")
-        if len(option) > max_option_chars:
-            raise QueryError(
-                BAD_OPTIONS,
-                f"option {i + 1} has {len(option)} characters; at most {max_option_chars} "
-                "are allowed",
-            )
-    opts = [o.strip() for o in options]
-    try:
-        parse_options(opts)
-    except OptionsError as exc:
-        raise QueryError(BAD_OPTIONS, str(exc)) from None
-    return opts
-
-
-def validate_query(
-    question: str,
-    options: Sequence[str],
-    max_question_chars: int = 2000,
-    max_option_chars: int = MAX_OPTION_CHARS,
-) -> tuple[str, list[str]]:
-    """Normalised ``(question, options)`` or :class:`QueryError`; cheap, before any work."""
-    if not isinstance(question, str):
-        raise QueryError(EMPTY_QUESTION, "the question is not text")
-    if len(question) > max_question_chars + 1000:  # surrounding whitespace aside
-        raise QueryError(
-            QUESTION_TOO_LONG,
-            f"the question has {len(question)} characters; at most {max_question_chars} are "
-            "allowed",
-        )
-    text = question.strip()
-    if not text:
-        raise QueryError(EMPTY_QUESTION, "the question is empty")
-    if len(text) > max_question_chars:
-        raise QueryError(
-            QUESTION_TOO_LONG,
-            f"the question has {len(text)} characters; at most {max_question_chars} are allowed",
-        )
-    return text, validate_options(options, max_option_chars)
-
-
-def validate_perception(text: str, max_chars: int = MAX_PERCEPTION_CHARS) -> str:
-    """The perception text a reasoning request carries: non-empty and bounded."""
-    if not isinstance(text, str) or not text.strip():
-        raise QueryError(BAD_REQUEST, "the perception text is empty")
-    if len(text) > max_chars:
-        raise QueryError(
-            BAD_REQUEST,
-            f"the perception text has {len(text)} characters; at most {max_chars} are allowed",
-        )
-    return text
 
 
 def create_models(

@@ -29,7 +29,7 @@ from rclpy.node import Node
 from rclpy.qos import QoSProfile, ReliabilityPolicy, qos_profile_sensor_data
 from sensor_msgs.msg import CompressedImage, Image
 
-from embodied_r_ros.agent.frame_store import FrameStore, Window, check_window_sec, stamp_filter
+from embodied_r_ros.agent.frame_store import FrameStore, Window, stamp_filter
 from embodied_r_ros.agent.guard import guard_service, guard_subscription, one_line
 from embodied_r_ros.core.config import Config
 from embodied_r_ros.core.error_codes import INTERNAL
@@ -321,8 +321,8 @@ class FrameBufferNode(Node):
     # -- reading -----------------------------------------------------------------------------
 
     def window(self, window_sec: float) -> Window:
-        """Key frames of the last ``window_sec`` seconds (0 = all); raises QueryError."""
-        check_window_sec(window_sec)
+        """Key frames of the last ``window_sec`` seconds (0 = all); raises QueryError (the
+        store checks ``window_sec``)."""
         anchor = None
         if self.params["window_anchor"] == "clock":
             anchor = self.get_clock().now().nanoseconds * 1e-9

@@ -34,10 +34,17 @@ from rclpy.qos import QoSProfile, ReliabilityPolicy
 
 from embodied_r_ros.agent.guard import guard_subscription
 from embodied_r_ros.core.cancel import CancelToken
-from embodied_r_ros.core.error_codes import BAD_REQUEST, CORRUPT_FRAME
+from embodied_r_ros.core.error_codes import CORRUPT_FRAME
 from embodied_r_ros.core.perception_text import observation
-from embodied_r_ros.core.pipeline import EmbodiedR, QueryError, validate_query
+from embodied_r_ros.core.pipeline import EmbodiedR
 from embodied_r_ros.core.poses import Pose
+from embodied_r_ros.core.request import (
+    MAX_FEEDBACK_CHARS,
+    MAX_GOAL_QUESTION_CHARS,
+    QueryError,
+    check_key_frames,
+    validate_query,
+)
 from embodied_r_ros.core.streaming import BackgroundDescriber, KeyFrameNote
 from embodied_r_ros.nodes.conversions import (
     compressed_jpeg_to_rgb,
@@ -51,10 +58,6 @@ from embodied_r_ros.nodes.model_node import SUCCESS, ModelNode, model_status
 from embodied_r_ros.nodes.params import Spec, declare
 from embodied_r_ros.nodes.transport import stored_frames_topic
 
-FEEDBACK_CHARS = 2000  # partial text in feedback is for humans; keep messages small
-MAX_GOAL_FRAMES = 256  # a window's key frames after the clamp; far more is a malformed goal
-MAX_JPEG_BYTES = 16 * 2**20
-MAX_TEXT_CHARS = 20_000  # question bound of an internal goal (the query server's is tighter)
 KEY_POSES_KEPT = 1024  # poses of key frames received and not yet written to the memory
 NOT_CONFIGURED = "the perception node is not configured"
 
@@ -213,16 +216,9 @@ class PerceptionNode(ModelNode):
             listener(note)
 
     def _images(self, goal: Any) -> list[Any]:
-        if len(goal.key_frames) > MAX_GOAL_FRAMES:
-            raise QueryError(BAD_REQUEST, f"{len(goal.key_frames)} key frames; at most "
-                             f"{MAX_GOAL_FRAMES} are accepted")
-        if len(goal.motions) != max(len(goal.key_frames) - 1, 0):
-            raise QueryError(BAD_REQUEST, f"{len(goal.key_frames)} key frames came with "
-                             f"{len(goal.motions)} motions")
+        check_key_frames([len(frame.data) for frame in goal.key_frames], len(goal.motions))
         images = []
         for i, frame in enumerate(goal.key_frames):
-            if len(frame.data) > MAX_JPEG_BYTES:
-                raise QueryError(BAD_REQUEST, f"key frame {i} is {len(frame.data)} bytes")
             try:
                 images.append(compressed_jpeg_to_rgb(frame))
             except ValueError as exc:
@@ -237,7 +233,7 @@ class PerceptionNode(ModelNode):
         def feedback(_stage: str, done: int, total: int, text: str) -> None:
             progress[:] = [done, total]
             goal_handle.publish_feedback(self._action.Feedback(
-                frames_done=done, frames_total=total, partial_text=text[:FEEDBACK_CHARS]
+                frames_done=done, frames_total=total, partial_text=text[:MAX_FEEDBACK_CHARS]
             ))
 
         def beat() -> None:
@@ -246,7 +242,8 @@ class PerceptionNode(ModelNode):
             ))
 
         def work(pipeline: EmbodiedR, token: CancelToken) -> None:
-            question, options = validate_query(goal.question, list(goal.options), MAX_TEXT_CHARS)
+            question, options = validate_query(goal.question, list(goal.options),
+                                               MAX_GOAL_QUESTION_CHARS)
             images = self._images(goal)
             res = pipeline.perceive_window(
                 images,

@@ -39,6 +39,12 @@ from embodied_r_ros.core.error_codes import (
     BACKEND_FAILED,
     BACKEND_TIMEOUT,
 )
+from embodied_r_ros.core.request import (
+    MAX_FEEDBACK_CHARS,
+    MAX_OPTION_CHARS,
+    MAX_OPTIONS,
+    MAX_QUESTION_CHARS,
+)
 from embodied_r_ros.memory.service import MemoryReader, MemoryWriter
 from embodied_r_ros.nodes.conversions import fill_query_response
 from embodied_r_ros.nodes.diagnostics import OK, WARN, DiagnosticsPublisher, make_status
@@ -52,7 +58,6 @@ from embodied_r_ros.nodes.params import (
 )
 from embodied_r_ros.nodes.transport import QUERY_QOS
 
-FEEDBACK_CHARS = 2000
 #: a query that last failed with one of these turns the server's diagnostics to WARN
 BACKEND_CODES = frozenset({BACKEND_DOWN, BACKEND_TIMEOUT, BACKEND_FAILED})
 
@@ -65,10 +70,10 @@ SPECS: tuple[Spec, ...] = (
     Spec("max_concurrent_queries", 2, "queries answered at once; more are refused with BUSY; "
          "set on a running node, at most its value at start (the process's threads are sized "
          "for it)", 1, 64, read_only=False),
-    Spec("max_question_chars", 2000, "longest accepted question (QUESTION_TOO_LONG above)",
-         1, 100000, read_only=False),
-    Spec("max_option_chars", 500, "longest accepted option (BAD_OPTIONS above); at most 8 "
-         "options", 1, 100000, read_only=False),
+    Spec("max_question_chars", MAX_QUESTION_CHARS, "longest accepted question "
+         "(QUESTION_TOO_LONG above)", 1, 100000, read_only=False),
+    Spec("max_option_chars", MAX_OPTION_CHARS, "longest accepted option (BAD_OPTIONS above); "
+         f"at most {MAX_OPTIONS} options", 1, 100000, read_only=False),
     Spec("query_timeout_sec", 300.0, "a query not answered by then fails with BACKEND_TIMEOUT",
          0.1, 86400.0, read_only=False),
 )
@@ -225,7 +230,7 @@ class QueryServerNode(Node):
         def progress(stage: str, done: int, total: int, text: str) -> None:
             goal_handle.publish_feedback(feedback_type(
                 stage=stage, frames_done=done, frames_total=total,
-                partial_text=text[:FEEDBACK_CHARS],
+                partial_text=text[:MAX_FEEDBACK_CHARS],
             ))
 
         token = self._goals.open(goal_handle)

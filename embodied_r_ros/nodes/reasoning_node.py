@@ -20,8 +20,9 @@ from collections.abc import Sequence
 from typing import Any
 
 from embodied_r_ros.core.cancel import CancelToken
-from embodied_r_ros.core.pipeline import SCOPE_WINDOW, EmbodiedR, validate_perception
+from embodied_r_ros.core.pipeline import EmbodiedR
 from embodied_r_ros.core.reasoning import Reasoning
+from embodied_r_ros.core.request import SCOPE_WINDOW, validate_perception
 from embodied_r_ros.nodes.model_node import ModelNode, model_status
 
 

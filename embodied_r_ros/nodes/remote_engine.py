@@ -36,8 +36,8 @@ from embodied_r_ros.core.backends.base import raise_if_stopped
 from embodied_r_ros.core.cancel import CancelToken
 from embodied_r_ros.core.error_codes import BACKEND_DOWN, BACKEND_FAILED
 from embodied_r_ros.core.perception import ProgressFn
-from embodied_r_ros.core.pipeline import SCOPE_WINDOW, QueryError
 from embodied_r_ros.core.reasoning import Reasoning, is_well_formed
+from embodied_r_ros.core.request import SCOPE_WINDOW, QueryError
 from embodied_r_ros.nodes.conversions import (
     jpeg_to_compressed,
     motion_to_msg,

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 from embodied_r_ros.core.backends.base import BackendError
 from embodied_r_ros.core.cancel import CancelToken
 from embodied_r_ros.core.error_codes import BACKEND_DOWN, BACKEND_FAILED, BACKEND_TIMEOUT, CANCELLED
+from embodied_r_ros.core.request import one_line
 from embodied_r_ros.serving.requests import RequestError, parse_json
 
 if TYPE_CHECKING:
@@ -62,8 +63,9 @@ def check_bearer(header: str | None, api_key: str | None) -> None:
 
 
 def error_body(status: int, message: str) -> dict[str, Any]:
+    """OpenAI's error shape; the message one line, as every error the project answers."""
     kind = "invalid_request_error" if status < 500 else "server_error"
-    return {"error": {"message": message, "type": kind, "code": status}}
+    return {"error": {"message": one_line(message), "type": kind, "code": status}}
 
 
 class Handler(BaseHTTPRequestHandler):

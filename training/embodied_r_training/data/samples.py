@@ -15,9 +15,10 @@ from embodied_r_ros.core.backends.images import as_stored, resize_max_side
 from embodied_r_ros.core.config import CameraConfig
 from embodied_r_ros.core.odometry import odometry_motions, poses_at
 from embodied_r_ros.core.perception import MotionSource
-from embodied_r_ros.core.pipeline import EmbodiedR, QueryError, validate_query
+from embodied_r_ros.core.pipeline import EmbodiedR
 from embodied_r_ros.core.poses import Pose
 from embodied_r_ros.core.reasoning import parse_options
+from embodied_r_ros.core.request import QueryError, validate_query
 
 
 @dataclass(frozen=True)
