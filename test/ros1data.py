@@ -141,3 +141,32 @@ def rewrite_as_ros1(src: Path, dst: Path, *, mono: bool = False,
                 moved = out.tf([out.transform(stamp_ns, "/odom", "/base_link", base_of(camera))])
                 writer.write(tf, log_ns, ts.serialize_ros1(moved, "tf2_msgs/msg/TFMessage"))
     return dst
+
+
+def write_euroc_like(dst: Path, n: int = 8) -> Path:
+    """A ROS 1 bag laid out as EuRoC's Vicon-room sequences: a grey 752x480 camera on
+    ``/cam0/image_raw`` (``mono8``, frame ``cam0``) and the motion-capture ground truth as
+    ``geometry_msgs/TransformStamped`` on ``/vicon/firefly_sbx/firefly_sbx``, driving forward
+    0.1 m and turning 2 degrees left a frame."""
+    from rosbags.rosbag1 import Writer
+
+    out = _Ros1()
+    ts, t = out.ts, out.t
+    dst.unlink(missing_ok=True)
+    rng = np.random.default_rng(0)
+    with Writer(dst) as writer:
+        cam = writer.add_connection("/cam0/image_raw", "sensor_msgs/msg/Image", typestore=ts)
+        vicon = writer.add_connection("/vicon/firefly_sbx/firefly_sbx",
+                                      "geometry_msgs/msg/TransformStamped", typestore=ts)
+        for i in range(n):
+            stamp = 1_403_715_273_262_142_976 + i * 50_000_000  # 20 Hz
+            pixels = rng.integers(0, 255, (480, 752), dtype=np.uint8)
+            msg = t["sensor_msgs/msg/Image"](
+                header=out.header(stamp, "cam0"), height=480, width=752, encoding="mono8",
+                is_bigendian=0, step=752, data=pixels.reshape(-1))
+            writer.write(cam, stamp, ts.serialize_ros1(msg, "sensor_msgs/msg/Image"))
+            pose = pose_transform(Pose(x=0.1 * i, yaw_deg=2.0 * i))
+            writer.write(vicon, stamp, ts.serialize_ros1(
+                out.transform(stamp, "world", "vicon/firefly_sbx/firefly_sbx", pose),
+                "geometry_msgs/msg/TransformStamped"))
+    return dst

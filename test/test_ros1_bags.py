@@ -10,9 +10,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from ros1data import rewrite_as_ros1
+from ros1data import rewrite_as_ros1, write_euroc_like
 
 from embodied_r_ros.core.bags import BagReader
+from embodied_r_ros.core.odometry import odometry_motions, poses_at
 from embodied_r_ros.sim.generate import generate_world
 from embodied_r_ros.sim.world import WorldSpec
 from embodied_r_training.cli import main
@@ -133,3 +134,14 @@ def test_a_chain_that_is_not_in_the_bag_is_one_line_naming_the_frames(
     assert len(err) == 1 and "no transform chain from 'map' to 'camera_optical_frame'" in err[0]
     assert "base_link, camera_link, camera_optical_frame, odom" in err[0]
     assert not out.exists()
+
+
+def test_a_euroc_like_bag_gives_grey_frames_and_motion_capture_poses(tmp_path: Path) -> None:
+    with BagReader(write_euroc_like(tmp_path / "V1_01_easy.bag")) as bag:
+        frames = list(bag.iter_images("/cam0/image_raw"))
+        track = bag.pose_track("/vicon/firefly_sbx/firefly_sbx")
+    assert len(frames) == 8 and frames[0][0].shape == (480, 752, 3)
+    image = frames[0][0]
+    assert (image[..., 0] == image[..., 1]).all() and (image[..., 1] == image[..., 2]).all()
+    (motion,) = odometry_motions(poses_at(track, [frames[0][1], frames[4][1]], 0.02))
+    assert motion is not None and motion.yaw_deg == pytest.approx(8.0)

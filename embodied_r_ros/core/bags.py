@@ -35,6 +35,7 @@ ODOMETRY_TYPES = (
     "nav_msgs/msg/Odometry",
     "geometry_msgs/msg/PoseStamped",
     "geometry_msgs/msg/PoseWithCovarianceStamped",
+    "geometry_msgs/msg/TransformStamped",  # motion-capture ground truth (EuRoC's Vicon rooms)
 )
 #: a pose topic of this type is the tf tree: the chain from the odometry frame to the camera
 TF_TYPE = "tf2_msgs/msg/TFMessage"
@@ -329,7 +330,8 @@ class BagReader:
         *,
         time_base: TimeBase = "header",
     ) -> list[tuple[float, Pose]]:
-        """``(stamp_seconds, Pose)`` from Odometry / PoseStamped messages, sorted by stamp."""
+        """``(stamp_seconds, Pose)`` from Odometry / PoseStamped / TransformStamped messages,
+        sorted by stamp."""
         conns = self._connections(topic, ODOMETRY_TYPES)
         poses: list[tuple[float, Pose]] = []
         for log_ns, msg in self._messages(conns):
@@ -338,8 +340,11 @@ class BagReader:
                 end_ns is not None and stamp > end_ns
             ):
                 continue
-            pose = msg.pose.pose if hasattr(msg.pose, "pose") else msg.pose
-            p, q = pose.position, pose.orientation
+            if hasattr(msg, "transform"):
+                p, q = msg.transform.translation, msg.transform.rotation
+            else:
+                pose = msg.pose.pose if hasattr(msg.pose, "pose") else msg.pose
+                p, q = pose.position, pose.orientation
             try:
                 value = Pose.from_quaternion((p.x, p.y, p.z), (q.x, q.y, q.z, q.w))
             except ValueError as exc:
