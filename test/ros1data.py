@@ -138,7 +138,9 @@ def rewrite_as_ros1(src: Path, dst: Path, *, mono: bool = False,
                 p, q = msg.pose.pose.position, msg.pose.pose.orientation
                 camera = Pose.from_quaternion((p.x, p.y, p.z), (q.x, q.y, q.z, q.w))
                 stamp_ns = int(msg.header.stamp.sec) * 10**9 + int(msg.header.stamp.nanosec)
-                moved = out.tf([out.transform(stamp_ns, "/odom", "/base_link", base_of(camera))])
+                wheel = Transform.of((0.0, 0.2, 0.0), (0.0, 0.0, 0.0, 1.0))  # a joint: not read
+                moved = out.tf([out.transform(stamp_ns, "/odom", "/base_link", base_of(camera)),
+                                out.transform(stamp_ns, "/base_link", "/wheel_left", wheel)])
                 writer.write(tf, log_ns, ts.serialize_ros1(moved, "tf2_msgs/msg/TFMessage"))
     return dst
 

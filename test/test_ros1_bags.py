@@ -14,6 +14,7 @@ from ros1data import rewrite_as_ros1, write_euroc_like
 
 from embodied_r_ros.core.bags import BagReader
 from embodied_r_ros.core.odometry import odometry_motions, poses_at
+from embodied_r_ros.core.transforms import ChainTrack
 from embodied_r_ros.sim.generate import generate_world
 from embodied_r_ros.sim.world import WorldSpec
 from embodied_r_training.cli import main
@@ -71,6 +72,9 @@ def test_the_bag_reads_as_the_original(bags: Recordings) -> None:
         assert stamp == first
         original_track = original.pose_track("/odom")
         tf_track = ros1.pose_track("/tf", image_topic="/camera/image_raw")
+        # only the camera's chain is kept, not the rest of the robot's tree
+        assert isinstance(tf_track, ChainTrack) and len(tf_track) == len(original_track)
+        assert "wheel_left" not in tf_track.buffer.frames()
         for ns in original.image_stamps_ns("/camera/image_raw")[::17]:
             a, b = original_track.at(ns / 1e9, 0.2), tf_track.at(ns / 1e9, 0.2)
             assert a is not None and b is not None

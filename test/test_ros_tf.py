@@ -75,6 +75,7 @@ def test_the_player_feeds_a_frame_buffer_that_reads_the_camera_from_tf(ctx: Any,
     finally:
         spinner.stop()
     assert node.poses.camera_frame == "camera_optical_frame"  # from the images' headers
+    assert "wheel_left" not in node.poses.buffer.frames()  # only the camera's chain is kept
     assert len(window.stamps) >= 4 and all(m is not None for m in window.motions)
     want = odometry_motions(poses_at(track, window.stamps, 0.2))
     for got, expected in zip(window.motions, want, strict=True):

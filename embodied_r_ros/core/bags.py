@@ -379,15 +379,18 @@ class BagReader:
             return frame_name(str(msg.header.frame_id))
         return ""
 
-    def read_tf(self, topic: str) -> TfBuffer:
+    def read_tf(self, topic: str, *, tree: bool = False,
+                children: set[str] | None = None) -> TfBuffer:
         """The transforms of a ``tf2_msgs/TFMessage`` topic, and the static ones of its sibling
-        ``<topic>_static`` (``/tf`` and ``/tf_static``) where the bag has it."""
+        ``<topic>_static`` (``/tf`` and ``/tf_static``) where the bag has it. ``tree``: only
+        the tree's shape (each edge's last transform, kept as static); ``children``: only the
+        edges to these frames (a robot's /tf holds far more than the camera's chain)."""
         buffer = TfBuffer()
         static = f"{topic}_static"
         sources = [(topic, False)] + ([(static, True)] if static in self.topics else [])
         for name, is_static in sources:
             for _, msg in self._messages(self._connections(name, (TF_TYPE,))):
-                buffer.add_message(msg, static=is_static)
+                buffer.add_message(msg, static=is_static or tree, children=children)
         return buffer
 
     def pose_track(self, topic: str, *, image_topic: str | None = None,
@@ -404,11 +407,13 @@ class BagReader:
         if not camera:
             raise BagError(f"bag {self.path}: poses from {topic} need the camera's frame: set "
                            "perception.tf.camera_frame (the images have no frame_id)")
-        buffer = self.read_tf(topic)
-        if buffer.chain(tf.odom_frame, camera) is None:
-            frames = ", ".join(sorted(buffer.frames())) or "none"
+        tree = self.read_tf(topic, tree=True)
+        chain = tree.chain(tf.odom_frame, camera)
+        if chain is None:
+            frames = ", ".join(sorted(tree.frames())) or "none"
             raise BagError(
                 f"bag {self.path}: no transform chain from {tf.odom_frame!r} to {camera!r} on "
                 f"{topic} and {topic}_static (frames: {frames}); set perception.tf.odom_frame "
                 "and perception.tf.camera_frame")
-        return ChainTrack(buffer, tf.odom_frame, camera, tf.camera_axes)
+        return ChainTrack(self.read_tf(topic, children=set(chain)), tf.odom_frame, camera,
+                          tf.camera_axes)

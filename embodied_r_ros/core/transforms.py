@@ -199,10 +199,13 @@ class TfBuffer:
             if math.isfinite(self.keep_sec):
                 edge.prune(edge.stamps[-1] - self.keep_sec)
 
-    def add_message(self, msg: Any, *, static: bool = False) -> None:
-        """Every transform of a ``tf2_msgs/TFMessage`` (rclpy or rosbags); bad ones are
-        counted in :attr:`rejected` and left out."""
+    def add_message(self, msg: Any, *, static: bool = False,
+                    children: set[str] | None = None) -> None:
+        """Every transform of a ``tf2_msgs/TFMessage`` (rclpy or rosbags), or those to the
+        frames in ``children``; bad ones are counted in :attr:`rejected` and left out."""
         for ts in msg.transforms:
+            if children is not None and frame_name(ts.child_frame_id) not in children:
+                continue
             try:
                 transform = Transform.from_msg(ts.transform)
             except ValueError:
@@ -210,6 +213,12 @@ class TfBuffer:
                 continue
             stamp = int(ts.header.stamp.sec) + int(ts.header.stamp.nanosec) * 1e-9
             self.add(ts.header.frame_id, ts.child_frame_id, stamp, transform, static=static)
+
+    def retain(self, children: set[str]) -> None:
+        """Forget the moving edges to frames not in ``children`` (off the chain read)."""
+        with self._lock:
+            for child in [c for c in self._moving if c not in children]:
+                del self._moving[child]
 
     def clear(self) -> None:
         """Forget the moving edges (time went back); the static mounts stay."""

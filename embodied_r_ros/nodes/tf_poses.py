@@ -75,18 +75,35 @@ class ChainReader(TfPoses):
                              "tools/setup_ros.py (it builds tf2_msgs where it is missing)"
                              ) from None
         self.buffer = TfBuffer(keep_sec)
+        #: the moving edges of the chain, once it is known: the rest of /tf (a robot's joints)
+        #: is not kept
+        self._chain_edges: set[str] | None = None
         dynamic = QoSProfile(depth=100, reliability=ReliabilityPolicy.RELIABLE,
                              durability=DurabilityPolicy.VOLATILE)
         static = QoSProfile(depth=100, reliability=ReliabilityPolicy.RELIABLE,
                             durability=DurabilityPolicy.TRANSIENT_LOCAL,
                             history=HistoryPolicy.KEEP_LAST)
         self.subscriptions = [
-            node.create_subscription(TFMessage, TF_TOPIC, self.buffer.add_message, dynamic,
+            node.create_subscription(TFMessage, TF_TOPIC, self._on_tf, dynamic,
                                      callback_group=callback_group),
             node.create_subscription(TFMessage, TF_STATIC_TOPIC,
                                      lambda msg: self.buffer.add_message(msg, static=True),
                                      static, callback_group=callback_group),
         ]
+
+    def _on_tf(self, msg: Any) -> None:
+        self.buffer.add_message(msg, children=self._chain_edges)
+        if self._chain_edges is None and self.camera_frame:
+            chain = self.buffer.chain(self.odom_frame, self.camera_frame)
+            if chain is not None:
+                self._chain_edges = set(chain)
+                self.buffer.retain(self._chain_edges)
+
+    def note_image_frame(self, frame_id: str) -> None:
+        before = self.camera_frame
+        super().note_image_frame(frame_id)
+        if self.camera_frame != before:
+            self._chain_edges = None  # another camera frame: learn its chain from all of /tf
 
     def _chain(self) -> ChainTrack:
         return ChainTrack(self.buffer, self.odom_frame, self.camera_frame, self.tf.camera_axes)
