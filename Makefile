@@ -17,7 +17,8 @@ LLAMA_CMAKE := -DGGML_NATIVE=ON -DCMAKE_C_FLAGS=-U__AMX_INT8__ -DCMAKE_CXX_FLAGS
                -DLLAMA_BUILD_SERVER=OFF -DLLAVA_BUILD=OFF \
                -DCMAKE_PROJECT_llama.cpp_INCLUDE=$(CURDIR)/$(LLAMA_ONLY)
 IFACES := $(wildcard embodied_r_interfaces/*/*) embodied_r_interfaces/CMakeLists.txt \
-          embodied_r_interfaces/package.xml
+          embodied_r_interfaces/package.xml $(wildcard tools/tf2_msgs/*/*) \
+          tools/tf2_msgs/CMakeLists.txt tools/tf2_msgs/package.xml
 
 .PHONY: setup test demo lint bench train-demo clean
 

@@ -1,10 +1,14 @@
-"""A small rosbag2 player (MCAP or SQLite) for machines without ``ros2 bag play``.
+"""A small bag player (rosbag2 MCAP or SQLite, or a ROS 1 bag) for machines without
+``ros2 bag play``.
 
 The pip route has rclpy but not rosbag2's player, so the demo and the benchmarks play bags with
 this: messages are read with ``rosbags`` and published as their stored CDR bytes (no
-deserialisation, so a 30 Hz HD stream costs little), paced at ``rate`` times real time by the
-bag's receive timestamps. Playback can run in segments (``play(until=...)``) so a caller can
-pause at a moment of the recording, ask questions, and go on.
+deserialisation, so a 30 Hz HD stream costs little; a ROS 1 bag's messages are converted to CDR
+on the way, as ``rosbags-convert`` converts them), paced at ``rate`` times real time by the
+bag's receive timestamps. A topic recorded from a latched or transient-local publisher
+(``/tf_static``) is offered transient-local, so subscribers that join late still get it.
+Playback can run in segments (``play(until=...)``) so a caller can pause at a moment of the
+recording, ask questions, and go on.
 
     python -m embodied_r_ros.ros_player BAG [--rate 1.0] [--topics /camera/image_raw /odom]
         [--remap /camera/image_raw:=/embodied_r/image] [--start 0] [--end 10] [--loop]
@@ -24,9 +28,9 @@ from typing import Any
 
 import rclpy
 from rclpy.node import Node
-from rclpy.qos import QoSProfile, ReliabilityPolicy
-from rosbags.highlevel import AnyReader
+from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
 
+from embodied_r_ros.core.bags import BagError, BagReader
 from embodied_r_ros.nodes.signal_stop import await_signal_shutdown
 from embodied_r_ros.nodes.transport import use_large_frame_transport
 
@@ -38,7 +42,11 @@ NS = 1_000_000_000
 def message_class(msgtype: str) -> Any:
     """``sensor_msgs/msg/Image`` -> the rclpy class ``sensor_msgs.msg.Image``."""
     pkg, kind, name = msgtype.split("/")
-    return getattr(importlib.import_module(f"{pkg}.{kind}"), name)
+    try:
+        return getattr(importlib.import_module(f"{pkg}.{kind}"), name)
+    except (ImportError, AttributeError):
+        raise ValueError(f"no ROS 2 message type {msgtype} here (is its package installed? "
+                         "leave the topic out with --topics)") from None
 
 
 def parse_remaps(items: Sequence[str]) -> dict[str, str]:
@@ -80,22 +88,32 @@ class BagPlayer:
             raise ValueError("rate must be > 0")
         self.node = node
         self.rate = rate
-        self._reader = AnyReader([Path(bag)])
-        self._reader.open()
+        self._bag = BagReader(bag).open()  # BagError: one line naming the bag
+        self._reader = self._bag.reader
         conns = [c for c in self._reader.connections if topics is None or c.topic in topics]
         missing = set(topics or ()) - {c.topic for c in conns}
         if missing:
-            self._reader.close()
+            self._bag.close()
             raise ValueError(f"topics not in the bag: {', '.join(sorted(missing))}")
         remap = remap or {}
-        qos = QoSProfile(depth=qos_depth, reliability=ReliabilityPolicy.RELIABLE)
         self._pubs: dict[int, Any] = {}
+        self._cdr: dict[int, Any] = {}
         by_topic: dict[str, Any] = {}
-        for conn in conns:
-            name = remap.get(conn.topic, conn.topic)
-            if name not in by_topic:
-                by_topic[name] = node.create_publisher(message_class(conn.msgtype), name, qos)
-            self._pubs[conn.id] = by_topic[name]
+        try:
+            for conn in conns:
+                name = remap.get(conn.topic, conn.topic)
+                if name not in by_topic:
+                    latched = self._bag.latched(conn)
+                    qos = QoSProfile(depth=qos_depth, reliability=ReliabilityPolicy.RELIABLE,
+                                     durability=DurabilityPolicy.TRANSIENT_LOCAL if latched
+                                     else DurabilityPolicy.VOLATILE)
+                    by_topic[name] = node.create_publisher(message_class(conn.msgtype), name,
+                                                           qos)
+                self._pubs[conn.id] = by_topic[name]
+                self._cdr[conn.id] = self._bag.cdr_converter(conn)
+        except BaseException:
+            self._bag.close()
+            raise
         self._conns = conns
         self.info = BagInfo(
             start_ns=self._reader.start_time,
@@ -156,7 +174,7 @@ class BagPlayer:
             delay = (stamp - bag0) / NS / self.rate - (time.monotonic() - wall0)
             if delay > 0:
                 time.sleep(delay)
-            self._pubs[conn.id].publish(bytes(raw))
+            self._pubs[conn.id].publish(bytes(self._cdr[conn.id](raw)))
             self.position_ns = stamp
             n += 1
         self.published += n
@@ -171,11 +189,12 @@ class BagPlayer:
                    for pub in self._pubs.values())
 
     def close(self) -> None:
-        self._reader.close()
+        self._bag.close()
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description="Play a rosbag2 (mcap/sqlite3) with rclpy.")
+    parser = argparse.ArgumentParser(description="Play a bag (rosbag2 mcap/sqlite3, or ROS 1 "
+                                     ".bag) with rclpy.")
     parser.add_argument("bag", type=Path)
     parser.add_argument("--rate", type=float, default=1.0, help="playback speed factor")
     parser.add_argument("--topics", nargs="*", help="topics to play (default: all)")
@@ -193,7 +212,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         player = BagPlayer(node, args.bag, topics=args.topics, remap=parse_remaps(args.remap),
                            rate=args.rate)
-    except (ValueError, OSError) as exc:
+    except (ValueError, OSError, BagError) as exc:
         print(f"ros_player: error: {exc}", file=sys.stderr)
         node.destroy_node()
         rclpy.shutdown()

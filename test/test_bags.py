@@ -115,7 +115,7 @@ def test_bad_paths_and_topics(bags: dict[str, Path], tmp_path: Path) -> None:
         BagReader(empty).open()
     text = tmp_path / "notes.txt"
     text.write_text("x")
-    with pytest.raises(BagError, match="not a rosbag2 file"):
+    with pytest.raises(BagError, match="not a bag file"):
         BagReader(text).open()
     with BagReader(bags["mcap"]) as bag:
         with pytest.raises(BagError, match=r"no topic '/nope'.*/camera/image_raw"):

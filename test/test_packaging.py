@@ -30,6 +30,8 @@ ROSDEP: dict[str, str] = {
     "nav_msgs": "nav_msgs",
     "diagnostic_msgs": "diagnostic_msgs",
     "lifecycle_msgs": "lifecycle_msgs",
+    "tf2_msgs": "tf2_msgs",  # the pip route builds it (tools/setup_ros.py)
+    "tf2_ros": "tf2_ros_py",  # the frame buffer's pose_source tf, where installed
     "embodied_r_interfaces": "embodied_r_interfaces",
     "launch": "launch",
     "launch_ros": "launch_ros",

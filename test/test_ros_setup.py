@@ -62,6 +62,23 @@ def test_stamp_tracks_the_interface_sources(tmp_path: Path) -> None:
     assert setup_ros.is_built(tmp_path)
 
 
+def test_the_vendored_tf2_msgs_is_built_only_where_none_exists(tmp_path: Path) -> None:
+    pkg = setup_ros.TF2_MSGS
+    assert pkg.vendored and (pkg.source / "COLCON_IGNORE").is_file()  # never a colcon overlay
+    # an environment that imports a tf2_msgs it did not get from here keeps its own
+    theirs = importlib.util.find_spec("tf2_msgs") is not None
+    assert setup_ros.provided_elsewhere(tmp_path, pkg) == theirs
+    assert not setup_ros.provided_elsewhere(tmp_path, setup_ros.INTERFACES)
+    # one built here is ours: rebuilt when its sources change
+    stamp = tmp_path / "share" / pkg.name / setup_ros.STAMP_NAME
+    stamp.parent.mkdir(parents=True)
+    stamp.write_text("stale\n")
+    assert not setup_ros.provided_elsewhere(tmp_path, pkg)
+    assert not setup_ros.is_built(tmp_path, pkg)
+    stamp.write_text(setup_ros.source_hash(pkg.source) + "\n")
+    assert setup_ros.is_built(tmp_path, pkg) and not setup_ros.is_built(tmp_path)
+
+
 def test_missing_generators_is_a_clear_error(tmp_path: Path) -> None:
     with pytest.raises(setup_ros.SetupError, match="requirements-ros.txt"):
         setup_ros.build_interfaces(tmp_path, jobs=1)
@@ -99,6 +116,10 @@ def test_interface_fields_match_the_contract() -> None:
     assert SpatialQuery.Response.get_fields_and_field_types() == result_fields
     assert QueryAction.Goal.get_fields_and_field_types() == goal_fields
     assert QueryAction.Result.get_fields_and_field_types() == result_fields
+    from tf2_msgs.msg import TFMessage
+
+    assert TFMessage.get_fields_and_field_types() == {
+        "transforms": "sequence<geometry_msgs/TransformStamped>"}
     assert QueryAction.Feedback.get_fields_and_field_types() == {
         "stage": "string", "frames_done": "uint32", "frames_total": "uint32",
         "partial_text": "string",

@@ -5,7 +5,10 @@ The index's ``ros-*`` wheels (the "pip route") carry cmake exports with the buil
 Python paths baked in (``/opt/python/cp311-cp311/include/python3.11`` and
 ``.../lib/python3.11/site-packages``); cmake refuses them at generate time. This script rewrites
 those prefixes to this interpreter's paths, for whatever ``cpXY`` the wheels were built with, and
-then configures, builds and installs ``embodied_r_interfaces`` into the environment's prefix.
+then configures, builds and installs ``embodied_r_interfaces`` into the environment's prefix,
+and ``tools/tf2_msgs`` (``tf2_msgs/TFMessage``, which the index has no wheel for: the frame
+buffer's tf reader and the bag player need it) where the environment has no ``tf2_msgs`` of its
+own.
 
 It is idempotent: a second run finds nothing to rewrite and, while the interface sources are
 unchanged, skips the build (well under a second). Run it with the venv's interpreter:
@@ -20,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import importlib.util
 import logging
 import os
 import re
@@ -36,6 +40,21 @@ REPO = Path(__file__).resolve().parents[1]
 PACKAGE = "embodied_r_interfaces"
 PACKAGE_DIR = REPO / PACKAGE
 STAMP_NAME = ".embodied_r_source_hash"
+
+
+@dataclass(frozen=True)
+class Package:
+    """An interface package to build: its name and sources; a vendored one (a copy of a ROS
+    package) is built only where the environment cannot import one of its own."""
+
+    name: str
+    source: Path
+    vendored: bool = False
+
+
+INTERFACES = Package(PACKAGE, PACKAGE_DIR)
+TF2_MSGS = Package("tf2_msgs", REPO / "tools" / "tf2_msgs", vendored=True)
+PACKAGES = (INTERFACES, TF2_MSGS)
 
 # manylinux interpreters live at /opt/python/cp3XY-cp3XY[t]/; the wheels bake that root.
 _BAKED_ROOT = r"/opt/python/cp3\d+-cp3\d+t?"
@@ -103,13 +122,24 @@ def source_hash(package_dir: Path = PACKAGE_DIR) -> str:
     return digest.hexdigest()
 
 
-def _stamp(prefix: Path) -> Path:
-    return prefix / "share" / PACKAGE / STAMP_NAME
+def _stamp(prefix: Path, name: str = PACKAGE) -> Path:
+    return prefix / "share" / name / STAMP_NAME
 
 
-def is_built(prefix: Path) -> bool:
-    stamp = _stamp(prefix)
-    return stamp.is_file() and stamp.read_text().strip() == source_hash()
+def is_built(prefix: Path, package: Package = INTERFACES) -> bool:
+    stamp = _stamp(prefix, package.name)
+    return stamp.is_file() and stamp.read_text().strip() == source_hash(package.source)
+
+
+def provided_elsewhere(prefix: Path, package: Package) -> bool:
+    """A vendored package the environment already has (a ROS install's), not one built here;
+    the sources here (a namespace package to Python where ``tools/`` is on the path) do not
+    count."""
+    if not package.vendored or _stamp(prefix, package.name).is_file():
+        return False
+    spec = importlib.util.find_spec(package.name)
+    origin = Path(spec.origin).resolve() if spec is not None and spec.origin else None
+    return origin is not None and REPO not in origin.parents
 
 
 def _env(prefix: Path) -> dict[str, str]:
@@ -137,8 +167,8 @@ def _run(cmd: list[str], env: dict[str, str]) -> None:
         raise SetupError(f"command failed: {' '.join(cmd)}\n{tail}{hint}")
 
 
-def build_interfaces(prefix: Path, jobs: int) -> None:
-    """cmake configure / build / install of the interface package into ``prefix``."""
+def build_interfaces(prefix: Path, jobs: int, package: Package = INTERFACES) -> None:
+    """cmake configure / build / install of an interface package into ``prefix``."""
     if shutil.which("cmake") is None:
         raise SetupError("cmake not found: install cmake >= 3.16 (apt-get install cmake)")
     if not (prefix / "share" / "rosidl_default_generators").is_dir():
@@ -146,13 +176,13 @@ def build_interfaces(prefix: Path, jobs: int) -> None:
             "rosidl_default_generators is not installed in "
             f"{prefix}: pip install -r requirements-ros.txt"
         )
-    build = prefix / "build" / PACKAGE
+    build = prefix / "build" / package.name
     env = _env(prefix)
     _run(
         [
             "cmake",
             "-S",
-            str(PACKAGE_DIR),
+            str(package.source),
             "-B",
             str(build),
             f"-DCMAKE_PREFIX_PATH={prefix}",
@@ -165,7 +195,7 @@ def build_interfaces(prefix: Path, jobs: int) -> None:
     )
     _run(["cmake", "--build", str(build), f"-j{jobs}"], env)
     _run(["cmake", "--install", str(build)], env)
-    _stamp(prefix).write_text(source_hash() + "\n")
+    _stamp(prefix, package.name).write_text(source_hash(package.source) + "\n")
 
 
 def verify(prefix: Path) -> None:
@@ -177,6 +207,9 @@ def verify(prefix: Path) -> None:
         "from embodied_r_interfaces.action import SpatialQuery as A\n"
         "r = SpatialQuery.Request(question='q', options=['A. x'])\n"
         "assert r.options == ['A. x'] and hasattr(A, 'Feedback')\n"
+        "from tf2_msgs.msg import TFMessage\n"
+        "assert TFMessage.get_fields_and_field_types() == "
+        "{'transforms': 'sequence<geometry_msgs/TransformStamped>'}\n"
     )
     proc = subprocess.run(
         [sys.executable, "-c", code], env=_env(prefix), capture_output=True, text=True
@@ -201,11 +234,14 @@ def main(argv: list[str] | None = None) -> int:
     try:
         changed = rewrite_cmake_exports(prefix, PythonPaths.current())
         LOG.info("rewrote baked Python paths in %d cmake file(s)", len(changed))
-        if args.force or not is_built(prefix):
-            build_interfaces(prefix, args.jobs)
-            LOG.info("built and installed %s into %s", PACKAGE, prefix)
-        else:
-            LOG.info("%s is up to date in %s", PACKAGE, prefix)
+        for package in PACKAGES:
+            if provided_elsewhere(prefix, package):
+                LOG.info("%s comes with this environment: not built", package.name)
+            elif args.force or not is_built(prefix, package):
+                build_interfaces(prefix, args.jobs, package)
+                LOG.info("built and installed %s into %s", package.name, prefix)
+            else:
+                LOG.info("%s is up to date in %s", package.name, prefix)
         verify(prefix)
     except SetupError as exc:
         print(f"setup_ros: error: {exc}", file=sys.stderr)

@@ -6,6 +6,8 @@ bytes, bounded by a time span and a byte budget; the newest key frames are also 
 so a query does not decode its window again. A question's window is answered with the key frames
 inside it, clamped by the core's :func:`finalize_positions`, and the odometry motion between
 consecutive ones where poses are known (``core.odometry``: the rule ``build`` applies to bags).
+Poses are the odometry handed to :meth:`FrameStore.add_pose`, or, where the robot publishes
+its pose only as transforms, a pose track the store is given (the tf tree's camera chain).
 
 Stamps are checked by a :class:`StampGate`: a single frame stamped far in the future or the past
 (a bad driver clock, a corrupt header) is dropped and counted (``BAD_STAMP``), while a sustained
@@ -29,7 +31,7 @@ from embodied_r_ros.core.backends.images import decode_image, encode_jpeg, resiz
 from embodied_r_ros.core.config import KeyframeConfig
 from embodied_r_ros.core.error_codes import BAD_STAMP, NO_FRAMES
 from embodied_r_ros.core.keyframes import KeyframeDecision, KeyframeExtractor, finalize_positions
-from embodied_r_ros.core.odometry import odometry_motions, pose_near
+from embodied_r_ros.core.odometry import PoseTrack, odometry_motions, pose_near
 from embodied_r_ros.core.poses import Pose
 from embodied_r_ros.core.request import QueryError, check_window_sec
 
@@ -187,6 +189,10 @@ class PoseBuffer:
         """The core's rule (``core.odometry``), as datasets built from bags apply it."""
         return pose_near(self._stamps, self._poses, stamp, tolerance)
 
+    def at(self, stamp: float, tolerance_sec: float) -> Pose | None:
+        """:meth:`nearest`, as a :class:`~embodied_r_ros.core.odometry.PoseTrack`."""
+        return self.nearest(stamp, tolerance_sec)
+
 
 @dataclass
 class StoreStats:
@@ -221,7 +227,10 @@ class FrameStore:
         stamp_confirm: int = 3,
         decoded_keep: int = 40,
         snap_to_key_frames: bool = False,
+        pose_track: PoseTrack | None = None,
     ) -> None:
+        """``pose_track``: where frames' poses come from when not from :meth:`add_pose` (the tf
+        tree's camera chain, filled by its own subscriber)."""
         self.kf_cfg = kf_cfg
         self.buffer_sec = buffer_sec
         self.buffer_max_bytes = buffer_max_bytes
@@ -234,6 +243,7 @@ class FrameStore:
         self._frames: deque[StoredFrame] = deque()
         self._bytes = 0
         self._poses = PoseBuffer(StampGate(max(stamp_jump_sec, 1.0), stamp_confirm))
+        self._track: PoseTrack = pose_track if pose_track is not None else self._poses
         self._decoded: OrderedDict[float, np.ndarray] = OrderedDict()  # newest key frames
         self._decoded_keep = decoded_keep
         self._restart = False
@@ -342,7 +352,7 @@ class FrameStore:
         """The odometry pose of a frame at ``stamp`` by the rule windows use (the nearest within
         ``odom_tolerance_sec``), None where none is that close: what the memory stores."""
         with self._lock:
-            return self._poses.nearest(stamp, self.odom_tolerance_sec)
+            return self._track.at(stamp, self.odom_tolerance_sec)
 
     @property
     def poses_dropped(self) -> int:
@@ -428,7 +438,7 @@ class FrameStore:
             positions = finalize_positions(keys, len(frames), self.kf_cfg,
                                            keep_first=not self._snap)
             chosen = [frames[p] for p in positions]
-            poses = [self._poses.nearest(f.stamp, self.odom_tolerance_sec) for f in chosen]
+            poses = [self._track.at(f.stamp, self.odom_tolerance_sec) for f in chosen]
             cached = [self._decoded.get(f.stamp) for f in chosen]
         images = [img if img is not None else decode_image(f.jpeg)
                   for img, f in zip(cached, chosen, strict=True)]

@@ -1,17 +1,20 @@
-"""Reading recorded ROS 2 bags without ROS: camera frames, odometry poses and camera info.
+"""Reading recorded bags without ROS: camera frames, camera poses and camera info.
 
-Dataset building, the bag player and the demo all need the same three things from a rosbag2
-recording (a directory with ``metadata.yaml``, or a bare ``.mcap`` / ``.db3`` file), so they live
-here once, on top of ``rosbags`` and ``rosbags-image``. Frames come out as ``(rgb_image,
-stamp_seconds)`` pairs like every other video source in the core. Everything that goes wrong
-with a bag (missing, truncated, corrupt, wrong topic, undecodable image) is one
-:class:`BagError` whose one-line message names the bag.
+Dataset building, the bag player and the demo all need the same three things from a recording
+(a rosbag2 directory with ``metadata.yaml``, a bare ``.mcap`` / ``.db3`` file, or a ROS 1
+``.bag`` such as EuRoC's or TUM RGB-D's), so they live here once, on top of ``rosbags`` and
+``rosbags-image``. Frames come out as ``(rgb_image, stamp_seconds)`` pairs like every other
+video source in the core, converted as the robot converts them (``core/ros_images.py``: mono,
+16-bit and Bayer pictures too). Poses come from an odometry topic or from the tf tree
+(:meth:`BagReader.pose_track`). Everything that goes wrong with a bag (missing, truncated,
+corrupt, wrong topic, undecodable image, no transform chain) is one :class:`BagError` whose
+one-line message names the bag.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -19,21 +22,29 @@ from typing import Any, Literal
 
 import numpy as np
 
-from embodied_r_ros.core.config import CameraConfig
+from embodied_r_ros.core.config import CameraConfig, TfConfig
+from embodied_r_ros.core.odometry import PoseTrack, SampledPoses
 from embodied_r_ros.core.poses import Pose
+from embodied_r_ros.core.ros_images import FrameError, message_to_rgb
+from embodied_r_ros.core.transforms import ChainTrack, TfBuffer, frame_name
 
 log = logging.getLogger(__name__)
 
 IMAGE_TYPES = ("sensor_msgs/msg/Image", "sensor_msgs/msg/CompressedImage")
-POSE_TYPES = (
+ODOMETRY_TYPES = (
     "nav_msgs/msg/Odometry",
     "geometry_msgs/msg/PoseStamped",
     "geometry_msgs/msg/PoseWithCovarianceStamped",
+    "geometry_msgs/msg/TransformStamped",  # motion-capture ground truth (EuRoC's Vicon rooms)
 )
+#: a pose topic of this type is the tf tree: the chain from the odometry frame to the camera
+TF_TYPE = "tf2_msgs/msg/TFMessage"
+POSE_TYPES = (*ODOMETRY_TYPES, TF_TYPE)
 CAMERA_INFO_TYPE = "sensor_msgs/msg/CameraInfo"
 #: how far header stamps may drift from the recording clock and still be found in a window
 WINDOW_SLACK_NS = 5_000_000_000
-STORAGE_SUFFIXES = (".mcap", ".db3")
+#: rosbag2 storage files, and a ROS 1 bag
+STORAGE_SUFFIXES = (".mcap", ".db3", ".bag")
 
 TimeBase = Literal["header", "log"]
 
@@ -79,7 +90,7 @@ def _storage_path(path: Path) -> Path:
         if len(files) == 1:
             return files[0]
         raise BagError(
-            f"bag {path}: no metadata.yaml and {len(files)} storage files (.mcap/.db3) in it"
+            f"bag {path}: no metadata.yaml and {len(files)} bag files (.mcap/.db3/.bag) in it"
         )
     return path
 
@@ -92,12 +103,14 @@ def _stamp_ns(msg: Any) -> int:
 
 
 class BagReader:
-    """An open rosbag2 recording; use as a context manager (``with BagReader(path) as bag:``)."""
+    """An open recording (rosbag2 or ROS 1); use as a context manager (``with BagReader(path)
+    as bag:``)."""
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path).expanduser()
         self._reader: Any = None
         self._offsets: dict[str, int] = {}
+        self._ros2_store: Any = None
 
     # -- lifetime -----------------------------------------------------------------------------
 
@@ -108,7 +121,8 @@ class BagReader:
         if not self.path.exists():
             raise BagError(f"bag {self.path}: no such file or directory")
         if self.path.is_file() and self.path.suffix not in STORAGE_SUFFIXES:
-            raise BagError(f"bag {self.path}: not a rosbag2 file (expected .mcap or .db3)")
+            raise BagError(f"bag {self.path}: not a bag file (expected a rosbag2 .mcap or .db3, "
+                           "or a ROS 1 .bag)")
         if self.path.is_file() and self.path.stat().st_size == 0:
             raise BagError(f"bag {self.path}: empty file (0 bytes)")
         storage = _storage_path(self.path)
@@ -180,6 +194,45 @@ class BagReader:
             )
         return conns
 
+    @property
+    def is_ros1(self) -> bool:
+        return not self.reader.is2
+
+    def cdr_converter(self, conn: Any) -> Callable[[bytes | memoryview], bytes | memoryview]:
+        """What turns a message of ``conn`` into the CDR bytes ROS 2 publishes: nothing for a
+        rosbag2; for a ROS 1 bag rosbags' conversion to the ROS 2 (Jazzy) definition, which
+        ``rosbags-convert`` uses too (the header loses ``seq``; a type Jazzy lacks keeps the
+        bag's definition)."""
+        if not self.is_ros1:
+            return lambda raw: raw
+        from rosbags.convert.converter import generate_message_converter
+        from rosbags.typesys import Stores, get_types_from_msg, get_typestore
+
+        if self._ros2_store is None:
+            self._ros2_store = get_typestore(Stores.ROS2_JAZZY)
+        store = self._ros2_store
+        if conn.msgtype not in store.fielddefs:
+            types = get_types_from_msg(
+                self.reader.typestore.generate_msgdef(conn.msgtype, ros_version=2)[0],
+                conn.msgtype)
+            types.pop("std_msgs/msg/Header", None)
+            store.register(types)
+        return generate_message_converter(self.reader.typestore, store, conn.msgtype,
+                                          conn.msgtype, {}, src_is2=False, dst_is2=True)
+
+    @staticmethod
+    def latched(conn: Any) -> bool:
+        """Whether ``conn`` was recorded from a latched (ROS 1) or transient-local (ROS 2)
+        publisher, as ``/tf_static`` is: a player must offer it the same way, or a late
+        subscriber (tf's static listener) never gets it."""
+        from rosbags.interfaces import QosDurability
+
+        if hasattr(conn.ext, "latching"):
+            return bool(conn.ext.latching)
+        profiles = getattr(conn.ext, "offered_qos_profiles", None) or []
+        return any(getattr(q, "durability", None) == QosDurability.TRANSIENT_LOCAL
+                   for q in profiles if not isinstance(q, str))
+
     def require_topic(self, topic: str, types: Sequence[str] = IMAGE_TYPES) -> TopicInfo:
         """The topic's info; BagError when it is missing or of another type."""
         self._connections(topic, types)
@@ -229,8 +282,6 @@ class BagReader:
         time_base: TimeBase = "header",
     ) -> Iterator[tuple[np.ndarray, int]]:
         """As :meth:`iter_images` with integer nanosecond stamps (exact window arithmetic)."""
-        from rosbags.image import message_to_cvimage
-
         conns = self._connections(topic, IMAGE_TYPES)
         # Read only around the window: header stamps are assumed to trail the recording clock
         # by a steady offset (measured on the first message), give or take WINDOW_SLACK_NS.
@@ -245,8 +296,8 @@ class BagReader:
             ):
                 continue
             try:
-                image = message_to_cvimage(msg, "rgb8")
-            except Exception as exc:  # noqa: BLE001 - ImageError, AssertionError on bad JPEG
+                image = message_to_rgb(msg)
+            except FrameError as exc:
                 raise BagError(
                     f"bag {self.path}: cannot decode an image on {topic} at "
                     f"{stamp / 1e9:.3f} s ({_one_line(exc)})"
@@ -279,8 +330,9 @@ class BagReader:
         *,
         time_base: TimeBase = "header",
     ) -> list[tuple[float, Pose]]:
-        """``(stamp_seconds, Pose)`` from Odometry / PoseStamped messages, sorted by stamp."""
-        conns = self._connections(topic, POSE_TYPES)
+        """``(stamp_seconds, Pose)`` from Odometry / PoseStamped / TransformStamped messages,
+        sorted by stamp."""
+        conns = self._connections(topic, ODOMETRY_TYPES)
         poses: list[tuple[float, Pose]] = []
         for log_ns, msg in self._messages(conns):
             stamp = (_stamp_ns(msg) or log_ns) if time_base == "header" else log_ns
@@ -288,8 +340,11 @@ class BagReader:
                 end_ns is not None and stamp > end_ns
             ):
                 continue
-            pose = msg.pose.pose if hasattr(msg.pose, "pose") else msg.pose
-            p, q = pose.position, pose.orientation
+            if hasattr(msg, "transform"):
+                p, q = msg.transform.translation, msg.transform.rotation
+            else:
+                pose = msg.pose.pose if hasattr(msg.pose, "pose") else msg.pose
+                p, q = pose.position, pose.orientation
             try:
                 value = Pose.from_quaternion((p.x, p.y, p.z), (q.x, q.y, q.z, q.w))
             except ValueError as exc:
@@ -302,7 +357,7 @@ class BagReader:
         """The first CameraInfo on ``topic`` (None if it has no message or no intrinsics)."""
         conns = self._connections(topic, (CAMERA_INFO_TYPE,))
         for _, msg in self._messages(conns):
-            k = [float(v) for v in msg.k]
+            k = [float(v) for v in (msg.k if hasattr(msg, "k") else msg.K)]  # ROS 1: K
             if k[0] <= 0.0 or k[4] <= 0.0:
                 return None
             return CameraInfo(
@@ -315,3 +370,50 @@ class BagReader:
                 frame_id=str(msg.header.frame_id),
             )
         return None
+
+    # -- poses from the tf tree ------------------------------------------------------------------
+
+    def image_frame_id(self, topic: str) -> str:
+        """The ``frame_id`` of the first image on ``topic`` (the camera's frame)."""
+        for _, msg in self._messages(self._connections(topic, IMAGE_TYPES)):
+            return frame_name(str(msg.header.frame_id))
+        return ""
+
+    def read_tf(self, topic: str, *, tree: bool = False,
+                children: set[str] | None = None) -> TfBuffer:
+        """The transforms of a ``tf2_msgs/TFMessage`` topic, and the static ones of its sibling
+        ``<topic>_static`` (``/tf`` and ``/tf_static``) where the bag has it. ``tree``: only
+        the tree's shape (each edge's last transform, kept as static); ``children``: only the
+        edges to these frames (a robot's /tf holds far more than the camera's chain)."""
+        buffer = TfBuffer()
+        static = f"{topic}_static"
+        sources = [(topic, False)] + ([(static, True)] if static in self.topics else [])
+        for name, is_static in sources:
+            for _, msg in self._messages(self._connections(name, (TF_TYPE,))):
+                buffer.add_message(msg, static=is_static or tree, children=children)
+        return buffer
+
+    def pose_track(self, topic: str, *, image_topic: str | None = None,
+                   tf: TfConfig | None = None) -> PoseTrack:
+        """The camera's poses from ``topic``: its samples for an odometry topic; for a tf topic
+        the chain from ``tf.odom_frame`` to ``tf.camera_frame`` (empty: the frame of
+        ``image_topic``'s headers), static mounts from ``<topic>_static``."""
+        info = self.require_topic(topic, POSE_TYPES)
+        if info.msgtype != TF_TYPE:
+            return SampledPoses.of(self.read_poses(topic))
+        tf = tf or TfConfig()
+        camera = frame_name(tf.camera_frame) or (
+            self.image_frame_id(image_topic) if image_topic else "")
+        if not camera:
+            raise BagError(f"bag {self.path}: poses from {topic} need the camera's frame: set "
+                           "perception.tf.camera_frame (the images have no frame_id)")
+        tree = self.read_tf(topic, tree=True)
+        chain = tree.chain(tf.odom_frame, camera)
+        if chain is None:
+            frames = ", ".join(sorted(tree.frames())) or "none"
+            raise BagError(
+                f"bag {self.path}: no transform chain from {tf.odom_frame!r} to {camera!r} on "
+                f"{topic} and {topic}_static (frames: {frames}); set perception.tf.odom_frame "
+                "and perception.tf.camera_frame")
+        return ChainTrack(self.read_tf(topic, children=set(chain)), tf.odom_frame, camera,
+                          tf.camera_axes)

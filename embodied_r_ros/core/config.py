@@ -151,11 +151,25 @@ class CameraConfig(StrictModel):
     hfov_deg: float = Field(70.0, gt=1.0, lt=179.0, description="used when fx is unset")
 
 
+class TfConfig(StrictModel):
+    """Where the camera is when poses come from the tf tree (a ``tf2_msgs/TFMessage`` pose
+    topic in a bag, or the frame buffer's ``pose_source: tf``): core/transforms.py."""
+
+    odom_frame: str = Field("odom", min_length=1, description="the fixed frame poses are "
+                            "read in (the chain's top)")
+    camera_frame: str = Field("", description="the camera's frame (the chain's end); empty: "
+                              "the frame_id of the image messages' headers")
+    camera_axes: Literal["optical", "body"] = Field(
+        "optical", description="axes of camera_frame: optical (REP 103: z forward, x right, "
+        "y down; what image headers name) or body (x forward, y left, z up: a camera_link)")
+
+
 class PerceptionConfig(StrictModel):
     # vlm: the paper's question-conditioned VLM; geometric: actions from ego-motion only.
     backend: Literal["vlm", "geometric"] = "vlm"
     vlm: ModelConfig | None = None
     camera: CameraConfig = CameraConfig()
+    tf: TfConfig = TfConfig()
     report_motion: bool = Field(True, description="write measured motion beside the VLM's action")
     # timed: on the robot route (measured motion reported) each frame line states its age and
     # the whole planar motion since the previous key frame; paper: one action a frame, no ages

@@ -1,7 +1,8 @@
 """Conversions between rclpy messages and the core's plain types (numpy RGB, seconds, Motion).
 
-Images go through ``rosbags-image``, which reads live rclpy ``Image``/``CompressedImage``
-messages as well as bag messages (``cv_bridge`` is not installable on the pip route). Every way a
+Images are converted by the core (:mod:`embodied_r_ros.core.ros_images`, on ``rosbags-image``,
+which reads live rclpy ``Image``/``CompressedImage`` messages as well as bag messages;
+``cv_bridge`` is not installable on the pip route), as ``build`` converts a bag's. Every way a
 frame can be unusable ends in :class:`FrameError` with a code the frame buffer counts, so a bad
 frame is dropped and the stream goes on.
 """
@@ -10,35 +11,26 @@ from __future__ import annotations
 
 import math
 import struct
-from dataclasses import dataclass
 from typing import Any, TypeVar
 
-import cv2
 import numpy as np
 from builtin_interfaces.msg import Time
 from geometry_msgs.msg import Pose as PoseMsg
 from nav_msgs.msg import Odometry
-from rosbags.image import ImageError, message_to_cvimage
 from sensor_msgs.msg import CompressedImage, Image
 
 from embodied_r_ros.core.actions import Motion
 from embodied_r_ros.core.backends.images import decode_image
-from embodied_r_ros.core.error_codes import CORRUPT_FRAME, UNSUPPORTED_ENCODING
+from embodied_r_ros.core.error_codes import CORRUPT_FRAME
 from embodied_r_ros.core.poses import Pose
 from embodied_r_ros.core.query_result import MemoryFrameUsed, QueryResult
 
+# the node's names for the core's conversions
+from embodied_r_ros.core.ros_images import FrameError as FrameError
+from embodied_r_ros.core.ros_images import compressed_to_rgb as compressed_to_rgb
+from embodied_r_ros.core.ros_images import image_to_rgb as image_to_rgb
+
 M = TypeVar("M")
-
-# Encodings that make sense as a colour camera picture (depth and float images do not).
-_COLOUR_DEPTHS = (np.uint8, np.uint16)
-
-
-class FrameError(ValueError):
-    """A frame that cannot become an RGB image (``code``: UNSUPPORTED_ENCODING, CORRUPT_FRAME)."""
-
-    def __init__(self, code: str, message: str) -> None:
-        super().__init__(message)
-        self.code = code
 
 
 def stamp_to_sec(stamp: Time) -> float:
@@ -76,85 +68,6 @@ def from_cdr(raw: bytes, msg_type: type[M]) -> M:
 def sec_to_stamp(seconds: float) -> Time:
     ns = round(seconds * 1e9)
     return Time(sec=ns // 1_000_000_000, nanosec=ns % 1_000_000_000)
-
-
-@dataclass(frozen=True)
-class _Unpadded:
-    """An ``Image`` view without row padding, in the fields rosbags-image reads."""
-
-    encoding: str
-    height: int
-    width: int
-    is_bigendian: int
-    data: Any
-
-
-def _bytes_per_pixel(encoding: str) -> int:
-    from rosbags.image.image import to_cvtype
-
-    depth, _fmt, _typestr, nchan = to_cvtype(encoding)
-    return max(1, depth // 8) * nchan
-
-
-def _to_rgb8(img: np.ndarray, source: str) -> np.ndarray:
-    """Any 1/3/4-channel 8- or 16-bit OpenCV image in ``source`` order ('rgb' or 'bgr') to RGB."""
-    if img.dtype not in _COLOUR_DEPTHS:
-        raise FrameError(UNSUPPORTED_ENCODING, f"pixel type {img.dtype} is not a colour image")
-    if img.dtype == np.uint16:
-        img = (img >> 8).astype(np.uint8)
-    if img.ndim == 2 or img.shape[2] == 1:
-        return cv2.cvtColor(img.reshape(img.shape[:2]), cv2.COLOR_GRAY2RGB)
-    if img.shape[2] == 4:
-        code = cv2.COLOR_BGRA2RGB if source == "bgr" else cv2.COLOR_RGBA2RGB
-        return cv2.cvtColor(img, code)
-    if img.shape[2] != 3:
-        raise FrameError(UNSUPPORTED_ENCODING, f"{img.shape[2]}-channel images are not supported")
-    return cv2.cvtColor(img, cv2.COLOR_BGR2RGB) if source == "bgr" else np.ascontiguousarray(img)
-
-
-def image_to_rgb(msg: Image) -> np.ndarray:
-    """``sensor_msgs/Image`` (any colour/mono/Bayer/YUV encoding) to an RGB uint8 array."""
-    try:
-        bpp = _bytes_per_pixel(msg.encoding)
-    except ImageError as exc:
-        raise FrameError(UNSUPPORTED_ENCODING, f"encoding {msg.encoding!r}: {exc}") from None
-    h, w, step = int(msg.height), int(msg.width), int(msg.step)
-    row = w * bpp
-    if h <= 0 or w <= 0:
-        raise FrameError(CORRUPT_FRAME, f"image is {w}x{h}")
-    if step < row or len(msg.data) < step * h:
-        raise FrameError(
-            CORRUPT_FRAME,
-            f"{w}x{h} {msg.encoding} needs {row * h} bytes (step {step}), got {len(msg.data)}",
-        )
-    data: Any = msg.data
-    if step != row:  # drop row padding; rosbags-image assumes packed rows
-        packed = np.frombuffer(data, np.uint8, count=step * h).reshape(h, step)[:, :row]
-        data = np.ascontiguousarray(packed).tobytes()
-    view = _Unpadded(msg.encoding, h, w, int(msg.is_bigendian), data)
-    try:
-        img = message_to_cvimage(view, "rgb8")  # type: ignore[arg-type]
-    except (ImageError, cv2.error) as exc:
-        raise FrameError(UNSUPPORTED_ENCODING, f"encoding {msg.encoding!r}: {exc}") from None
-    except (TypeError, ValueError) as exc:
-        raise FrameError(CORRUPT_FRAME, f"{msg.encoding} frame: {exc}") from None
-    return _to_rgb8(np.asarray(img), "rgb")
-
-
-def compressed_to_rgb(msg: CompressedImage) -> np.ndarray:
-    """``sensor_msgs/CompressedImage`` (JPEG/PNG, also ``image_transport``'s "rgb8; jpeg ...")."""
-    if len(msg.data) == 0:
-        raise FrameError(CORRUPT_FRAME, "compressed frame has no data")
-    fmt = (msg.format or "").lower()
-    if fmt and not any(k in fmt for k in ("jpeg", "jpg", "png")):
-        raise FrameError(UNSUPPORTED_ENCODING, f"compressed format {msg.format!r}")
-    try:
-        img = message_to_cvimage(msg)
-    except (AssertionError, cv2.error, ValueError) as exc:
-        raise FrameError(CORRUPT_FRAME, f"cannot decode {msg.format or 'image'}: {exc}") from None
-    if img is None:
-        raise FrameError(CORRUPT_FRAME, f"cannot decode {msg.format or 'image'}")
-    return _to_rgb8(np.asarray(img), "bgr")
 
 
 def rgb_to_image(img: np.ndarray, stamp: float, frame_id: str = "") -> Image:

@@ -1,7 +1,10 @@
 """Frame-buffer node: camera in, an egocentric window of key frames out.
 
 Subscribes to ``image`` (``sensor_msgs/Image``), ``image/compressed``
-(``sensor_msgs/CompressedImage``) and ``odom`` (``nav_msgs/Odometry``) with sensor-data QoS.
+(``sensor_msgs/CompressedImage``) and ``odom`` (``nav_msgs/Odometry``) with sensor-data QoS, or,
+with ``pose_source: tf``, reads the camera's pose from the tf tree (``nodes/tf_poses.py``). A node
+that has received no frame 10 s after it started (``no_frame_warning_sec``) says so once, naming
+the topics it listens on: an unmapped ``image`` is the usual cause.
 The subscriptions are raw: the header stamp is read from the serialised bytes and checked
 against the pre-sampling rate, and only the frames kept (about one a second) are deserialised
 and decoded, so the ~29 of 30 frames a second that are not kept cost a callback, a copy and a
@@ -23,7 +26,7 @@ from typing import Any, TypeVar
 
 from nav_msgs.msg import Odometry
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup, ReentrantCallbackGroup
-from rclpy.clock import JumpThreshold
+from rclpy.clock import Clock, ClockType, JumpThreshold
 from rclpy.duration import Duration
 from rclpy.node import Node
 from rclpy.qos import QoSProfile, ReliabilityPolicy, qos_profile_sensor_data
@@ -61,6 +64,7 @@ from embodied_r_ros.nodes.params import (
     load_node_config,
     with_defaults,
 )
+from embodied_r_ros.nodes.tf_poses import TfPoses, tf_poses
 from embodied_r_ros.nodes.transport import IMAGE_QOS, stored_frames_topic, window_service_name
 
 M = TypeVar("M", Image, CompressedImage)
@@ -91,6 +95,11 @@ SPECS: tuple[Spec, ...] = (
          "loop, a clock reset)", 1, 100),
     Spec("stamp_filter", True, "once the sampling grid is known, subscribe with a DDS content "
          "filter on header.stamp, so only frames near the grid times are delivered at all"),
+    Spec("pose_source", "odom", "where key frames' poses come from: odom (nav_msgs/Odometry "
+         "on odom) or tf (the chain from perception.tf.odom_frame to the camera's frame on /tf "
+         "and /tf_static; tf2_ros where installed)", choices=("odom", "tf")),
+    Spec("no_frame_warning_sec", 10.0, "warn once, naming the image topics, when no frame has "
+         "arrived this long after the start", 0.1, 3600.0),
 )
 
 
@@ -112,6 +121,11 @@ class FrameBufferNode(Node):
         self.camera_name: str = p["camera_name"]
         if not self.camera_name or "/" in self.camera_name:
             raise ValueError(f"camera_name {self.camera_name!r} must be a non-empty plain name")
+        odom = MutuallyExclusiveCallbackGroup()  # poses keep flowing while a frame is processed
+        #: the tf tree's camera chain (``pose_source: tf``), else None: odometry on ``odom``
+        self.poses: TfPoses | None = (
+            tf_poses(self, self.config.perception.tf, p["buffer_sec"] + 10.0, odom)
+            if p["pose_source"] == "tf" else None)
         self.store = FrameStore(
             self.config.keyframes,
             buffer_sec=p["buffer_sec"],
@@ -123,10 +137,11 @@ class FrameBufferNode(Node):
             stamp_confirm=p["stamp_confirm_frames"],
             # streaming perception describes key frames: windows start at one
             snap_to_key_frames=self.config.perception.mode == "streaming",
+            pose_track=self.poses,
         )
         self.rate = RateMeter()
+        self._got_frame = False
         ingest = MutuallyExclusiveCallbackGroup()  # frames in order, one at a time
-        odom = MutuallyExclusiveCallbackGroup()  # poses keep flowing while a frame is processed
         self._io = ReentrantCallbackGroup()
         image_qos = (IMAGE_QOS if p["image_qos"] == "sensor_data"  # a 2-frame history
                      else QoSProfile(depth=5, reliability=ReliabilityPolicy.RELIABLE))
@@ -141,7 +156,11 @@ class FrameBufferNode(Node):
         self.odometry_subscription = self.create_subscription(
             Odometry, "odom", guard_subscription(log, "odometry", self._on_odom),
             qos_profile_sensor_data, callback_group=odom,
-        )
+        ) if self.poses is None else None
+        # steady time: with use_sim_time and no /clock yet, the node's clock stands still
+        self._no_frame_timer = self.create_timer(
+            p["no_frame_warning_sec"], self._warn_if_no_frame, callback_group=self._io,
+            clock=Clock(clock_type=ClockType.STEADY_TIME))
         # /clock going back (use_sim_time, a bag replayed from its start): a new timeline
         self._jump_handler = self.get_clock().create_jump_callback(
             JumpThreshold(min_forward=None, min_backward=Duration(seconds=-1.0),
@@ -168,10 +187,12 @@ class FrameBufferNode(Node):
         self._diag = DiagnosticsPublisher(
             self, p["diagnostics_period_sec"], self.diagnostics, callback_group=self._io
         )
+        poses = (f"poses from tf ({self.poses.backend})" if self.poses is not None
+                 else "poses from odom")
         self.get_logger().info(
             f"camera '{self.camera_name}': sampling {self.config.keyframes.sample_fps:g} fps at "
             f"<= {self.config.keyframes.max_side} px, buffer {p['buffer_sec']:g} s / "
-            f"{p['buffer_max_mb']:g} MiB"
+            f"{p['buffer_max_mb']:g} MiB, {poses}"
         )
 
     # -- ingestion ---------------------------------------------------------------------------
@@ -256,10 +277,24 @@ class FrameBufferNode(Node):
 
     def _on_clock_jump(self, jump: Any) -> None:
         self.store.restart(f"the clock jumped by {jump.delta.nanoseconds * 1e-9:.1f} s")
+        if self.poses is not None:
+            self.poses.clear()
+
+    def _warn_if_no_frame(self) -> None:
+        """Once, a while after the start: no frame at all means nothing publishes where this
+        node listens (a missing ``-r image:=...`` remap plays a whole bag into nothing)."""
+        self._no_frame_timer.cancel()
+        if self._got_frame:
+            return
+        topics = " or ".join(sub.topic_name for sub in self._image_subs)
+        self.get_logger().warning(
+            f"no camera frame in {self.params['no_frame_warning_sec']:g} s on {topics}: is the "
+            "camera publishing there? Remap it, e.g. -r image:=/camera/image_raw")
 
     def ingest_raw(self, raw: bytes, kind: type[M], decode: Callable[[M], Any]) -> None:
         """A serialised frame: stamp from the bytes, deserialised only when kept."""
         self.rate.tick()
+        self._got_frame = True
         try:
             stamp = stamp_of_cdr(raw)
         except FrameError as exc:
@@ -284,6 +319,8 @@ class FrameBufferNode(Node):
                                   throttle_duration_sec=5.0)
 
     def _keep(self, msg: M, stamp: float, decode: Callable[[M], Any]) -> None:
+        if self.poses is not None:
+            self.poses.note_image_frame(msg.header.frame_id)
         try:
             rgb = decode(msg)
         except FrameError as exc:
@@ -348,7 +385,8 @@ class FrameBufferNode(Node):
             "frames_stored": st.stored,
             "key_frames": st.keyframes,
             "frames_dropped": sum(st.dropped.values()),
-            "odometry_poses": st.poses,
+            "pose_source": self.params["pose_source"],
+            "odometry_poses": st.poses if self.poses is None else len(self.poses),
             "odometry_dropped_bad_stamp": self.store.poses_dropped,
             "stamp_filter": "on" if self.filtering else "off",
         }

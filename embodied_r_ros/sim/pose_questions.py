@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from embodied_r_ros.core.actions import ActionThresholds, primary_action
-from embodied_r_ros.core.odometry import pose_near
+from embodied_r_ros.core.odometry import PoseTrack
 from embodied_r_ros.core.poses import Pose, relative_motion
 from embodied_r_ros.sim.question_rows import Draft
 from embodied_r_ros.sim.question_rules import (
@@ -57,16 +57,16 @@ ODOMETRY_CATEGORIES: tuple[str, ...] = (
 
 @dataclass(frozen=True)
 class Track:
-    """Poses of a recording and the stamps of its camera frames (seconds, sorted)."""
+    """Poses of a recording (odometry or the tf tree) and the stamps of its camera frames
+    (seconds, sorted)."""
 
-    stamps: Sequence[float]
-    poses: Sequence[Pose]
+    poses: PoseTrack
     frames: Sequence[float]
     tolerance_sec: float = 0.2
 
     def at(self, t: float) -> Pose | None:
-        """The pose at ``t`` by the core's odometry rule (nearest within the tolerance)."""
-        return pose_near(self.stamps, self.poses, t, self.tolerance_sec)
+        """The pose at ``t`` by the core's pose rule (``core/odometry.py``)."""
+        return self.poses.at(t, self.tolerance_sec)
 
     def frame_at_or_before(self, t: float) -> float | None:
         i = bisect.bisect_right(self.frames, t + 1e-9) - 1
@@ -91,10 +91,14 @@ class Step:
         return self.t1 - self.t0
 
     def describe(self) -> str:
-        """Instruction-style phrase, as the synthetic world's segments describe themselves."""
+        """Instruction-style phrase, as the synthetic world's segments describe themselves. The
+        amount is rounded to a millionth first: poses read through different float arithmetic
+        (an odometry quaternion, a chain of transforms) differ by far less, and must not turn
+        7.5 degrees into "7" one way and "8" the other."""
+        amount = round(self.amount, 6)
         if self.action.startswith("move"):
-            return f"{self.action} about {self.amount:.1f} m"
-        return f"{self.action} about {self.amount:.0f} degrees"
+            return f"{self.action} about {amount:.1f} m"
+        return f"{self.action} about {amount:.0f} degrees"
 
 
 #: per-tick thresholds of :func:`steps_of`: 5 deg/s and 0.1 m/s count as moving
@@ -137,7 +141,7 @@ class OdometryQuestions:
     candidates left out per category because they were too close to a decision boundary."""
 
     def __init__(self, track: Track) -> None:
-        if len(track.frames) < 2 or not track.stamps:
+        if len(track.frames) < 2 or not len(track.poses):
             raise ValueError("a recording needs camera frames and odometry poses")
         self.track = track
         self.first, self.last = track.frames[0], track.frames[-1]

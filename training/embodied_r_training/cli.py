@@ -262,6 +262,10 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 # -- parser ----------------------------------------------------------------------------------------
 
+BAG_HELP = "rosbag2 directory, a .mcap / .db3 file, or a ROS 1 .bag"
+POSES_HELP = ("nav_msgs/Odometry, a PoseStamped topic, or /tf (the chain from "
+              "perception.tf.odom_frame to the camera's frame, mounts from /tf_static)")
+
 
 def build_parser() -> argparse.ArgumentParser:
     parser = CliParser(prog="embodied-r-train", description=__doc__.splitlines()[0])
@@ -270,12 +274,13 @@ def build_parser() -> argparse.ArgumentParser:
 
     b = sub.add_parser("build", help="build a training set from a recorded bag and questions",
                        description="Perceive the key frames of each question's window of a "
-                       "rosbag2 recording (mcap or sqlite3) and write a datasets-compatible table.")
-    b.add_argument("--bag", required=True, help="rosbag2 directory, or a .mcap / .db3 file")
+                       "recording (rosbag2 mcap or sqlite3, or a ROS 1 .bag) and write a "
+                       "datasets-compatible table.")
+    b.add_argument("--bag", required=True, help=BAG_HELP)
     b.add_argument("--questions", required=True, help="JSONL: id, question, options, answer, "
                    "category, stamp_start_ns/stamp_end_ns (or t_start/t_end)")
     b.add_argument("--image-topic", required=True, help="sensor_msgs/Image or CompressedImage")
-    b.add_argument("--odom-topic", help="nav_msgs/Odometry: motions from odometry, not vision")
+    b.add_argument("--odom-topic", help="motions from poses, not vision: " + POSES_HELP)
     b.add_argument("--camera-info-topic", help="intrinsics (default: the bag's only CameraInfo)")
     b.add_argument("--out", required=True, help="dataset directory")
     _add_pipeline_args(b, "offline")
@@ -286,9 +291,9 @@ def build_parser() -> argparse.ArgumentParser:
                        "question-file template", description="Write multiple-choice questions "
                        "whose answers follow from the recorded odometry (for build), or, with "
                        "--template, an example question file to fill in by hand.")
-    q.add_argument("--bag", help="rosbag2 directory, or a .mcap / .db3 file")
+    q.add_argument("--bag", help=BAG_HELP)
     q.add_argument("--image-topic", help="the camera (questions are about its frames)")
-    q.add_argument("--odom-topic", help="nav_msgs/Odometry or a PoseStamped topic")
+    q.add_argument("--odom-topic", help="the poses: " + POSES_HELP)
     q.add_argument("--out", required=True, help="the question file (JSONL) to write")
     how_many = q.add_mutually_exclusive_group()
     how_many.add_argument("--count", type=int, default=30,

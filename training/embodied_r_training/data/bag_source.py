@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from embodied_r_ros.core.bags import CAMERA_INFO_TYPE, POSE_TYPES, WINDOW_SLACK_NS
+from embodied_r_ros.core.odometry import PoseTrack
 from embodied_r_ros.core.pipeline import EmbodiedR
 from embodied_r_training.data.dataset_files import BuildError
 from embodied_r_training.data.samples import (
@@ -205,7 +206,7 @@ class BagFrames:
         self.preload_bytes = preload_bytes
         if odom_topic:
             bag.require_topic(odom_topic, POSE_TYPES)  # fail before any work, read on first use
-        self._poses: list[tuple[float, Any]] | None = None
+        self._poses: PoseTrack | None = None
         self._loaded: list[tuple[np.ndarray, int]] | None = None
         self._tried = False
 
@@ -235,10 +236,11 @@ class BagFrames:
     def __call__(self, sample: Sample) -> KeyFrames:
         start, end = sample.extra["window_ns"]
         if self.odom_topic and self._poses is None:
-            self._poses = self.bag.read_poses(self.odom_topic)
+            self._poses = self.bag.pose_track(self.odom_topic, image_topic=self.image_topic,
+                                              tf=self.pipeline.config.perception.tf)
         try:
-            return bag_keyframes(self.window(start, end), self.pipeline, self._poses or [],
-                                 self.camera)
+            return bag_keyframes(self.window(start, end), self.pipeline,
+                                 self._poses if self._poses is not None else [], self.camera)
         except SkipSample:
             raise SkipSample("no frames in the window") from None
 

@@ -1,7 +1,8 @@
 """Question files for ``build``: made from a recording's own odometry, or written by hand.
 
 ``embodied-r-train questions --bag BAG --image-topic T --odom-topic O --out Q.jsonl`` asks what
-the odometry alone decides (``embodied_r_ros.sim.pose_questions``: the same rules, margins and
+the odometry alone decides (``O``: an odometry or pose topic, or ``/tf``: the camera's chain in
+the tf tree) (``embodied_r_ros.sim.pose_questions``: the same rules, margins and
 lettering as the synthetic world's questions), each question over a clip of camera frames;
 ``--template`` writes an example file to fill in by hand. Both give rows in the format
 ``build`` reads (:data:`FIELDS`).
@@ -16,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from embodied_r_ros.core.bags import POSE_TYPES, BagReader
-from embodied_r_ros.core.config import Config
+from embodied_r_ros.core.config import Config, TfConfig
 from embodied_r_ros.sim.pose_questions import ODOMETRY_CATEGORIES, OdometryQuestions, Track
 from embodied_r_ros.sim.question_rows import Draft, draft_rows, parse_counts
 from embodied_r_training.data.dataset_files import BuildError, jsonl, write_atomic
@@ -59,21 +60,20 @@ class QuestionReport:
         return text
 
 
-def read_track(bag: BagReader, image_topic: str, odom_topic: str, tolerance_sec: float
-               ) -> tuple[Track, dict[float, int]]:
-    """The recording's poses and frame stamps (seconds), and each frame's exact stamp in ns."""
+def read_track(bag: BagReader, image_topic: str, odom_topic: str, tolerance_sec: float,
+               tf: TfConfig | None = None) -> tuple[Track, dict[float, int]]:
+    """The recording's camera poses (odometry, or the tf tree's chain named by ``tf``) and
+    frame stamps (seconds), and each frame's exact stamp in ns."""
     frames_ns = bag.image_stamps_ns(image_topic)
     bag.require_topic(odom_topic, POSE_TYPES)
-    poses = bag.read_poses(odom_topic)
+    poses = bag.pose_track(odom_topic, image_topic=image_topic, tf=tf)
     if len(frames_ns) < 2:
         raise BuildError(f"bag {bag.path}: topic {image_topic} has {len(frames_ns)} frames; "
                          "questions need a clip")
-    if not poses:
+    if not len(poses):
         raise BuildError(f"bag {bag.path}: topic {odom_topic} has no poses")
     exact = {ns / 1e9: ns for ns in frames_ns}
-    track = Track([s for s, _ in poses], [p for _, p in poses], sorted(exact),
-                  tolerance_sec)
-    return track, exact
+    return Track(poses, sorted(exact), tolerance_sec), exact
 
 
 def odometry_questions(
@@ -86,7 +86,8 @@ def odometry_questions(
     With ``config`` (the perception ``build`` will run) a question is kept only where the
     perception text of its clip decides its answer (:mod:`.text_check`)."""
     wanted = parse_counts(counts, ODOMETRY_CATEGORIES)
-    track, exact = read_track(bag, image_topic, odom_topic, tolerance_sec)
+    track, exact = read_track(bag, image_topic, odom_topic, tolerance_sec,
+                              config.perception.tf if config else None)
     gen = OdometryQuestions(track)
     scene = bag.path.stem
     check = TextCheck(bag, image_topic, odom_topic, config, exact) if config else None

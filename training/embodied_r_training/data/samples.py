@@ -13,7 +13,7 @@ import numpy as np
 from embodied_r_ros.core.actions import Motion
 from embodied_r_ros.core.backends.images import as_stored, resize_max_side
 from embodied_r_ros.core.config import CameraConfig
-from embodied_r_ros.core.odometry import odometry_motions, poses_at
+from embodied_r_ros.core.odometry import PoseTrack, odometry_motions, poses_at
 from embodied_r_ros.core.perception import MotionSource
 from embodied_r_ros.core.pipeline import EmbodiedR
 from embodied_r_ros.core.poses import Pose
@@ -89,13 +89,14 @@ def keyframes_of(
 def bag_keyframes(
     frames: Iterable[tuple[np.ndarray, float]],
     pipeline: EmbodiedR,
-    track: Sequence[tuple[float, Pose]],
+    track: PoseTrack | Sequence[tuple[float, Pose]],
     camera: CameraConfig | None = None,
 ) -> KeyFrames:
     """Key frames of a bag window as the robot's frame buffer has them: frames shrunk to the
     processing resolution before key-framing, key frames as stored (JPEG), odometry motions by
     the core's tolerance rule (``core.odometry``; None where a key frame has no pose, which
-    perception fills with visual ego-motion, as the robot does)."""
+    perception fills with visual ego-motion, as the robot does). ``track``: the camera's poses
+    (odometry or the tf tree; empty: visual motions only)."""
     max_side = pipeline.config.keyframes.max_side
     selection = pipeline.select((resize_max_side(image, max_side), stamp)
                                 for image, stamp in frames)
@@ -107,7 +108,7 @@ def bag_keyframes(
         stamps=list(selection.stamps),
         motions=odometry_motions(poses),
         indices=list(selection.indices),
-        motion_source="odometry" if track else "visual",
+        motion_source="odometry" if len(track) else "visual",
         robot=True,
         camera=camera,
     )
