@@ -12,9 +12,8 @@ import pytest
 from embodied_r_ros.core.reasoning import parse_options
 from embodied_r_ros.core.rewards import prompt_text
 from embodied_r_training.data.dataset_files import load_rows
-from embodied_r_training.data.oracle import perception_of
 from embodied_r_training.data.rationales import rationale
-from embodied_r_training.data.row_records import record_of
+from embodied_r_training.data.row_records import perception_of, record_of
 from embodied_r_training.evaluation.scoring import baseline_completions
 from lab.long_world import oracle as long_oracle
 from lab.long_world.oracle import solve

@@ -11,8 +11,9 @@ from embodied_r_ros.core.legacy_text import parse_perception
 from embodied_r_ros.core.perception_text import render
 from embodied_r_ros.core.reasoning import build_messages, format_question
 from embodied_r_ros.core.records import FrameRecord, PerceptionRecord
-from embodied_r_training.data.oracle import perception_of, progress_step, solve
-from embodied_r_training.data.row_records import record_of
+from embodied_r_ros.sim.rule_reader import progress_step
+from embodied_r_training.data.oracle import solve
+from embodied_r_training.data.row_records import perception_of, record_of
 
 
 def _row(frames: list[tuple[str | None, str]], question: str, options: list[str],

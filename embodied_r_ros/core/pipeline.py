@@ -16,6 +16,7 @@ import numpy as np
 
 from embodied_r_ros.core.actions import Motion
 from embodied_r_ros.core.backends.base import BackendError, ChatBackend, Conversation
+from embodied_r_ros.core.backends.images import as_stored, resize_max_side
 from embodied_r_ros.core.cache import ReplyCache
 from embodied_r_ros.core.cancel import CancelToken
 from embodied_r_ros.core.config import CameraConfig, Config
@@ -26,7 +27,9 @@ from embodied_r_ros.core.error_codes import (
     NO_FRAMES,
 )
 from embodied_r_ros.core.keyframes import KeyframeSelection, select_keyframes
+from embodied_r_ros.core.odometry import PoseTrack, odometry_motions, poses_at
 from embodied_r_ros.core.perception import Perceiver, PerceptionResult, ProgressFn
+from embodied_r_ros.core.poses import Pose
 from embodied_r_ros.core.prompts import prompts_from
 from embodied_r_ros.core.query_result import QueryResult
 from embodied_r_ros.core.reasoning import (
@@ -105,6 +108,23 @@ class EmbodiedR:
 
     def select(self, frames: Iterable[tuple[np.ndarray, float]]) -> KeyframeSelection:
         return select_keyframes(frames, self.config.keyframes)
+
+    def robot_keyframes(
+        self, frames: Iterable[tuple[np.ndarray, float]],
+        track: PoseTrack | Sequence[tuple[float, Pose]],
+    ) -> tuple[KeyframeSelection, list[np.ndarray], list[Motion | None]]:
+        """Key frames of a window as the robot's frame buffer has them: frames shrunk to the
+        processing resolution before key-framing, key frames as stored (JPEG, decoded again),
+        and the odometry motions between them by the core's tolerance rule (None where a key
+        frame has no pose, which :meth:`perceive_window` fills visually, as the robot does).
+        ``track``: the camera's poses (odometry or the tf tree; empty: none). A bag's dataset
+        and the synthetic world's question check both see these."""
+        max_side = self.config.keyframes.max_side
+        selection = self.select((resize_max_side(image, max_side), stamp)
+                                for image, stamp in frames)
+        poses = poses_at(track, selection.stamps, self.config.perception.odom_tolerance_sec)
+        stored = [as_stored(image, max_side)[0] for image in selection.images]
+        return selection, stored, odometry_motions(poses)
 
     def keyframe_motions(
         self, selection: KeyframeSelection, camera: CameraConfig | None = None

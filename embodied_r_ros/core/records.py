@@ -39,6 +39,8 @@ class SeenObject:
     box: tuple[float, float, float, float] | None = None
     confidence: float | None = None
     attributes: tuple[str, ...] = ()
+    #: apparent width, degrees of the view the object spans (from its box)
+    extent_deg: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {k: v for k, v in asdict(self).items() if v not in (None, ())}

@@ -1,8 +1,10 @@
 """Render a world once and write all of it: bag, video, questions and a manifest.
 
-Frames are streamed (rendered, written, forgotten) so memory stays flat; visibility is kept
-per frame for the questions, which are generated last. ``ensure_sample`` makes the project's
-shared sample on first use instead of committing binaries to the repository.
+Frames are rendered once, written to the bag and the video, and kept for the questions, which
+are generated last: each is asked only where the text the robot writes for its clip decides it
+(:mod:`~embodied_r_ros.sim.text_decides`), and the manifest counts what was skipped, by
+category and reason. ``ensure_sample`` makes the project's shared sample on first use instead
+of committing binaries to the repository.
 """
 
 from __future__ import annotations
@@ -22,13 +24,16 @@ import numpy as np
 
 from embodied_r_ros.sim.questions import CATEGORIES, generate_questions, parse_counts
 from embodied_r_ros.sim.render import Renderer
+from embodied_r_ros.sim.text_decides import TextDecides
 from embodied_r_ros.sim.visibility import Visibility
 from embodied_r_ros.sim.world import EPOCH_NS, World, WorldSpec, body_twist, build_world
 from embodied_r_ros.sim.writers import BagWriter, Mp4Writer, Topics, write_json, write_jsonl
 
 log = logging.getLogger(__name__)
 
-GENERATOR_VERSION = 1  # bump when the same spec would render differently
+#: bump when the same spec would render differently or ask other questions (2: only those the
+#: world's own perception text decides)
+GENERATOR_VERSION = 2
 SAMPLE_SPEC = WorldSpec(seed=7, frames=350)
 SAMPLE_QUESTIONS = 30
 BAG_DIR, VIDEO, QUESTIONS, MANIFEST = "bag", "video.mp4", "questions.jsonl", "world.json"
@@ -160,6 +165,7 @@ def _write_world(world: World, out: Path, counts: Mapping[str, int], topics: Top
     paths = _paths(out, bag, video)
     renderer = Renderer(world.scene, world.camera)
     pixels = np.zeros((world.n_frames, len(world.scene.objects)), np.int64)
+    images: list[np.ndarray] = []
     with ExitStack() as stack:
         bag_writer = stack.enter_context(BagWriter(
             paths.bag, world.camera, raw=raw, compressed=compressed, topics=topics
@@ -170,6 +176,7 @@ def _write_world(world: World, out: Path, counts: Mapping[str, int], topics: Top
         for i, pose in enumerate(world.poses):
             frame = renderer.render(pose)
             pixels[i] = frame.object_pixels
+            images.append(frame.image)
             if bag_writer:
                 bag_writer.write(world.stamp_ns(i), frame.image, pose, body_twist(world, i))
             if mp4:
@@ -177,14 +184,19 @@ def _write_world(world: World, out: Path, counts: Mapping[str, int], topics: Top
             if (i + 1) % 100 == 0:
                 log.info("rendered %d/%d frames", i + 1, world.n_frames)
     vis = Visibility.from_pixels(pixels, spec.width * spec.height, spec.rate_hz)
-    rows = generate_questions(world, vis, counts)
+    check = TextDecides(world, images)
+    try:
+        rows = generate_questions(world, vis, counts, check)
+    finally:
+        check.close()
     short = {c: n for c, n in counts.items()
              if n > sum(1 for r in rows if r["category"] == c)}
     if short:
         log.warning("geometry allowed fewer questions than asked for: %s",
                     ", ".join(f"{c} ({n} asked)" for c, n in short.items()))
     write_jsonl(paths.questions, rows)
-    write_json(paths.manifest, manifest(world, vis, counts, rows, topics))
+    write_json(paths.manifest, {**manifest(world, vis, counts, rows, topics),
+                                "questions_skipped": check.skipped_by_category()})
     return paths
 
 

@@ -72,8 +72,14 @@ def parse_counts(spec: str | int | Mapping[str, int],
     return counts
 
 
-def pick(pools: list[list[Draft]], n: int, rng: np.random.Generator) -> list[Draft]:
-    """Round-robin over shuffled pools (question variants), skipping duplicates."""
+#: whether a draft may be asked (a generator's check of its text: None keeps every draft)
+Keep = Callable[[Draft], bool]
+
+
+def pick(pools: list[list[Draft]], n: int, rng: np.random.Generator,
+         keep: Keep | None = None) -> list[Draft]:
+    """Round-robin over shuffled pools (question variants), skipping duplicates and the drafts
+    ``keep`` refuses (asked only of drafts drawn, so a costly check runs on few)."""
     queues = [[pool[j] for j in rng.permutation(len(pool))] for pool in pools]
     out: list[Draft] = []
     keys: set[tuple[str, float, float]] = set()
@@ -84,6 +90,8 @@ def pick(pools: list[list[Draft]], n: int, rng: np.random.Generator) -> list[Dra
                 key = (d.question, d.start, d.end)
                 if key not in keys:
                     keys.add(key)
+                    if keep is not None and not keep(d):
+                        continue
                     out.append(d)
                     break
             if len(out) >= n:
@@ -122,17 +130,18 @@ def lettered(d: Draft, position: int, rng: np.random.Generator) -> dict[str, Any
 
 def draft_rows(pools_of: Callable[[str, np.random.Generator], list[list[Draft]]],
                categories: Sequence[str], counts: Mapping[str, int], seed: int,
-               row: Callable[[Draft, dict[str, Any], int], dict[str, Any]]) -> list[dict]:
+               row: Callable[[Draft, dict[str, Any], int], dict[str, Any]],
+               keep: Keep | None = None) -> list[dict]:
     """Rows for every category: its own random stream (changing one count leaves the other
-    categories' questions unchanged), drafts picked, sorted by clip and lettered evenly;
-    ``row(draft, lettered_fields, number)`` completes each row."""
+    categories' questions unchanged), drafts picked (those ``keep`` allows), sorted by clip and
+    lettered evenly; ``row(draft, lettered_fields, number)`` completes each row."""
     rows: list[dict] = []
     for ci, category in enumerate(categories):
         n = int(counts.get(category, 0))
         if n <= 0:
             continue
         rng = np.random.default_rng([seed, 0x9E5, ci])
-        drafts = pick(pools_of(category, rng), n, rng)
+        drafts = pick(pools_of(category, rng), n, rng, keep)
         drafts.sort(key=lambda d: (d.end, d.start, d.question))
         letters = Letters(rng)
         for d in drafts:

@@ -22,7 +22,7 @@ import numpy as np
 from embodied_r_ros.core.actions import primary_action
 from embodied_r_ros.core.poses import heading_deg, relative_motion, wrap_deg
 from embodied_r_ros.sim import question_rows
-from embodied_r_ros.sim.question_rows import Draft, draft_rows
+from embodied_r_ros.sim.question_rows import Draft, Keep, draft_rows
 from embodied_r_ros.sim.question_rules import (
     ACTION_QUESTION,
     DISTANCE_MARGIN_M,
@@ -276,8 +276,11 @@ class _Generator:
         return [out]
 
 
-def generate_questions(world: World, vis: Visibility, counts: Mapping[str, int]) -> list[dict]:
-    """Question rows (see the module notes) for ``world``; fewer when geometry allows fewer."""
+def generate_questions(world: World, vis: Visibility, counts: Mapping[str, int],
+                       keep: Keep | None = None) -> list[dict]:
+    """Question rows (see the module notes) for ``world``; fewer when geometry allows fewer.
+    ``keep``: asks only the drafts it allows (:class:`~embodied_r_ros.sim.text_decides
+    .TextDecides`: those the world's own perception text decides)."""
     gen = _Generator(world, vis)
     seed = world.spec.seed
     rate = world.spec.rate_hz
@@ -295,4 +298,4 @@ def generate_questions(world: World, vis: Visibility, counts: Mapping[str, int])
         }
 
     return draft_rows(lambda category, rng: getattr(gen, category)(rng), CATEGORIES, counts,
-                      seed, row)
+                      seed, row, keep)

@@ -35,7 +35,8 @@ from embodied_r_ros.core.perception_text import PerceptionText, bearing_words, s
 from embodied_r_ros.core.poses import quadrant
 from embodied_r_ros.core.records import PerceptionRecord
 from embodied_r_ros.memory.places import ObjectMap, Sighted
-from embodied_r_training.data.oracle import OracleAnswer, _letter_where, perception_of
+from embodied_r_ros.sim.rule_reader import OracleAnswer, letter_where
+from embodied_r_training.data.row_records import perception_of
 from lab.long_world.question_rules import AGE_BANDS, DISTANCE_BANDS, nearest_turn
 
 #: "the red box", "the red box in room 3", "the red box you saw about 20 minutes ago"
@@ -95,7 +96,7 @@ def solve_object_direction(p: PerceptionText) -> OracleAnswer:
         return OracleAnswer(None, why)
     bearing = memory.bearing_now(obj.position)
     where = quadrant(bearing)
-    return OracleAnswer(_letter_where(p.options, lambda t: t == where),
+    return OracleAnswer(letter_where(p.options, lambda t: t == where),
                         f"the {ref.colour} object is now {bearing_words(bearing)}")
 
 
@@ -109,7 +110,7 @@ def solve_object_distance(p: PerceptionText) -> OracleAnswer:
         return OracleAnswer(None, why)
     d = memory.distance_now(obj.position)
     band, step = _band(d, f"{d:.1f}", DISTANCE_BANDS)
-    return OracleAnswer(_letter_where(p.options, lambda t: t == band),
+    return OracleAnswer(letter_where(p.options, lambda t: t == band),
                         f"the {ref.colour} object is now {d:.1f} m away: {step}")
 
 
@@ -121,7 +122,7 @@ def solve_last_seen(p: PerceptionText) -> OracleAnswer:
     if age is None:
         return OracleAnswer(None, f"no {ref.colour} object in the text")
     band, step = _band(age, f"{age:.0f} s", AGE_BANDS)
-    return OracleAnswer(_letter_where(p.options, lambda t: t == band),
+    return OracleAnswer(letter_where(p.options, lambda t: t == band),
                         f"the {ref.colour} object was last seen {age:.0f} s ago: {step}")
 
 
@@ -138,7 +139,7 @@ def solve_next_to(p: PerceptionText) -> OracleAnswer:
     if not near:
         return OracleAnswer(None, "no option's object placed")
     d, other = near[0]
-    letter = _letter_where(p.options, lambda t: t.split()[0] == other.colour)
+    letter = letter_where(p.options, lambda t: t.split()[0] == other.colour)
     return OracleAnswer(letter, f"of the options' colours, {other.colour} is nearest the "
                                 f"{ref.colour} object: {d:.1f} m")
 
@@ -184,9 +185,9 @@ def solve_seen(p: PerceptionText) -> OracleAnswer:
         if colour is None:
             return OracleAnswer(None, "no object named")
         word = "yes" if seen(colour) else "no"
-        return OracleAnswer(_letter_where(p.options, lambda t: t == word),
+        return OracleAnswer(letter_where(p.options, lambda t: t == word),
                             f"{when(colour)}: {word}")
-    letter = _letter_where(p.options, lambda t: seen(t.split()[0]))
+    letter = letter_where(p.options, lambda t: seen(t.split()[0]))
     shown = next((t.split()[0] for key, t in p.options if key == letter), None)
     return OracleAnswer(letter, when(shown) if shown else "no option's colour in the window")
 
@@ -207,7 +208,7 @@ def solve_route_back(p: PerceptionText) -> OracleAnswer:
         return OracleAnswer(None, "the frame cannot be placed")
     bearing = memory.bearing_now((spot.x, spot.y))
     turn = nearest_turn(bearing)
-    return OracleAnswer(_letter_where(p.options, lambda t: t.rstrip(".").lower() == turn),
+    return OracleAnswer(letter_where(p.options, lambda t: t.rstrip(".").lower() == turn),
                         f"the spot the frame {age:.0f} s old was taken from is now "
                         f"{bearing_words(bearing)}: {turn}")
 

@@ -2,8 +2,8 @@
 
 DeepSeek-R1 (arXiv 2501.12948, section 2.3.1) starts RL from a model fine-tuned on a few thousand
 readable reasoning traces; here the traces are written from a built row: its own perception text
-(parsed by :mod:`embodied_r_training.data.oracle`) for the evidence, and the row's solution for
-the conclusion.
+(as it states it, read by :mod:`embodied_r_ros.sim.rule_reader`) for the evidence, and the row's
+solution for the conclusion.
 
 The think text walks through the key frames in order and copies, frame by frame, only what the
 question needs (the motion, and where the question's objects are), then draws the conclusion
@@ -37,15 +37,15 @@ from embodied_r_ros.core.actions import ACTIONS
 from embodied_r_ros.core.colors import COLOUR_NAMES
 from embodied_r_ros.core.perception_text import FrameText, PerceptionText
 from embodied_r_ros.core.reasoning import parse_options
-from embodied_r_training.data.oracle import (
+from embodied_r_ros.sim.rule_reader import (
     Map,
     build_map,
     colour_of,
     first_sightings,
-    perception_of,
     plan_steps,
-    solve,
 )
+from embodied_r_training.data.oracle import solve
+from embodied_r_training.data.row_records import perception_of
 
 
 @dataclass(frozen=True)

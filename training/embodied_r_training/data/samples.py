@@ -11,9 +11,8 @@ from typing import Any
 import numpy as np
 
 from embodied_r_ros.core.actions import Motion
-from embodied_r_ros.core.backends.images import as_stored, resize_max_side
 from embodied_r_ros.core.config import CameraConfig
-from embodied_r_ros.core.odometry import PoseTrack, odometry_motions, poses_at
+from embodied_r_ros.core.odometry import PoseTrack
 from embodied_r_ros.core.perception import MotionSource
 from embodied_r_ros.core.pipeline import EmbodiedR
 from embodied_r_ros.core.poses import Pose
@@ -97,16 +96,13 @@ def bag_keyframes(
     the core's tolerance rule (``core.odometry``; None where a key frame has no pose, which
     perception fills with visual ego-motion, as the robot does). ``track``: the camera's poses
     (odometry or the tf tree; empty: visual motions only)."""
-    max_side = pipeline.config.keyframes.max_side
-    selection = pipeline.select((resize_max_side(image, max_side), stamp)
-                                for image, stamp in frames)
+    selection, images, motions = pipeline.robot_keyframes(frames, track)
     if not selection.images:
         raise SkipSample("no frames")
-    poses = poses_at(track, selection.stamps, pipeline.config.perception.odom_tolerance_sec)
     return KeyFrames(
-        images=[as_stored(image, max_side)[0] for image in selection.images],
+        images=images,
         stamps=list(selection.stamps),
-        motions=odometry_motions(poses),
+        motions=motions,
         indices=list(selection.indices),
         motion_source="odometry" if len(track) else "visual",
         robot=True,

@@ -21,7 +21,8 @@ the summary and the manifests count what was left out by split, category and rea
 Seed ranges never overlap, and seed 7 (the demo's sample world) is never used. Everything is
 deterministic by seed: the same plan gives the same rows (their ``source`` names the temporary
 bag path under ``ROOT``). A rerun reuses finished worlds; a change of the observation text
-(:data:`~embodied_r_ros.core.colors.OBSERVATION_VERSION`) rebuilds them.
+(:data:`~embodied_r_ros.core.colors.OBSERVATION_VERSION`) or of the world generator
+(:data:`~embodied_r_ros.sim.generate.GENERATOR_VERSION`) rebuilds them.
 
 On one CPU core a 30 s ID world (300 frames, 640x480) renders in about 9 s and builds 36
 questions in about 7 s; a 45 s OOD world takes about 22 s in all; the default plan (60 train,
@@ -47,7 +48,7 @@ from typing import Any
 
 from embodied_r_ros.core.cache import write_atomic
 from embodied_r_ros.core.colors import OBSERVATION_VERSION
-from embodied_r_ros.sim.generate import SAMPLE_SPEC
+from embodied_r_ros.sim.generate import GENERATOR_VERSION, SAMPLE_SPEC
 from embodied_r_ros.sim.questions import CATEGORIES
 from embodied_r_ros.sim.world import WorldSpec
 from embodied_r_training.data.builders import build_from_bag
@@ -126,7 +127,7 @@ def check_plan(plan: Sequence[SplitPlan]) -> None:
 
 def _world_key(split: SplitPlan, seed: int) -> dict[str, Any]:
     return {"spec": asdict(split.world_spec(seed)), "questions": split.questions,
-            "observation_version": OBSERVATION_VERSION}
+            "observation_version": OBSERVATION_VERSION, "generator_version": GENERATOR_VERSION}
 
 
 def build_seed(split: SplitPlan, seed: int, root: Path, *, keep_bag: bool = False) -> Path:

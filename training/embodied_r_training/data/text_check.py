@@ -27,24 +27,24 @@ from embodied_r_ros.sim.question_rules import (
     clear_quadrant,
     turn_of,
 )
-from embodied_r_training.data.bag_source import BagFrames
-from embodied_r_training.data.oracle import (
-    SOLVERS,
+from embodied_r_ros.sim.rule_reader import (
+    DISAGREES,
+    NEAR,
+    UNDECIDED,
+    UNSEEN,
     bearing_from_last,
-    build_map,
-    colour_of,
-    perception_of,
     place_of,
     progress_step,
+    reason_to_skip,
     solve_action_generation,
 )
+from embodied_r_training.data.bag_source import BagFrames
+from embodied_r_training.data.row_records import perception_of
 from embodied_r_training.data.samples import Sample, SkipSample
 
 #: how near a band edge the text's distance from the start may be (metres), as the odometry's
 BAND_MARGIN_M = 0.25
 GAP = "a key frame has no odometry"
-NEAR = "near a boundary in the text"
-DISAGREES = "the text decides another answer"
 OFF_PLAN = "the key frames do not follow the plan"
 UNPLACED = "the text does not locate the place"
 
@@ -130,45 +130,11 @@ class TextCheck:
 
 # ------------------------------------------------- built rows (the synthetic world's questions)
 
-UNDECIDED = "the text decides nothing"
-UNSEEN = "the text does not locate an object"
-
-
-def _object_margin(category: str, p: PerceptionText) -> str | None:
-    """Near a decision boundary in the quantities the text states (objects' bearings and
-    distances as the text places them), or an object the text cannot place."""
-    q = p.question
-    if category == "relative_direction" and q.startswith("Where is the "):
-        colour = colour_of(q[len("Where is the "):])
-        bearing = build_map(p).bearing_now(colour)
-        if bearing is None:
-            return UNSEEN
-        return NEAR if clear_quadrant(bearing) is None else None
-    if category == "relative_distance" and "is the closest to the" in q:
-        world = build_map(p)
-        target = world.position(colour_of(q.rsplit("closest to the ", 1)[1].rstrip("?")))
-        if target is None:
-            return UNSEEN
-        dist = sorted(math.dist(pos, target) for _, text in p.options
-                      if (pos := world.position(colour_of(text))) is not None)
-        if len(dist) < len(p.options):
-            return UNSEEN
-        return NEAR if dist[1] - dist[0] < DISTANCE_MARGIN_M else None
-    return None
+__all__ = ["DISAGREES", "GAP", "NEAR", "OFF_PLAN", "UNDECIDED", "UNPLACED", "UNSEEN",
+           "TextCheck", "row_reason_to_skip"]
 
 
 def row_reason_to_skip(row: dict[str, Any]) -> str | None:
-    """None when the built row's perception text decides its answer clearly: the rule reader
-    reaches the row's solution from the text alone, away from the boundaries the question's
-    own rules keep (a quadrant edge, two nearly equal distances)."""
-    category = str(row.get("category"))
-    solver = SOLVERS.get(category)
-    if solver is None:
-        return UNDECIDED
-    p = perception_of(row)  # read once for the answer and its margins
-    answer = solver(p)
-    if answer.letter is None:
-        return UNDECIDED
-    if answer.letter != str(row["solution"]).strip()[:1].upper():
-        return DISAGREES
-    return _object_margin(category, p)
+    """None when the built row's perception text decides its answer clearly
+    (:func:`~embodied_r_ros.sim.rule_reader.reason_to_skip`), else why not."""
+    return reason_to_skip(str(row.get("category")), perception_of(row), str(row["solution"]))

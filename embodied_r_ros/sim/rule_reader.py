@@ -1,0 +1,480 @@
+"""The rule reader: answers a question from what its perception text states alone, the LM's
+ceiling, and says whether that text decides the answer clearly.
+
+The reasoning LM sees only the perception text (key-frame actions with odometry amounts and the
+colour-region observations of :mod:`embodied_r_ros.core.colors`) and the question. This reader
+takes exactly what that text states (the records' stated view,
+:func:`~embodied_r_ros.core.perception_text.stated_view`), never the world's ground truth, and
+answers each question category by explicit rules: dead reckoning of the camera from the reported
+motions, the bearing (and, when the text gives one, the distance) of every coloured region, a
+rough map of the objects from those sightings, and the geometry each question asks about. Its
+accuracy per category measures what the text allows at best, and whether the text carries each
+category's information at all.
+
+Objects are named ``"<colour> <shape>"`` with one object per colour, so a sighting of a colour is
+a sighting of that object. :func:`reason_to_skip` keeps a question only where the reader reaches
+its answer away from the decision boundaries the question generators keep (a quadrant edge, two
+nearly equal distances): the synthetic world's generator asks only such questions, and a
+dataset's builder leaves the others out.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from embodied_r_ros.core.actions import ACTIONS
+from embodied_r_ros.core.dead_reckoning import Pose2D, pose_at_age, poses
+from embodied_r_ros.core.perception_text import FrameText, PerceptionText, Sighting
+from embodied_r_ros.core.poses import heading_deg, quadrant, wrap_deg
+from embodied_r_ros.sim.question_rules import DISTANCE_BANDS, DISTANCE_MARGIN_M, clear_quadrant
+
+#: where the text gives no range and one viewpoint only, objects are put this far away
+ASSUMED_RANGE_M: float | None = 3.5
+MAX_RANGE_M = 15.0  # a triangulated position farther than this is not believed
+
+
+def colour_of(name: str) -> str:
+    """The colour of an object name ("red box" -> "red"): one object per colour."""
+    return name.split()[0]
+
+
+@dataclass
+class Map:
+    """Object positions in frame 0's floor frame, from the sightings of the text."""
+
+    poses: list[Pose2D]
+    frames: Sequence[FrameText]
+
+    def sightings(self, colour: str) -> list[tuple[int, Sighting]]:
+        return [(f.index, f.sightings[colour]) for f in self.frames if colour in f.sightings]
+
+    def position(self, colour: str) -> tuple[float, float] | None:
+        """Mean of ranged sightings, else the least-squares crossing of the bearing rays."""
+        seen = self.sightings(colour)
+        ranged = [(i, s) for i, s in seen if s.distance_m is not None]
+        if ranged:
+            pts = []
+            for i, s in ranged:
+                p = self.poses[i]
+                a = math.radians(p.yaw + s.bearing_deg)
+                d = float(s.distance_m or 0.0)
+                pts.append((p.x + d * math.cos(a), p.y + d * math.sin(a)))
+            return (sum(x for x, _ in pts) / len(pts), sum(y for _, y in pts) / len(pts))
+        rays = [(self.poses[i], math.radians(self.poses[i].yaw + s.bearing_deg)) for i, s in seen]
+        if not rays:
+            return None
+        origins = {(round(p.x, 2), round(p.y, 2)) for p, _ in rays}
+        if len(origins) < 2:
+            if ASSUMED_RANGE_M is None:
+                return None
+            # one viewpoint and no range: put the object at a typical distance on its ray
+            p, ang = rays[-1]
+            return (p.x + ASSUMED_RANGE_M * math.cos(ang), p.y + ASSUMED_RANGE_M * math.sin(ang))
+        # least squares: sum over rays of (n . (q - o))^2, n the ray's normal
+        a11 = a12 = a22 = b1 = b2 = 0.0
+        for p, ang in rays:
+            nx, ny = -math.sin(ang), math.cos(ang)
+            c = nx * p.x + ny * p.y
+            a11, a12, a22 = a11 + nx * nx, a12 + nx * ny, a22 + ny * ny
+            b1, b2 = b1 + nx * c, b2 + ny * c
+        det = a11 * a22 - a12 * a12
+        if abs(det) > 1e-6:
+            q = ((b1 * a22 - b2 * a12) / det, (a11 * b2 - a12 * b1) / det)
+            ahead = [(q[0] - p.x) * math.cos(ang) + (q[1] - p.y) * math.sin(ang)
+                     for p, ang in rays]
+            if min(ahead) > 0.3 and max(ahead) < MAX_RANGE_M:  # in front of every view
+                return q
+        if ASSUMED_RANGE_M is None:
+            return None
+        p, ang = rays[-1]  # nearly parallel rays: a typical distance on the last one
+        return (p.x + ASSUMED_RANGE_M * math.cos(ang), p.y + ASSUMED_RANGE_M * math.sin(ang))
+
+    def bearing_now(self, colour: str) -> float | None:
+        """The object's bearing from the last frame's pose (left > 0)."""
+        last = self.poses[-1]
+        f_last = self.frames[-1]
+        if colour in f_last.sightings:
+            return f_last.sightings[colour].bearing_deg
+        pos = self.position(colour)
+        if pos is not None:
+            return wrap_deg(heading_deg((last.x, last.y), pos) - last.yaw)
+        seen = self.sightings(colour)
+        if not seen:
+            return None
+        i, s = seen[-1]
+        return wrap_deg(self.poses[i].yaw + s.bearing_deg - last.yaw)
+
+
+def build_map(p: PerceptionText) -> Map:
+    return Map(poses(p.frames), p.frames)
+
+
+# ---------------------------------------------------------------- solvers
+
+
+@dataclass(frozen=True)
+class OracleAnswer:
+    letter: str | None  # None: the text decides nothing (the caller may guess)
+    evidence: str  # one line: what in the text decided it
+
+
+def letter_where(options: Sequence[tuple[str, str]], pred: Any) -> str | None:
+    for letter, text in options:
+        if pred(text):
+            return letter
+    return None
+
+
+def _motions(p: PerceptionText) -> list[tuple[int, str, float]]:
+    return [(f.index, f.action, f.amount or 0.0) for f in p.frames[1:]
+            if f.action in ACTIONS]
+
+
+def _runs(p: PerceptionText) -> list[tuple[str, float, list[int]]]:
+    """Consecutive frames with the same action merged: ``(action, total, frame indices)``."""
+    runs: list[tuple[str, float, list[int]]] = []
+    for i, action, amount in _motions(p):
+        if runs and runs[-1][0] == action:
+            runs[-1] = (action, runs[-1][1] + amount, [*runs[-1][2], i])
+        else:
+            runs.append((action, amount, [i]))
+    return runs
+
+
+def _option_actions(text: str) -> list[str]:
+    low = text.lower()
+    found = sorted((low.find(a), a) for a in ACTIONS if a in low)
+    return [a for _, a in found]
+
+
+def solve_action_generation(p: PerceptionText) -> OracleAnswer:
+    q = p.question
+    if q.startswith("You are asked to navigate to the"):
+        target = re.search(r"navigate to the (\w+ \w+)\.", q)
+        colour = colour_of(target.group(1)) if target else ""
+        bearing = build_map(p).bearing_now(colour)
+        if bearing is None:
+            return OracleAnswer(None, f"the {colour} object is never seen")
+        move = ("move forward" if abs(bearing) <= 12.0 else
+                "rotate left" if bearing > 0 else "rotate right")
+        return OracleAnswer(
+            letter_where(p.options, lambda t: t.lower().startswith(f"i {move}")),
+            f"the {colour} object is about {abs(bearing):.0f} degrees "
+            f"{'left' if bearing > 0 else 'right'} now: {move}")
+    runs = _runs(p)
+    if not runs:
+        return OracleAnswer(None, "no motion reported")
+    if q.startswith("Which sequence"):
+        # the two longest runs in time order (short runs straddle a boundary)
+        by_size = sorted(runs, key=lambda r: -len(r[2]))
+        chosen = sorted(by_size[:2], key=lambda r: r[2][0]) if len(runs) > 1 else runs * 2
+        pair = [r[0] for r in chosen]
+        letter = letter_where(p.options, lambda t: _option_actions(t) == pair)
+        if letter is None:  # the order within the text first
+            firsts = [r[0] for r in runs[:2]]
+            letter = letter_where(p.options, lambda t: _option_actions(t) == firsts)
+        return OracleAnswer(letter, f"{pair[0]}, then {pair[1]}")
+    totals: dict[str, int] = {}
+    for action, _, idx in runs:
+        totals[action] = totals.get(action, 0) + len(idx)
+    best = max(totals, key=lambda a: totals[a])
+    return OracleAnswer(letter_where(p.options, lambda t: _option_actions(t) == [best]), best)
+
+
+# ------------------------------------------------- places of the robot's own path (odometry)
+
+#: a place of the path as a question says it, and as an option says it
+_PLACE_RE = re.compile(r"the point where (?:you|I) started|"
+                       r"(?:the place where you were|where I was) (\d+) seconds (?:before|ago)")
+
+
+def place_of(p: PerceptionText, path: Sequence[Pose2D], text: str) -> Pose2D | None:
+    """The pose of the first place ``text`` names: frame 0's, or the one its age locates."""
+    m = _PLACE_RE.search(text)
+    if m is None:
+        return None
+    if m.group(1) is None:
+        return path[0]
+    return pose_at_age(p.frames, path, float(m.group(1)))
+
+
+def bearing_from_last(path: Sequence[Pose2D], place: Pose2D) -> float:
+    """The bearing of ``place`` from the last pose of ``path`` (left > 0)."""
+    last = path[-1]
+    return wrap_deg(heading_deg((last.x, last.y), (place.x, place.y)) - last.yaw)
+
+
+def solve_path_question(p: PerceptionText) -> OracleAnswer | None:
+    """Questions about places of the robot's own path (``embodied-r-train questions``): the
+    written motions dead-reckoned, the places located by their stated ages; None when the
+    question is not one of them."""
+    q = p.question
+    path = poses(p.frames)
+    last = path[-1]
+    if q.startswith(("Where is", "You want to go back to")):
+        place = place_of(p, path, q)
+        if place is None:
+            return None if _PLACE_RE.search(q) is None else OracleAnswer(None, "no such age")
+        bearing = bearing_from_last(path, place)
+        if q.startswith("Where is"):
+            where = quadrant(bearing)
+            return OracleAnswer(letter_where(p.options, lambda t: t == where),
+                                f"the place at about {bearing:.0f} degrees: {where}")
+        a = abs(bearing)
+        first = ("Go forward" if a <= 27.5 else "Turn Back" if a >= 135.0
+                 else "Turn Left" if bearing > 0 else "Turn Right")
+        return OracleAnswer(letter_where(p.options, lambda t: t == first),
+                            f"the place at about {bearing:.0f} degrees: {first}")
+    if q.startswith("Which is closer to you now"):
+        best: tuple[float, str] | None = None
+        for letter, text in p.options:
+            place = place_of(p, path, text)
+            if place is not None:
+                d = math.dist((last.x, last.y), (place.x, place.y))
+                best = min(best, (d, letter)) if best else (d, letter)
+        return OracleAnswer(best[1] if best else None,
+                            f"about {best[0]:.1f} m" if best else "no place located")
+    if q.startswith("How far are you now") and _PLACE_RE.search(q):
+        d = math.dist((last.x, last.y), (path[0].x, path[0].y))
+        band = next(text for lo, hi, text in DISTANCE_BANDS if lo <= d < hi)
+        return OracleAnswer(letter_where(p.options, lambda t: t == band),
+                            f"about {d:.1f} m: {band}")
+    return None
+
+
+def solve_relative_direction(p: PerceptionText) -> OracleAnswer:
+    q = p.question
+    on_path = solve_path_question(p)
+    if on_path is not None:
+        return on_path
+    m = re.match(r"Where is the (\w+ \w+) relative to you now", q)
+    world = build_map(p)
+    if m:
+        colour = colour_of(m.group(1))
+        bearing = world.bearing_now(colour)
+        if bearing is None:
+            return OracleAnswer(None, f"the {colour} object is never seen")
+        where = quadrant(bearing)
+        return OracleAnswer(letter_where(p.options, lambda t: t == where),
+                            f"{colour} at about {bearing:.0f} degrees: {where}")
+    m = re.match(r"If I am standing by the (\w+ \w+) and facing the (\w+ \w+), is the (\w+ \w+)",
+                 q)
+    if not m:
+        return OracleAnswer(None, "unknown question")
+    pa, pb, pc = (world.position(colour_of(n)) for n in m.groups())
+    if pa is None or pb is None or pc is None:
+        return OracleAnswer(None, "an object's position is unknown")
+    angle = wrap_deg(heading_deg(pa, pc) - heading_deg(pa, pb))
+    side = "back" if abs(angle) >= 135.0 else "left" if angle > 0 else "right"
+    return OracleAnswer(letter_where(p.options, lambda t: t == side),
+                        f"turn {angle:.0f} degrees: {side}")
+
+
+def solve_relative_distance(p: PerceptionText) -> OracleAnswer:
+    on_path = solve_path_question(p)
+    if on_path is not None:
+        return on_path
+    m = re.search(r"objects \((.*)\) is the closest to the (\w+ \w+)\?", p.question)
+    if not m:
+        return OracleAnswer(None, "unknown question")
+    world = build_map(p)
+    target = world.position(colour_of(m.group(2)))
+    if target is None:
+        return OracleAnswer(None, "the target's position is unknown")
+    best: tuple[float, str] | None = None
+    for letter, text in p.options:
+        pos = world.position(colour_of(text))
+        if pos is None:
+            continue
+        d = math.dist(pos, target)
+        if best is None or d < best[0]:
+            best = (d, letter)
+    if best is None:
+        return OracleAnswer(None, "no candidate's position is known")
+    return OracleAnswer(best[1], f"about {best[0]:.1f} m")
+
+
+def first_sightings(p: PerceptionText) -> dict[str, tuple[int, float]]:
+    """First frame of each colour and a tie-break key (earlier entering regions first)."""
+    first: dict[str, tuple[int, float]] = {}
+    for f in p.frames:
+        turn = 0.0
+        if f.action == "rotate right":
+            turn = 1.0  # the view sweeps right: regions further left entered earlier
+        elif f.action == "rotate left":
+            turn = -1.0
+        for colour, s in f.sightings.items():
+            if colour not in first:
+                first[colour] = (f.index, -turn * s.bearing_deg)
+    return first
+
+
+def appearance_key(first: Mapping[str, tuple[int, float]], name: str) -> tuple[int, float]:
+    """An object's place in the order of first sightings (:func:`first_sightings`); one never
+    seen comes after every seen one."""
+    return first.get(colour_of(name), (10**6, 0.0))
+
+
+def solve_appearance_order(p: PerceptionText) -> OracleAnswer:
+    first = first_sightings(p)
+
+    def key(name: str) -> tuple[int, float]:
+        return appearance_key(first, name)
+
+    best: tuple[tuple[int, ...], str] | None = None
+    for letter, text in p.options:
+        names = [n.strip() for n in text.split(",")]
+        if [key(n) for n in names] == sorted(key(n) for n in names):
+            return OracleAnswer(letter, ", ".join(f"{n} in frame {key(n)[0]}" for n in names))
+        # else keep the option with the fewest inversions
+        inv = sum(1 for i in range(len(names)) for j in range(i + 1, len(names))
+                  if key(names[i]) > key(names[j]))
+        if best is None or (inv,) < best[0]:
+            best = ((inv,), letter)
+    return OracleAnswer(best[1] if best else None, "closest order")
+
+
+def _turn(angle: float) -> str:
+    a = abs(angle)
+    if a >= 135.0:
+        return "Turn Back"
+    return "Turn Left" if angle > 0 else "Turn Right"
+
+
+def solve_route_planning(p: PerceptionText) -> OracleAnswer:
+    on_path = solve_path_question(p)
+    if on_path is not None:
+        return on_path
+    m = re.match(r"You are a robot beginning at the (\w+ \w+) and facing the (\w+ \w+)\..*"
+                 r"Go forward until the (\w+ \w+) 4\..*Go forward until the (\w+ \w+)\.",
+                 p.question, re.DOTALL)
+    if not m:
+        return OracleAnswer(None, "unknown question")
+    world = build_map(p)
+    pts = [world.position(colour_of(n)) for n in m.groups()]
+    if any(pt is None for pt in pts):
+        return OracleAnswer(None, "an object's position is unknown")
+    a, b, c, d = pts  # type: ignore[misc]
+    t1 = _turn(wrap_deg(heading_deg(b, c) - heading_deg(a, b)))
+    t2 = _turn(wrap_deg(heading_deg(c, d) - heading_deg(b, c)))
+    want = f"{t1}, {t2}"
+    exact = letter_where(p.options, lambda t: t == want)
+    if exact is not None:
+        return OracleAnswer(exact, want)
+    # rough positions often make a side turn look like a turn back: the option sharing a turn
+    best = max(p.options, key=lambda o: (o[1].split(", ")[0] == t1) + (o[1].split(", ")[-1] == t2))
+    return OracleAnswer(best[0], f"{want} (nearest option)")
+
+
+_STEP_RE = re.compile(r"(\d+)\. ([a-z ]+?) about (\d+(?:\.\d+)?) (m|degrees)")
+
+
+def plan_steps(question: str) -> list[tuple[int, str, float]]:
+    """``[1. move backward about 1.1 m; ...]`` -> ``[(1, "move backward", 1.1), ...]``."""
+    inside = question[question.find("[") + 1 : question.find("]")]
+    return [(int(n), a.strip(), float(v)) for n, a, v, _ in _STEP_RE.findall(inside)]
+
+
+def progress_step(p: PerceptionText) -> int | None:
+    """The plan step the last frame is in: the reported motions consume the plan in order.
+
+    A motion counts towards the nearest step ahead with its action; a step whose amount has
+    been reached is finished, so the next one is under way. Key frames are sparse, so a step
+    may get no motion of its own (it is skipped over) and a mixed motion counts as its main
+    action only.
+    """
+    steps = plan_steps(p.question)
+    if not steps:
+        return None
+    current, done = 0, 0.0
+    for _, action, amount in _motions(p):
+        ahead = [k for k in range(current, len(steps))
+                 if steps[k][1] == action]
+        if not ahead:
+            continue
+        if ahead[0] > current:
+            current, done = ahead[0], 0.0
+        done += amount
+        planned = steps[current][2]
+        tolerance = 0.15 if action.startswith("move") else 6.0
+        if done >= planned - tolerance and current + 1 < len(steps):
+            current, done = current + 1, 0.0
+    return steps[current][0]
+
+
+def solve_progress_evaluation(p: PerceptionText) -> OracleAnswer:
+    number = progress_step(p)
+    if number is None:
+        return OracleAnswer(None, "the motions do not follow the plan")
+    return OracleAnswer(
+        letter_where(p.options, lambda t: t.startswith(f"I am on step {number}:")),
+        f"step {number}")
+
+
+SOLVERS = {
+    "action_generation": solve_action_generation,
+    "relative_direction": solve_relative_direction,
+    "relative_distance": solve_relative_distance,
+    "appearance_order": solve_appearance_order,
+    "route_planning": solve_route_planning,
+    "progress_evaluation": solve_progress_evaluation,
+}
+
+
+def solve_text(category: str, p: PerceptionText) -> OracleAnswer:
+    """The reader's answer to a question of ``category`` from what its text states."""
+    solver = SOLVERS.get(category)
+    if solver is None:
+        return OracleAnswer(None, "unknown category")
+    return solver(p)
+
+
+# ------------------------------------------------------------- whether the text decides it
+
+UNDECIDED = "the text decides nothing"
+UNSEEN = "the text does not locate an object"
+NEAR = "near a boundary in the text"
+DISAGREES = "the text decides another answer"
+
+
+def _object_margin(category: str, p: PerceptionText) -> str | None:
+    """Near a decision boundary in the quantities the text states (objects' bearings and
+    distances as the text places them), or an object the text cannot place."""
+    q = p.question
+    if category == "relative_direction" and q.startswith("Where is the "):
+        colour = colour_of(q[len("Where is the "):])
+        bearing = build_map(p).bearing_now(colour)
+        if bearing is None:
+            return UNSEEN
+        return NEAR if clear_quadrant(bearing) is None else None
+    if category == "relative_distance" and "is the closest to the" in q:
+        world = build_map(p)
+        target = world.position(colour_of(q.rsplit("closest to the ", 1)[1].rstrip("?")))
+        if target is None:
+            return UNSEEN
+        dist = sorted(math.dist(pos, target) for _, text in p.options
+                      if (pos := world.position(colour_of(text))) is not None)
+        if len(dist) < len(p.options):
+            return UNSEEN
+        return NEAR if dist[1] - dist[0] < DISTANCE_MARGIN_M else None
+    return None
+
+
+def reason_to_skip(category: str, p: PerceptionText, solution: str) -> str | None:
+    """None when the text decides the question's answer (``solution``, a letter) clearly:
+    the reader reaches it from the text alone, away from the boundaries the question's own
+    rules keep; otherwise why not (:data:`UNDECIDED`, :data:`DISAGREES`, :data:`NEAR`,
+    :data:`UNSEEN`)."""
+    solver: Callable[[PerceptionText], OracleAnswer] | None = SOLVERS.get(category)
+    if solver is None:
+        return UNDECIDED
+    answer = solver(p)
+    if answer.letter is None:
+        return UNDECIDED
+    if answer.letter != solution.strip()[:1].upper():
+        return DISAGREES
+    return _object_margin(category, p)
