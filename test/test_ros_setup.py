@@ -65,9 +65,20 @@ def test_stamp_tracks_the_interface_sources(tmp_path: Path) -> None:
 def test_the_vendored_tf2_msgs_is_built_only_where_none_exists(tmp_path: Path) -> None:
     pkg = setup_ros.TF2_MSGS
     assert pkg.vendored and (pkg.source / "COLCON_IGNORE").is_file()  # never a colcon overlay
-    # an environment that imports a tf2_msgs it did not get from here keeps its own
-    theirs = importlib.util.find_spec("tf2_msgs") is not None
-    assert setup_ros.provided_elsewhere(tmp_path, pkg) == theirs
+    # an environment that imports a tf2_msgs it did not get from here keeps its own: one on
+    # the path ahead of this environment's (a ROS install's)
+    ros = tmp_path / "ros"
+    (ros / "tf2_msgs").mkdir(parents=True)
+    (ros / "tf2_msgs" / "__init__.py").write_text("")
+    sys.path.insert(0, str(ros))
+    saved = {k: sys.modules.pop(k) for k in list(sys.modules) if k.split(".")[0] == "tf2_msgs"}
+    try:
+        importlib.invalidate_caches()
+        assert setup_ros.provided_elsewhere(tmp_path, pkg)
+    finally:
+        sys.path.remove(str(ros))
+        sys.modules.update(saved)
+        importlib.invalidate_caches()
     assert not setup_ros.provided_elsewhere(tmp_path, setup_ros.INTERFACES)
     # one built here is ours: rebuilt when its sources change
     stamp = tmp_path / "share" / pkg.name / setup_ros.STAMP_NAME

@@ -243,7 +243,7 @@ class EmbodiedR:
 
     def reason(
         self, perception_text: str, options: Sequence[str], cancel: CancelToken | None = None,
-        *, scope: str = SCOPE_WINDOW, reader: ChatBackend | None = None,
+        scope: str = SCOPE_WINDOW, *, reader: ChatBackend | None = None,
     ) -> Reasoning:
         """The LM's reply to a perception text (validated first: options, size), from the LM
         the request's ``scope`` names (:meth:`reader_for`); ``reader`` names the LM instead
