@@ -48,6 +48,8 @@ BENCHMARKS = (
               quick=("--seeds", "1", "--frames", "100", "--resolution", "320x240")),
     Benchmark("perception_latency", "answer time against a concurrent VLM endpoint",
               quick=("--vlm-latency", "0.2", "--lm-latency", "0.1", "--frames", "8")),
+    Benchmark("grounding_cost", "grounding objects: an extra call per key frame against a "
+              "longer reply, tokens and CPU time", quick=("--frames", "2", "--repeat", "1")),
     Benchmark("ros_ingest", "frame-buffer CPU and memory for a 720p 30 Hz camera",
               needs=("ros",), quick=("--seconds", "3", "--minutes", "0.5")),
     Benchmark("ros_query_overhead", "what the ROS layer adds to a query",

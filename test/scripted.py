@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from collections.abc import Sequence
@@ -71,4 +72,63 @@ class ScriptedVLM(ChatBackend):
             out.append(completion)
             if on_reply is not None:
                 on_reply(i, completion)
+        return out
+
+
+class GroundingVLM(ChatBackend):
+    """A VLM that grounds as Qwen2.5-VL does: a grounding prompt (one asking for ``bbox_2d``)
+    is answered with ``boxes`` (fractions of the last image: ``(x1, y1, x2, y2, label)``) in the
+    pixels of the image as the processor resizes what this backend received (``max_side``,
+    then ``grid``), or with ``reply`` where one is given (for the images ``reply_if`` accepts,
+    default all); asked within a perception call, the answer is ``description`` followed by
+    the boxes; other prompts get ``description``. ``seen`` keeps the prompts, ``sizes`` the
+    sizes of the images received."""
+
+    model_id = "grounding-vlm"
+    supports_images = True
+    concurrent = True
+
+    def __init__(self, boxes: Sequence[tuple[float, float, float, float, str]] = (),
+                 *, grid: Any = None, max_side: int = 0, reply: str | None = None,
+                 reply_if: Any = None,
+                 description: str = "1. move forward\n2. a wall ahead\n3. none") -> None:
+        from embodied_r_ros.core.backends.base import ImageGrid
+
+        self.boxes = list(boxes)
+        self.grid = grid or ImageGrid(28, 3136, 12845056)
+        self.max_side = max_side
+        self.reply = reply
+        self.reply_if = reply_if
+        self.description = description
+        self.seen: list[str] = []
+        self.sizes: list[tuple[int, int]] = []
+        self._lock = threading.Lock()
+
+    def _answer(self, conversation: Conversation) -> str:
+        from embodied_r_ros.core.grounding import model_image_size
+
+        prompt = prompt_of(conversation)
+        images = [p["image"] for p in conversation[-1]["content"] if p.get("type") == "image"]
+        with self._lock:
+            self.seen.append(prompt)
+            self.sizes.extend((im.shape[1], im.shape[0]) for im in images)
+        if "bbox_2d" not in prompt:
+            return self.description
+        height, width = images[-1].shape[:2]
+        mw, mh = model_image_size(width, height, self.max_side, self.grid)
+        items = [{"bbox_2d": [round(x1 * mw), round(y1 * mh), round(x2 * mw), round(y2 * mh)],
+                  "label": label} for x1, y1, x2, y2, label in self.boxes]
+        scripted = self.reply is not None and (self.reply_if is None
+                                                or self.reply_if(images[-1]))
+        text = self.reply if scripted else f"```json\n{json.dumps(items)}\n```"
+        # asked inside a perception call (the prompt names a ```json block): text, then boxes
+        return f"{self.description}\n{text}" if "```json" in prompt else text
+
+    def complete(self, conversations: Sequence[Conversation], *,
+                 on_reply: ReplyFn | None = None, **_: Any) -> list[Completion]:
+        out = []
+        for i, conv in enumerate(conversations):
+            out.append(Completion(self._answer(conv)))
+            if on_reply is not None:
+                on_reply(i, out[-1])
         return out

@@ -120,3 +120,19 @@ def test_the_horizon_bench_reads_a_count_per_horizon(bench_module: Loader) -> No
             for h in ("short", "medium", "long") for i, c in enumerate("aabb")]
     assert bench.reasoner_subset(rows, counts) == {"short0", "short2", "long0", "long1",
                                                    "long2", "long3"}
+
+
+def test_grounding_cost_bench_counts_each_way_of_asking(
+    bench_module: Loader, tmp_path: Path, tiny_models_dir: Path
+) -> None:
+    bench = bench_module("grounding_cost")
+    out = tmp_path / "grounding.json"
+    assert bench.main(["--frames", "2", "--repeat", "1", "--json", str(out)]) == 0
+    figures = json.loads(out.read_text())["figures"]
+    modes = figures["modes"]
+    assert [modes[m]["vlm_calls"] for m in ("off", "request", "reply")] == [2, 4, 2]
+    # request sends each key frame once more; reply sends what off sends, with a longer prompt
+    assert modes["request"]["images_sent"] == modes["off"]["images_sent"] + 2
+    assert modes["reply"]["images_sent"] == modes["off"]["images_sent"]
+    assert modes["off"]["longest_reply_tokens"] < modes["reply"]["longest_reply_tokens"]
+    assert figures["image_tokens"] == {"tiny": 54, "qwen25": 391} and figures["ok"]

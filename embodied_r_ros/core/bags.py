@@ -72,10 +72,22 @@ class CameraInfo:
     cy: float
     frame_id: str = ""
 
+    @classmethod
+    def from_message(cls, msg: Any) -> CameraInfo | None:
+        """A ``sensor_msgs/CameraInfo`` of a bag or a live topic (ROS 1: ``K``); None where it
+        has no intrinsics (an uncalibrated camera publishes zeros)."""
+        k = [float(v) for v in (msg.k if hasattr(msg, "k") else msg.K)]
+        if k[0] <= 0.0 or k[4] <= 0.0:
+            return None
+        return cls(width=int(msg.width), height=int(msg.height), fx=k[0], fy=k[4], cx=k[2],
+                   cy=k[5], frame_id=str(msg.header.frame_id))
+
     def to_config(self, base: CameraConfig | None = None) -> CameraConfig:
-        """The core's camera config with these intrinsics (``hfov_deg`` kept from ``base``)."""
+        """The core's camera config with these intrinsics and the image size they are for
+        (``hfov_deg`` kept from ``base``)."""
         hfov = (base or CameraConfig()).hfov_deg
-        return CameraConfig(fx=self.fx, fy=self.fy, cx=self.cx, cy=self.cy, hfov_deg=hfov)
+        return CameraConfig(fx=self.fx, fy=self.fy, cx=self.cx, cy=self.cy, hfov_deg=hfov,
+                            width=self.width or None, height=self.height or None)
 
 
 def _one_line(exc: BaseException) -> str:
@@ -357,18 +369,7 @@ class BagReader:
         """The first CameraInfo on ``topic`` (None if it has no message or no intrinsics)."""
         conns = self._connections(topic, (CAMERA_INFO_TYPE,))
         for _, msg in self._messages(conns):
-            k = [float(v) for v in (msg.k if hasattr(msg, "k") else msg.K)]  # ROS 1: K
-            if k[0] <= 0.0 or k[4] <= 0.0:
-                return None
-            return CameraInfo(
-                width=int(msg.width),
-                height=int(msg.height),
-                fx=k[0],
-                fy=k[4],
-                cx=k[2],
-                cy=k[5],
-                frame_id=str(msg.header.frame_id),
-            )
+            return CameraInfo.from_message(msg)
         return None
 
     # -- poses from the tf tree ------------------------------------------------------------------

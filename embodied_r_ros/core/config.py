@@ -149,6 +149,9 @@ class CameraConfig(StrictModel):
     cx: float | None = None
     cy: float | None = None
     hfov_deg: float = Field(70.0, gt=1.0, lt=179.0, description="used when fx is unset")
+    width: int | None = Field(None, ge=1, description="image width fx and cx are for (a "
+                              "CameraInfo's); grounding scales them to the image it reads")
+    height: int | None = Field(None, ge=1, description="image height fy and cy are for")
 
 
 class TfConfig(StrictModel):
@@ -164,12 +167,34 @@ class TfConfig(StrictModel):
         "y down; what image headers name) or body (x forward, y left, z up: a camera_link)")
 
 
+class GroundingConfig(StrictModel):
+    """Objects the VLM boxes in key frames, placed by bearing (core/grounding.py): kept in the
+    frame records, never written into the frame lines. The pixel bounds are Qwen2.5-VL's
+    processor's (its preprocessor_config.json); the transformers backend uses its own."""
+
+    mode: Literal["off", "request", "reply"] = Field(
+        "off", description="off; request: one grounding call per key frame (the frame alone); "
+        "reply: the boxes asked for in the perception call itself")
+    max_objects: int = Field(8, ge=1, le=32, description="objects kept per key frame (the "
+                             "memory keeps 32); streaming asks for this many salient ones")
+    factor: int = Field(28, ge=1, description="the processor's patch x merge size")
+    min_pixels: int = Field(3136, ge=1, description="the processor's lower pixel bound")
+    max_pixels: int = Field(12845056, ge=1, description="the processor's upper pixel bound")
+
+    @model_validator(mode="after")
+    def _bounds(self) -> GroundingConfig:
+        if self.min_pixels > self.max_pixels:
+            raise ValueError("min_pixels must not exceed max_pixels")
+        return self
+
+
 class PerceptionConfig(StrictModel):
     # vlm: the paper's question-conditioned VLM; geometric: actions from ego-motion only.
     backend: Literal["vlm", "geometric"] = "vlm"
     vlm: ModelConfig | None = None
     camera: CameraConfig = CameraConfig()
     tf: TfConfig = TfConfig()
+    grounding: GroundingConfig = GroundingConfig()
     report_motion: bool = Field(True, description="write measured motion beside the VLM's action")
     # timed: on the robot route (measured motion reported) each frame line states its age and
     # the whole planar motion since the previous key frame; paper: one action a frame, no ages

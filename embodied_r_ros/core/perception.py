@@ -13,6 +13,13 @@ re-asked after the window slid by k key frames makes only the k calls whose pair
 new first frame's). In ``streaming`` mode the prompts leave the question out, so descriptions made
 in the background as key frames arrive serve every later question.
 
+With ``perception.grounding`` on, the VLM also boxes objects in each key frame (the question's,
+or in streaming mode the salient ones), by one extra call per key frame with the frame alone
+(``request``) or in the perception call's own reply (``reply``, the boxes' JSON taken out before
+the reply is read, so the observation is the text around it). The boxes become the frame
+record's objects with bearings (:mod:`embodied_r_ros.core.grounding`); they are never written
+into the frame lines. A bad grounding reply costs that frame's objects and one warning line.
+
 Without a VLM (``geometric`` backend) the action comes from measured motion (visual ego-motion or
 odometry) and the observation from a colour-region summary, so the pipeline runs with no weights.
 """
@@ -39,10 +46,26 @@ from embodied_r_ros.core.backends.base import (
 from embodied_r_ros.core.cache import ReplyCache, digest
 from embodied_r_ros.core.cancel import CancelToken
 from embodied_r_ros.core.colors import colour_objects
-from embodied_r_ros.core.config import ModelConfig, PerceptionConfig
+from embodied_r_ros.core.config import CameraConfig, ModelConfig, PerceptionConfig
+from embodied_r_ros.core.grounding import (
+    GroundingError,
+    asking_boxes,
+    configured_grid,
+    grounded_objects,
+    grounding_conversation,
+    intrinsics,
+    model_image_size,
+    split_boxes,
+)
 from embodied_r_ros.core.perception_text import observation, render
 from embodied_r_ros.core.prompts import PromptSet, default_prompts
-from embodied_r_ros.core.records import FrameRecord, MotionSource, PerceptionRecord, TextStyle
+from embodied_r_ros.core.records import (
+    FrameRecord,
+    MotionSource,
+    PerceptionRecord,
+    SeenObject,
+    TextStyle,
+)
 
 log = logging.getLogger(__name__)
 
@@ -203,6 +226,9 @@ class Perceiver:
         self.vlm = vlm if cfg.backend == "vlm" else None
         self.cache = cache
         self.prompts = prompts or default_prompts()
+        #: the live camera's intrinsics (a node's ``camera_info``): grounding's where a call
+        #: names none; None: ``cfg.camera``
+        self.camera: CameraConfig | None = None
 
     @property
     def model_id(self) -> str:
@@ -226,12 +252,59 @@ class Perceiver:
             frames_digest(images), text, self.model_id, self.prompts.version, self._settings()
         )
 
+    @property
+    def grounding(self) -> str:
+        """How objects are grounded (``perception.grounding.mode``; ``off`` without a VLM)."""
+        return self.cfg.grounding.mode if self.vlm is not None else "off"
+
+    def _call(self, index: int, images: Sequence[np.ndarray], block: str | None
+              ) -> Conversation:
+        """Key frame ``index``'s perception call, asking for boxes too in ``reply`` mode."""
+        call = vlm_conversation(index, images, block, self.prompts)
+        if self.grounding != "reply":
+            return call
+        return asking_boxes(call, block is None, self.prompts, self.cfg.grounding.max_objects)
+
     def conversations(
         self, images: Sequence[np.ndarray], question_block: str
     ) -> list[Conversation]:
         """One VLM call per key frame (question-agnostic in streaming mode)."""
         block = None if self.streaming else question_block
-        return [vlm_conversation(i, images, block, self.prompts) for i in range(len(images))]
+        return [self._call(i, images, block) for i in range(len(images))]
+
+    def grounding_calls(
+        self, images: Sequence[np.ndarray], question_block: str | None
+    ) -> list[Conversation]:
+        """``request`` mode's grounding calls, one per key frame alone (none otherwise)."""
+        if self.grounding != "request":
+            return []
+        block = None if self.streaming else question_block
+        return [grounding_conversation(image, block, self.prompts, self.cfg.grounding.max_objects)
+                for image in images]
+
+    def _split(self, reply: str) -> tuple[str, str | None]:
+        """A perception reply's text, and its boxes' JSON in ``reply`` mode (else None)."""
+        return split_boxes(reply) if self.grounding == "reply" else (reply, None)
+
+    def _objects(self, boxes: str | None, image: np.ndarray, camera: CameraConfig | None,
+                 stamp: float) -> tuple[SeenObject, ...]:
+        """The objects of one key frame's grounding reply (``boxes``; None: there is none).
+        A bad reply costs the frame's objects and one warning line, never the frame."""
+        assert self.vlm is not None
+        g = self.cfg.grounding
+        height, width = image.shape[:2]
+        try:
+            if boxes is None:
+                raise GroundingError("the reply has no JSON list of boxes")
+            grid = self.vlm.image_grid or configured_grid(g)
+            max_side = self.cfg.vlm.image_max_side if self.cfg.vlm is not None else 0
+            k = intrinsics(camera or self.camera or self.cfg.camera, width, height)
+            return grounded_objects(boxes, (width, height),
+                                    model_image_size(width, height, max_side, grid), k,
+                                    g.max_objects)
+        except GroundingError as exc:
+            log.warning("key frame at %.3f s: its grounded objects are dropped: %s", stamp, exc)
+            return ()
 
     def cached_replies(self, calls: Sequence[Conversation]) -> tuple[list[str], list[str | None]]:
         """The cache keys of ``calls`` and the replies already cached (None where missing)."""
@@ -249,17 +322,20 @@ class Perceiver:
         on_progress: ProgressFn | None,
         cancel: CancelToken | None,
     ) -> tuple[list[str], int]:
-        """Every key frame's reply in frame order, and how many VLM calls were made.
+        """Every key frame's reply in frame order, then (``request`` mode) every key frame's
+        grounding reply, and how many VLM calls were made.
 
         Missing replies are requested together (``concurrency`` at a time, 0 = all); each is
         cached as it arrives, so a failed or cancelled question keeps the replies it got.
+        Progress counts the perception calls.
         """
         assert self.vlm is not None
         calls = self.conversations(images, question_block)
+        total = len(calls)
+        calls += self.grounding_calls(images, question_block)
         keys, replies = self.cached_replies(calls)
         missing = [i for i, r in enumerate(replies) if r is None]
-        total = len(calls)
-        done = total - len(missing)
+        done = sum(r is not None for r in replies[:total])
         if on_progress and done:
             on_progress("perception", done, total, "")
         step = self.cfg.concurrency or len(missing) or 1
@@ -272,9 +348,10 @@ class Perceiver:
                 replies[i] = completion.text
                 if self.cache is not None:
                     self.cache.put(keys[i], completion.text)
-                done += 1
-                if on_progress:
-                    on_progress("perception", done, total, completion.text)
+                if i < total:
+                    done += 1
+                    if on_progress:
+                        on_progress("perception", done, total, completion.text)
 
             self.vlm.complete([calls[i] for i in chunk], cancel=cancel, on_reply=arrived)
         return [r or "" for r in replies], len(missing)
@@ -287,17 +364,21 @@ class Perceiver:
         *,
         alone: bool = True,
         stamp: float = 0.0,
+        camera: CameraConfig | None = None,
     ) -> FrameRecord:
         """Describe a frame question-agnostically, alone (for a window that starts at it) and
         after ``previous`` (for one that goes on through it), into the cache: what streaming
         perception does in the background. Returns the record of the pair (of the frame alone
-        for the first of a stream). Without a VLM: the frame's colour regions and no action
-        (the motion is measured), nothing cached."""
+        for the first of a stream), with the objects grounded in the frame where grounding is
+        on (``camera``: its intrinsics). Without a VLM: the frame's colour regions and no
+        action (the motion is measured), nothing cached."""
         if self.vlm is None:
             return FrameRecord(stamp, objects=colour_objects(current))
-        calls = [vlm_conversation(0, [current], None, self.prompts)] if alone else []
+        calls = [self._call(0, [current], None)] if alone else []
         if previous is not None:
-            calls.append(vlm_conversation(1, [previous, current], None, self.prompts))
+            calls.append(self._call(1, [previous, current], None))
+        described = len(calls)
+        calls += self.grounding_calls([current], None)
         keys, replies = self.cached_replies(calls)
         missing = [i for i, r in enumerate(replies) if r is None]
         if missing:
@@ -306,8 +387,13 @@ class Perceiver:
                 replies[i] = completion.text
                 if self.cache is not None:
                     self.cache.put(keys[i], completion.text)
-        reply = read_reply(replies[-1] or "", previous is None, self.cfg.reply_reading)
-        return FrameRecord(stamp, vlm_action=reply.action, vlm_text=reply.observation)
+        text, boxes = self._split(replies[described - 1] or "")
+        reply = read_reply(text, previous is None, self.cfg.reply_reading)
+        if self.grounding == "request":
+            boxes = replies[-1] or ""
+        objects = self._objects(boxes, current, camera, stamp) if self.grounding != "off" else ()
+        return FrameRecord(stamp, vlm_action=reply.action, vlm_text=reply.observation,
+                           objects=objects)
 
     @property
     def style(self) -> TextStyle:
@@ -326,11 +412,14 @@ class Perceiver:
         cancel: CancelToken | None = None,
         question: str = "",
         options: Sequence[str] = (),
+        camera: CameraConfig | None = None,
     ) -> PerceptionResult:
         """Perceive key frames; ``motions[i]`` is the motion from frame i to i+1, measured by
         ``motion_source`` (one source for all, or one per motion); ``question`` and
-        ``options``: what ``question_block`` words (kept in the record for its readers). Raises
-        ``BackendError`` (``CANCELLED`` / ``BACKEND_TIMEOUT`` when ``cancel`` stops it)."""
+        ``options``: what ``question_block`` words (kept in the record for its readers);
+        ``camera``: the intrinsics grounded objects are placed with (else the live camera's,
+        else the config's). Raises ``BackendError`` (``CANCELLED`` / ``BACKEND_TIMEOUT`` when
+        ``cancel`` stops it)."""
         if len(images) != len(stamps):
             raise ValueError("images and stamps differ in length")
         if motions is not None and len(motions) != max(len(images) - 1, 0):
@@ -348,13 +437,17 @@ class Perceiver:
         calls = 0
         if self.vlm is not None:
             replies, calls = self._vlm_replies(images, question_block, on_progress, cancel)
+            grounding = replies[len(images):]  # request mode's replies
             frames = []
-            for i, reply in enumerate(replies):
-                got = read_reply(reply, i == 0, self.cfg.reply_reading)
+            for i, reply in enumerate(replies[: len(images)]):
+                text, boxes = self._split(reply)
+                got = read_reply(text, i == 0, self.cfg.reply_reading)
                 motion, source = measured[i]
+                objects = () if self.grounding == "off" else self._objects(
+                    grounding[i] if grounding else boxes, images[i], camera, float(stamps[i]))
                 frames.append(FrameRecord(float(stamps[i]), motion=motion, motion_source=source,
                                           vlm_action=got.action if i else None,
-                                          vlm_text=got.observation))
+                                          vlm_text=got.observation, objects=objects))
         else:
             frames = []
             for i, img in enumerate(images):

@@ -155,10 +155,12 @@ class EmbodiedR:
         on_progress: ProgressFn | None = None,
         cancel: CancelToken | None = None,
         question_block: str | None = None,
+        camera: CameraConfig | None = None,
     ) -> PerceptionResult:
         """Describe key frames; ``motions`` measured by ``motion_source`` (visual ego-motion
         is computed here when none are given). ``question_block``: the question as a benchmark
-        words it, options included (default: ``format_question(question, options)``)."""
+        words it, options included (default: ``format_question(question, options)``);
+        ``camera``: the intrinsics grounded objects are placed with (a bag's CameraInfo)."""
         if not images:
             raise QueryError(NO_FRAMES, "no frames to perceive")
         if self.perceiver is None:
@@ -176,6 +178,7 @@ class EmbodiedR:
                 cancel=cancel,
                 question=question,
                 options=options,
+                camera=camera,
             )
         except BackendError as exc:
             raise QueryError(exc.code, f"perception model: {exc}") from None
@@ -223,10 +226,13 @@ class EmbodiedR:
         """The perception text of a window's key frames (as the frame buffer stores them) and
         the odometry motions between them (``core.odometry``: None where a pose was missing),
         completed visually. The nodes and ``embodied-r-train build`` both call this, so the
-        LM trains on exactly the text the robot writes."""
+        LM trains on exactly the text the robot writes. ``camera``: the intrinsics of the
+        motions and of grounded objects (a bag's CameraInfo; else the configured ones, and the
+        live camera's for grounding)."""
         completed, sources = self.complete_motions(images, motions, camera)
         return self.perceive(images, stamps, question, options, motions=completed,
-                             motion_source=sources, on_progress=on_progress, cancel=cancel)
+                             motion_source=sources, on_progress=on_progress, cancel=cancel,
+                             camera=camera)
 
     def reasoning_messages(self, perception_text: str) -> Conversation:
         """The chat the reasoning LM is given for a perception text (a dataset row's

@@ -34,6 +34,16 @@ PLACEHOLDERS: dict[str, frozenset[str]] = {
     "reference_system": frozenset(),
     "reference_user": frozenset({"question", "think"}),
 }
+#: the grounding templates (:mod:`embodied_r_ros.core.grounding`): optional in a prompt file
+#: (where one leaves them out, ``config/prompts.yaml``'s are used) and outside
+#: :attr:`PromptSet.version`, so the versions, caches and datasets of the other templates stay
+#: valid whatever they say; a grounding call is cached by its own text
+GROUNDING_PLACEHOLDERS: dict[str, frozenset[str]] = {
+    "grounding": frozenset({"question"}),
+    "grounding_streaming": frozenset({"max_objects"}),
+    "grounding_reply": frozenset(),
+    "grounding_reply_streaming": frozenset({"max_objects"}),
+}
 
 
 @dataclass(frozen=True)
@@ -50,12 +60,22 @@ class PromptSet:
     pair_streaming: str
     reference_system: str
     reference_user: str
+    grounding: str = ""
+    grounding_streaming: str = ""
+    grounding_reply: str = ""
+    grounding_reply_streaming: str = ""
 
     @property
     def version(self) -> str:
-        """``<name>-<12 hex digits of the text>``: changes whenever any wording does."""
-        text = json.dumps(asdict(self), sort_keys=True).encode()
-        return f"{self.name}-{hashlib.sha256(text).hexdigest()[:12]}"
+        """``<name>-<12 hex digits of the text>``: changes whenever any wording but the
+        grounding templates' does (:attr:`grounding_version` covers those)."""
+        text = {k: v for k, v in asdict(self).items() if k not in GROUNDING_PLACEHOLDERS}
+        return f"{self.name}-{_hex(text)}"
+
+    @property
+    def grounding_version(self) -> str:
+        """12 hex digits of the grounding templates' text."""
+        return _hex({k: getattr(self, k) for k in GROUNDING_PLACEHOLDERS})
 
     # -- rendering ---------------------------------------------------------------------------
 
@@ -73,6 +93,23 @@ class PromptSet:
 
     def reference_prompt(self, question_block: str, think: str) -> str:
         return self.reference_user.format(question=question_block.strip(), think=think.strip())
+
+    def grounding_prompt(self, question_block: str | None, max_objects: int) -> str:
+        """A grounding call's instruction: the question's objects, or (``None``: streaming)
+        the salient ones, at most ``max_objects``."""
+        if question_block is None:
+            return self.grounding_streaming.format(max_objects=max_objects)
+        return self.grounding.format(question=question_block)
+
+    def grounding_reply_prompt(self, streaming: bool, max_objects: int) -> str:
+        """What a perception call adds to ask for boxes in its own reply."""
+        if streaming:
+            return self.grounding_reply_streaming.format(max_objects=max_objects)
+        return self.grounding_reply.format()
+
+
+def _hex(data: dict[str, str]) -> str:
+    return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:12]
 
 
 def _fields(template: str) -> set[str]:
@@ -93,11 +130,14 @@ def load_prompts(path: str | Path | None = None) -> PromptSet:
         raise ConfigError(f"prompts {file} is not valid YAML: {exc}".splitlines()[0]) from None
     if not isinstance(data, dict):
         raise ConfigError(f"prompts {file} must be a mapping of template names to text")
-    unknown = sorted(set(data) - set(PLACEHOLDERS) - {"name"})
+    unknown = sorted(set(data) - set(PLACEHOLDERS) - set(GROUNDING_PLACEHOLDERS) - {"name"})
     if unknown:
         raise ConfigError(f"prompts {file}: unknown template '{unknown[0]}'")
     values: dict[str, str] = {"name": str(data.get("name") or file.stem)}
-    for key, wanted in PLACEHOLDERS.items():
+    if file != DEFAULT_PROMPTS:
+        missing = [key for key in GROUNDING_PLACEHOLDERS if key not in data]
+        data = {**data, **{key: getattr(default_prompts(), key) for key in missing}}
+    for key, wanted in {**PLACEHOLDERS, **GROUNDING_PLACEHOLDERS}.items():
         text = data.get(key)
         if not isinstance(text, str) or not text.strip():
             raise ConfigError(f"prompts {file}: template '{key}' is missing or empty")

@@ -18,6 +18,11 @@ the memory itself (each key frame with the pose its frame buffer sent with it) a
 ``memory/stats`` and ``memory/clear``; in the all-in-one the query server's process does
 (``note_listeners``).
 
+With ``perception.grounding`` on and no intrinsics in the config (``perception.camera.fx``),
+it subscribes to ``camera_info`` (``sensor_msgs/CameraInfo``; remap it to the camera's) and
+places the objects the VLM grounds with the newest intrinsics it received, scaled to the key
+frames' size; until one arrives, from the configured field of view.
+
 Run alone: ``ros2 run embodied_r_ros perception_node --ros-args -p profile:=server``.
 """
 
@@ -30,9 +35,10 @@ from typing import Any
 
 import numpy as np
 from rclpy.lifecycle import LifecycleState, TransitionCallbackReturn
-from rclpy.qos import QoSProfile, ReliabilityPolicy
+from rclpy.qos import QoSProfile, ReliabilityPolicy, qos_profile_sensor_data
 
 from embodied_r_ros.agent.guard import guard_subscription
+from embodied_r_ros.core.bags import CameraInfo
 from embodied_r_ros.core.cancel import CancelToken
 from embodied_r_ros.core.error_codes import CORRUPT_FRAME
 from embodied_r_ros.core.perception_text import observation
@@ -82,13 +88,16 @@ class PerceptionNode(ModelNode):
         from embodied_r_interfaces.msg import KeyFrameDescription
 
         self.stream_params = declare(self, SPECS)
+        from sensor_msgs.msg import CameraInfo as CameraInfoMsg
+
         self._action = Perceive
+        self._camera_info_type = CameraInfoMsg
         self._server = self.create_goal_server(Perceive, "~/perceive", self._execute)
         self.describer: BackgroundDescriber | None = None
         self._note_type = KeyFrameDescription
         self._header_type = Header
         self._notes = self.create_publisher(KeyFrameDescription, "~/descriptions", 10)
-        self._inputs: list[Any] = []  # stored-frame subscriptions while configured to stream
+        self._inputs: list[Any] = []  # subscriptions made on configure, destroyed on cleanup
         #: called with each key frame's description (on the describer's thread: only enqueue)
         self.note_listeners: list[Callable[[KeyFrameNote], None]] = []
         #: stand-alone: this node writes the memory (opened on configure, closed on cleanup)
@@ -116,6 +125,11 @@ class PerceptionNode(ModelNode):
         if result == SUCCESS and self.memory is not None and self.config is not None:
             self.memory.writer, why_not = open_writer(self.config, self.get_logger())
             self.memory.why_not = why_not or NOT_CONFIGURED
+        if result == SUCCESS and self._grounding_needs_camera_info:
+            self._inputs.append(self.create_subscription(
+                self._camera_info_type, "camera_info",
+                guard_subscription(self.get_logger(), "camera info", self._on_camera_info),
+                qos_profile_sensor_data, callback_group=self.requests))
         if result == SUCCESS and self._describing and self.stream_params["subscribe_frames"]:
             from embodied_r_interfaces.msg import StoredFrame
 
@@ -145,6 +159,28 @@ class PerceptionNode(ModelNode):
             self.memory.why_not = NOT_CONFIGURED
         with self._poses_lock:
             self._key_poses.clear()
+
+    # -- the camera's intrinsics, for grounding ---------------------------------------
+
+    @property
+    def _grounding_needs_camera_info(self) -> bool:
+        perception = self.config.perception if self.config is not None else None
+        return (perception is not None and perception.backend == "vlm"
+                and perception.grounding.mode != "off" and perception.camera.fx is None)
+
+    def _on_camera_info(self, msg: Any) -> None:
+        """The newest intrinsics, for the objects perception grounds from now on."""
+        perceiver = self.pipeline.perceiver if self.pipeline is not None else None
+        info = CameraInfo.from_message(msg)
+        if perceiver is None or info is None:
+            return
+        camera = info.to_config(perceiver.cfg.camera)
+        if camera != perceiver.camera:
+            if perceiver.camera is None:
+                self.get_logger().info(
+                    f"grounding places objects with the intrinsics of camera_info "
+                    f"({info.width}x{info.height}, fx {info.fx:.1f})")
+            perceiver.camera = camera
 
     def on_activate(self, state: LifecycleState) -> TransitionCallbackReturn:
         pipeline = self.pipeline

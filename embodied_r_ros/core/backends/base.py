@@ -18,7 +18,7 @@ import threading
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 from embodied_r_ros.core.cancel import CancelToken
 from embodied_r_ros.core.error_codes import BACKEND_FAILED, BACKEND_TIMEOUT, CANCELLED
@@ -37,6 +37,7 @@ __all__ = [
     "Completion",
     "Conversation",
     "Health",
+    "ImageGrid",
     "Message",
     "cut_at_stop",
     "exclusive",
@@ -109,6 +110,17 @@ class Completion:
     completion_tokens: int | None = None
 
 
+class ImageGrid(NamedTuple):
+    """How a Qwen2-VL-style processor resizes an image before the model sees it
+    (``smart_resize``): sides rounded to multiples of ``factor`` (patch x merge size), the
+    pixel count kept within ``[min_pixels, max_pixels]``. Boxes a model grounds are in the
+    pixels of that resized image."""
+
+    factor: int
+    min_pixels: int
+    max_pixels: int
+
+
 @dataclass(frozen=True)
 class Health:
     ok: bool
@@ -133,6 +145,9 @@ class ChatBackend(ABC):
     max_batch: int = 1
     #: positions of the model's context (prompt + completion), None where unknown (remote)
     context_tokens: int | None = None
+    #: how the model resizes images where the backend knows it (its own processor); None:
+    #: unknown here (a remote server), and ``perception.grounding``'s bounds are used
+    image_grid: ImageGrid | None = None
 
     def count_prompt_tokens(self, conversation: Conversation) -> int | None:
         """Tokens of the conversation's text as the model would be prompted with it (images

@@ -50,14 +50,21 @@ def content_parts(message: Message) -> str | list[dict[str, Any]]:
     return parts
 
 
+def max_side_size(width: int, height: int, max_side: int) -> tuple[int, int]:
+    """``(width, height)`` of an image of that size after :func:`resize_max_side`."""
+    longest = max(height, width)
+    if max_side <= 0 or longest <= max_side:
+        return width, height
+    scale = max_side / longest
+    return max(1, round(width * scale)), max(1, round(height * scale))
+
+
 def resize_max_side(image: np.ndarray, max_side: int) -> np.ndarray:
     """Shrink so the longest side is at most ``max_side`` (0 = as is); never enlarges."""
     height, width = image.shape[:2]
-    longest = max(height, width)
-    if max_side <= 0 or longest <= max_side:
+    size = max_side_size(width, height, max_side)
+    if size == (width, height):
         return image
-    scale = max_side / longest
-    size = (max(1, round(width * scale)), max(1, round(height * scale)))
     return cv2.resize(image, size, interpolation=cv2.INTER_AREA)
 
 

@@ -43,6 +43,7 @@ from embodied_r_ros.core.backends.base import (
     ChatBackend,
     Completion,
     Conversation,
+    ImageGrid,
     InvalidConversation,
     ReplyFn,
     cut_at_stop,
@@ -139,6 +140,21 @@ def load_processor(path: str, tokenizer: Any) -> Any:
     return QwenImageProcessor(tokenizer, Qwen2VLImageProcessorPil.from_pretrained(path))
 
 
+def image_grid(processor: Any) -> ImageGrid | None:
+    """How ``processor`` resizes images (its image processor's ``size`` bounds, or the older
+    ``min_pixels``/``max_pixels``), None where it does not say."""
+    images = getattr(processor, "image_processor", None)
+    size = getattr(images, "size", None)
+    bounds = [getattr(size, edge, None) if not isinstance(size, dict) else size.get(edge)
+              for edge in ("shortest_edge", "longest_edge")]
+    low = bounds[0] or getattr(images, "min_pixels", None)
+    high = bounds[1] or getattr(images, "max_pixels", None)
+    patch, merge = getattr(images, "patch_size", None), getattr(images, "merge_size", None)
+    if not (low and high and patch and merge):
+        return None
+    return ImageGrid(int(patch) * int(merge), int(low), int(high))
+
+
 def _from_pretrained(loader: Callable[..., Any], name: str, path: str, **kwargs: Any) -> Any:
     """Turn transformers' multi-line OSErrors (no hub, no cache) into one clear line."""
     try:
@@ -193,6 +209,7 @@ class TransformersBackend(ChatBackend):
         self.model.to(self.device).eval()
         self.context_tokens = getattr(config.get_text_config(), "max_position_embeddings", None)
         self.processor = load_processor(path, self.tokenizer) if self.supports_images else None
+        self.image_grid = image_grid(self.processor) if self.processor is not None else None
         self.chat_template = (
             getattr(self.processor, "chat_template", None) or self.tokenizer.chat_template
         )

@@ -26,7 +26,9 @@ JOURNAL = "rows.jsonl"
 def fingerprint_settings(config: Config, model_id: str, extra: dict[str, Any]) -> dict[str, Any]:
     """Everything that changes a row besides its sample: key-frame and perception settings, the
     VLM and its generation settings (as the reply cache keys them), the prompts' wording.
-    Recorded in the manifest; its digest keys the journal."""
+    Recorded in the manifest; its digest keys the journal. The grounding prompts' wording
+    counts where grounding is on (the prompt version leaves it out)."""
+    grounding = config.perception.grounding.mode != "off"
     return {
         "version": DATASET_VERSION,
         "keyframes": config.keyframes.model_dump(),
@@ -37,6 +39,8 @@ def fingerprint_settings(config: Config, model_id: str, extra: dict[str, Any]) -
         "model": model_id,
         "vlm": reply_settings(config.perception.vlm),
         "prompts": prompts_from(config.prompts).version,  # derived from the file's text
+        **({"grounding_prompts": prompts_from(config.prompts).grounding_version}
+           if grounding else {}),
         "extra": extra,
     }
 
