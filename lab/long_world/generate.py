@@ -57,14 +57,15 @@ LONG_GENERATOR_VERSION = 2  # bump when the same spec would render differently
 LONG_QUESTIONS = 20 * len(CATEGORIES)
 
 
-def _renderer(world: LongWorld) -> LongRenderer:
+def long_renderer(world: LongWorld) -> LongRenderer:
+    """The world's ray-cast renderer, its textures drawn from the world's seed."""
     return LongRenderer(world.plan, world.objects, make_atlases(world.plan, world.spec.seed),
                         world.camera)
 
 
 def long_sightings(world: LongWorld) -> Sightings:
     """Render every frame (no files) and keep what it showed: for tests and analyses."""
-    renderer = _renderer(world)
+    renderer = long_renderer(world)
     pixels = np.array([renderer.render(p).object_pixels for p in world.poses])
     return Sightings(Visibility.from_pixels(pixels, world.spec.width * world.spec.height,
                                             world.spec.rate_hz))
@@ -146,7 +147,7 @@ def generate_long_world(spec: LongWorldSpec, out_dir: Path | str,
 def _render_and_write(world: LongWorld, paths: WorldPaths, topics: Topics, *, raw: bool,
                       compressed: bool) -> Sightings:
     spec = world.spec
-    renderer = _renderer(world)
+    renderer = long_renderer(world)
     pixels = np.zeros((world.n_frames, len(world.objects)), np.int64)
     with ExitStack() as stack:
         bag_writer = stack.enter_context(BagWriter(
