@@ -33,9 +33,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
-from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import smart_resize
 
 from embodied_r_ros.core.actions import ActionThresholds, primary_action
+from embodied_r_ros.core.backends.base import ImageGrid
+from embodied_r_ros.core.grounding import smart_resize
 from embodied_r_ros.core.poses import Pose, heading_deg, relative_motion, wrap_deg
 from embodied_r_ros.sim.scene import SceneObject
 from embodied_r_ros.sim.visibility import MIN_SHARE
@@ -81,8 +82,7 @@ class ScriptSettings:
 
 def model_size(width: int, height: int, s: ScriptSettings) -> tuple[int, int]:
     """(width, height) of a request image of that size as the processor resizes it."""
-    h_bar, w_bar = smart_resize(height, width, factor=s.factor, min_pixels=s.min_pixels,
-                                max_pixels=s.max_pixels)
+    h_bar, w_bar = smart_resize(height, width, ImageGrid(s.factor, s.min_pixels, s.max_pixels))
     return int(w_bar), int(h_bar)
 
 
