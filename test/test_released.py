@@ -6,14 +6,20 @@ with the same greedy tokens."""
 
 from __future__ import annotations
 
+import os
 import shutil
+import signal
+import subprocess
+import sys
 import threading
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
+from http_helpers import free_port
 from media import pan_frames
 from released_repo import COMMIT
 
@@ -24,7 +30,6 @@ from embodied_r_ros.core.backends.checkpoints import RELEASED_REPO
 from embodied_r_ros.core.config import CONFIG_DIR, ModelConfig, load_config
 from embodied_r_ros.core.pipeline import EmbodiedR
 from embodied_r_ros.core.prompts import load_prompts, prompts_from
-from embodied_r_ros.serving import serve
 from embodied_r_training.cli import main as train_main
 
 OPTIONS = ["A. rotate left", "B. rotate right"]
@@ -139,25 +144,44 @@ def test_the_workstation_profile_answers_with_it_through_transformers(
     assert answer.answer == official_eval_letter(answer.raw)  # the official extraction
 
 
-def test_the_paper_profile_reasons_over_an_openai_compatible_server(
-    released_hub: Path, frames: list[tuple], monkeypatch: pytest.MonkeyPatch
+def test_the_paper_profile_reasons_over_embodied_r_serve(
+    released_hub: Path, frames: list[tuple], tmp_path: Path, tiny_models_dir: Path,
+    monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The reasoner behind the project's server on loopback, as vLLM would serve it: the
-    pipeline's reply is the one the model gives in-process, read the official way."""
-    lm = create_backend(released(), text_only=True)
-    recorded = Recorded(lm)
+    """``embodied-r serve --role lm`` serves the reasoner on loopback in the place of vLLM; the
+    ``paper`` profile's reply through it is the one the model gives in-process, read the
+    official way, and the served model bears the repository's name."""
+    layer = tmp_path / "served.yaml"
+    layer.write_text("base: server\nreasoning:\n  model: {device: cpu, dtype: float32}\n")
+    port = free_port()
+    env = {**os.environ, "HF_HUB_CACHE": str(released_hub), "HF_HUB_OFFLINE": "1",
+           "EMBODIED_R_MODEL_CACHE": str(tiny_models_dir), "EMBODIED_R_LM_API_KEY": "lm-key"}
+    code = ("import sys; from embodied_r_ros.cli import main; sys.exit(main(sys.argv[1:]))")
+    proc = subprocess.Popen([sys.executable, "-c", code, "-v", "serve", "--config", str(layer),
+                             "--role", "lm", "--port", str(port), "--api-key-env",
+                             "EMBODIED_R_LM_API_KEY"], env=env, stderr=subprocess.PIPE)
     monkeypatch.setenv("EMBODIED_R_LM_API_KEY", "lm-key")
-    with serve(recorded, api_key="lm-key") as server:
+    url = f"http://127.0.0.1:{port}/v1"
+    try:
         cfg = load_config("paper", overrides={
             "perception": {"backend": "geometric"}, "cache": {"enabled": False},
-            "reasoning": {"model": {"base_url": server.url, "max_new_tokens": 24}}})
+            "reasoning": {"model": {"base_url": url, "max_new_tokens": 24}}})
         pipeline = EmbodiedR(cfg)
+        deadline = time.monotonic() + 120
+        while not pipeline.lm.healthy():
+            assert proc.poll() is None, proc.stderr.read().decode()
+            assert time.monotonic() < deadline, "the server did not come up"
+            time.sleep(0.3)
         answer = pipeline.ask(frames, "Which way did I turn?", OPTIONS)
+        conversation = pipeline.reasoning_messages(answer.perception)
         pipeline.close()
-    assert answer.success
-    conversation = recorded.seen[0]
-    assert conversation[0]["content"] == RELEASED_SYSTEM
-    direct = lm.complete([conversation], max_new_tokens=24)[0].text
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        _, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 0, stderr.decode()
+    assert f"serving {RELEASED_REPO} at {url}" in stderr.decode()
+    assert answer.success and conversation[0]["content"] == RELEASED_SYSTEM
+    direct = create_backend(released(), text_only=True).complete([conversation])[0].text
     assert answer.raw == direct
     assert answer.answer == official_eval_letter(direct)
 

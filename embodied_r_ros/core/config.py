@@ -93,7 +93,7 @@ class ModelConfig(StrictModel):
     model: str = Field(min_length=1)
     revision: str | None = Field(None, min_length=1, description="hub revision (branch, tag "
                                  "or commit) of a hub id; unset: main")
-    subfolder: str | None = Field(None, pattern=r"^[A-Za-z0-9_.-]*(/[A-Za-z0-9_.-]+)*$",
+    subfolder: str | None = Field(None, pattern=r"^([A-Za-z0-9_.-]+(/[A-Za-z0-9_.-]+)*)?$",
                                   description="the checkpoint's folder inside the hub "
                                   "repository or directory (EmbodiedCity/Embodied-R: Weight_1 "
                                   "or Weight_2); unset: the model's default, the root for most")
@@ -140,6 +140,13 @@ class ModelConfig(StrictModel):
             raise ValueError("must be an http:// or https:// URL such as http://127.0.0.1:8000/v1")
         return url
 
+    @field_validator("subfolder")
+    @classmethod
+    def _inside(cls, folder: str | None) -> str | None:
+        if folder and ".." in folder.split("/"):
+            raise ValueError("must stay inside the repository (no '..')")
+        return folder
+
     @field_validator("api_key_env")
     @classmethod
     def _env_name(cls, name: str | None) -> str | None:
@@ -151,8 +158,6 @@ class ModelConfig(StrictModel):
     def _endpoint(self) -> ModelConfig:
         if self.backend == "openai" and not self.base_url:
             raise ValueError("base_url is required for backend 'openai'")
-        if self.subfolder and ".." in self.subfolder.split("/"):
-            raise ValueError("subfolder must stay inside the repository (no '..')")
         check_engine_quantization(self.backend, self.quantization)
         return self
 
