@@ -22,6 +22,7 @@ Run: ``.venv/bin/python bench/gguf_sizes.py FILE.gguf ... | --build 3b [--workdi
 from __future__ import annotations
 
 import argparse
+import shlex
 import sys
 import tempfile
 import time
@@ -29,7 +30,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from _figures import add_json_option, write_figures
+from _figures import add_json_option, without_json, write_figures
 
 BUILDS = ("float16", "int8", "q4_k_m", "q4_0")
 CONTEXTS = (4096, 8192)
@@ -115,14 +116,27 @@ def build(root: Path, tiny: bool) -> list[Path]:
 
 
 def table(rows: list[dict[str, Any]]) -> str:
-    lines = ["| file | tensor types | bits / weight | file MB | memory MB, 4096 tokens | "
-             "memory MB, 8192 tokens |", "|---|---|---|---|---|---|"]
+    lines = ["| file | tensor types | bits / weight | file MiB | memory MiB, 4096 tokens | "
+             "memory MiB, 8192 tokens |", "|---|---|---|---|---|---|"]
     for r in rows:
         types = ", ".join(sorted(t for t in r["types"] if t != "F32"))
         lines.append(f"| {Path(r['file']).name} | {types} | {r['bits_per_weight']} | "
                      f"{r['file_mb']:.0f} | {r['memory_mb']['4096']:.0f} | "
                      f"{r['memory_mb']['8192']:.0f} |")
     return "\n".join(lines)
+
+
+def markdown(rows: list[dict[str, Any]], command: str) -> str:
+    """The short report: what was read, the table, what the memory leaves out."""
+    kv = rows[0]["kv_bytes_per_token"] if rows else 0
+    return "\n\n".join([
+        "# GGUF sizes and memory",
+        f"`{command}`: every tensor's bytes from its shape and type (llama.cpp's block sizes, "
+        "through `gguf`), the file's size, and the memory to run it: the weights plus the "
+        f"float16 key/value cache ({kv} bytes a token). llama.cpp's compute buffers (a few "
+        "hundred MiB at a 512-token batch) and the CUDA context are not counted.",
+        table(rows),
+    ]) + "\n"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -146,7 +160,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(text)
     write_figures(args.json, "gguf_sizes", argv, args, {"files": rows})
     if args.md:
-        args.md.write_text(text + "\n")
+        command = shlex.join(["bench/gguf_sizes.py", *without_json(
+            sys.argv[1:] if argv is None else argv)])
+        args.md.write_text(markdown(rows, command))
     return 0
 
 

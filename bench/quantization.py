@@ -10,15 +10,17 @@ question by question, so a change in the machine's load falls on all of them ali
 Per build: the GGUF file's size, p50 and p95 seconds a question and their ratios to float16,
 and how many of the 30 answers equal float16's. Bound (exit 1 when missed): a build that loses
 more than ``--max-lost`` (2) of the 30 answers against float16 is reported as not fit to be a
-default; the script fails when the build named by ``--default`` (the one the ``jetson`` profile
-ships) is such a build.
+default; the script fails when the build named by ``--default`` (the one the ``jetson`` and
+``offline`` profiles ship, float16) is such a build.
 
-Run: ``.venv/bin/python bench/quantization.py [--json PATH] [--md PATH]``
+Run: ``.venv/bin/python bench/quantization.py [--threads 2] [--json PATH --md PATH]``;
+``--from-json FILE --md PATH`` writes the report of a figures file again.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
 import sys
 import tempfile
@@ -88,7 +90,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
 def table(figures: dict[str, Any]) -> str:
     n = figures["questions"]
     lines = [
-        f"| GGUF | file MB | p50 s | p95 s | p50 / F16 | p95 / F16 | same answers as F16 "
+        f"| GGUF | file MiB | p50 s | p95 s | p50 / F16 | p95 / F16 | same answers as F16 "
         f"| correct | fit for a default (lost <= {figures['max_lost']}) |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
@@ -100,6 +102,33 @@ def table(figures: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def markdown(record: dict[str, Any]) -> str:
+    """The short report of a figures file: what was run, the table, the verdict."""
+    figures, machine = record["figures"], record["machine"]
+    n = figures["questions"]
+    reference = LABELS[figures["reference"]]
+    fit = [r["gguf"] for r in figures["builds"].values()
+           if r["fit_for_default"] and r["gguf"] != reference]
+    tokens = ", ".join(f"{r['gguf']} {sum(r['new_tokens']) / n:.0f}"
+                       for r in figures["builds"].values())
+    verdict = (f"{', '.join(fit)} may." if fit else
+               "none does, so no profile ships a quantised reasoner as its default: `offline` "
+               "and `jetson` run F16, and the other types are options.")
+    return "\n\n".join([
+        "# The shipped reasoner's GGUF types side by side",
+        f"`{record['command']}`: `{REASONER}` on the `llamacpp` backend, each GGUF type "
+        f"converted by the backend's own path, greedy, {MAX_NEW} new tokens at most, "
+        f"{figures['threads']} thread(s) a reply, the demo's {n} questions, every build in "
+        f"turn question by question; {machine['cpus']} CPUs ({machine['cpu_model']}), load "
+        f"average {machine['load_average_1min']} (other work shared the cores, so the seconds "
+        "are slow; the ratios, measured side by side, are the figures to read).",
+        table(figures),
+        f"Mean new tokens a reply: {tokens}.",
+        f"A type may lose at most {figures['max_lost']} of the {n} answers against {reference} "
+        f"to be a default; {verdict}",
+    ]) + "\n"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--builds", default=",".join(BUILDS),
@@ -107,15 +136,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--questions", type=int, default=30, help="demo questions (30: all)")
     parser.add_argument("--max-lost", type=int, default=2,
                         help="answers a default build may lose against the reference")
-    parser.add_argument("--default", default="q4_k_m",
+    parser.add_argument("--default", default="float16",
                         help="the build a profile ships as its default (checked against the bound)")
     parser.add_argument("--threads", type=int, default=2,
                         help="threads a reply (the offline profile's: 2)")
     parser.add_argument("--data", type=Path, default=DEFAULT_DATA)
     parser.add_argument("--model-cache", type=Path, default=None)
     parser.add_argument("--md", type=Path, default=None, help="also write the table here")
+    parser.add_argument("--from-json", type=Path, default=None,
+                        help="write the report (--md) of a figures file instead of measuring")
     add_json_option(parser)
     args = parser.parse_args(argv)
+    if args.from_json:
+        text = markdown(json.loads(args.from_json.read_text()))
+        print(text)
+        if args.md:
+            args.md.write_text(text)
+        return 0
     args.data.mkdir(parents=True, exist_ok=True)
     figures = measure(args)
     text = table(figures)
@@ -129,8 +166,8 @@ def main(argv: Sequence[str] | None = None) -> int:
               f"({'MISSED' if missed else 'ok'}, at most {args.max_lost})")
     figures["missed"] = missed
     write_figures(args.json, "quantization", argv, args, figures)
-    if args.md:
-        args.md.write_text(text + "\n")
+    if args.md and args.json:
+        args.md.write_text(markdown(json.loads(args.json.read_text())))
     return 1 if missed else 0
 
 

@@ -27,7 +27,7 @@ from embodied_r_ros.core.answers import official_eval_letter
 from embodied_r_ros.core.backends import BackendError, ChatBackend, Conversation, create_backend
 from embodied_r_ros.core.backends.base import Completion
 from embodied_r_ros.core.backends.checkpoints import RELEASED_REPO
-from embodied_r_ros.core.config import CONFIG_DIR, ModelConfig, load_config
+from embodied_r_ros.core.config import CONFIG_DIR, ConfigError, ModelConfig, load_config
 from embodied_r_ros.core.pipeline import EmbodiedR
 from embodied_r_ros.core.prompts import load_prompts, prompts_from
 from embodied_r_training.cli import main as train_main
@@ -81,6 +81,20 @@ def test_the_system_prompt_is_the_official_batch_inferences() -> None:
     ours, theirs = prompts_from(None), load_prompts(CONFIG_DIR / "prompts-released.yaml")
     assert ours.pair == theirs.pair and ours.system != theirs.system
     assert ours.version != theirs.version  # caches never mix the two
+
+
+def test_a_prompts_file_extends_another_and_bad_chains_are_one_line(tmp_path: Path) -> None:
+    (tmp_path / "mine.yaml").write_text(
+        f"base: {CONFIG_DIR / 'prompts-released.yaml'}\nname: mine\npreamble: Frames follow.\n")
+    mine = load_prompts(tmp_path / "mine.yaml")
+    assert (mine.name, mine.preamble, mine.system) == ("mine", "Frames follow.", RELEASED_SYSTEM)
+    (tmp_path / "a.yaml").write_text("base: b.yaml\n")
+    (tmp_path / "b.yaml").write_text("base: a.yaml\n")
+    (tmp_path / "c.yaml").write_text("base: missing.yaml\n")
+    for name, words in (("a.yaml", "cycles"), ("c.yaml", "cannot read prompts")):
+        with pytest.raises(ConfigError, match=words) as err:
+            load_prompts(tmp_path / name)
+        assert "\n" not in str(err.value)
 
 
 def test_each_released_run_loads_text_only(released_hub: Path,
