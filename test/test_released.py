@@ -97,11 +97,55 @@ def test_a_prompts_file_extends_another_and_bad_chains_are_one_line(tmp_path: Pa
         assert "\n" not in str(err.value)
 
 
+class SliceSpy:
+    """A lazy tensor slice that records its name when its data is read."""
+
+    def __init__(self, name: str, inner: Any, read: list[str]) -> None:
+        self.name, self.inner, self.read = name, inner, read
+
+    def __getitem__(self, index: Any) -> Any:
+        self.read.append(self.name)
+        return self.inner[index]
+
+    def __getattr__(self, attribute: str) -> Any:  # shape and dtype are not data
+        return getattr(self.inner, attribute)
+
+
+class ReadSpy:
+    """``safe_open`` that records the tensors whose data is read (a lazy slice only when it is
+    indexed)."""
+
+    read: list[str] = []
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        from safetensors import safe_open
+
+        self.inner = safe_open(*args, **kwargs)
+
+    def __enter__(self) -> ReadSpy:
+        self.inner.__enter__()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.inner.__exit__(*exc)
+
+    def get_slice(self, name: str) -> Any:
+        return SliceSpy(name, self.inner.get_slice(name), self.read)
+
+    def get_tensor(self, name: str) -> Any:
+        self.read.append(name)
+        return self.inner.get_tensor(name)
+
+    def __getattr__(self, attribute: str) -> Any:
+        return getattr(self.inner, attribute)
+
+
 def test_each_released_run_loads_text_only(released_hub: Path,
                                            monkeypatch: pytest.MonkeyPatch) -> None:
-    """``subfolder`` picks the run (Weight_1 when unset); the vision tower is never built and
-    the loaded model holds exactly the checkpoint's non-vision parameters."""
-    from transformers import AutoModelForImageTextToText
+    """``subfolder`` picks the run (Weight_1 when unset); the vision tower is never built, its
+    weights are never read, and the loaded model holds exactly the checkpoint's non-vision
+    parameters."""
+    from transformers import AutoModelForImageTextToText, modeling_utils
     from transformers.models.qwen2_5_vl import modeling_qwen2_5_vl
 
     full = AutoModelForImageTextToText.from_pretrained(snapshot(released_hub) / "Weight_1")
@@ -113,6 +157,8 @@ def test_each_released_run_loads_text_only(released_hub: Path,
 
     monkeypatch.setattr(modeling_qwen2_5_vl.Qwen2_5_VisionTransformerPretrainedModel,
                         "__init__", refuse)
+    monkeypatch.setattr(modeling_utils, "safe_open", ReadSpy)
+    monkeypatch.setattr(ReadSpy, "read", [])
     weights = {}
     for run in (None, "Weight_1", "Weight_2"):
         lm = create_backend(released(subfolder=run), text_only=True)
@@ -121,6 +167,7 @@ def test_each_released_run_loads_text_only(released_hub: Path,
         assert sum(p.numel() for p in lm.model.parameters()) == text_params
         weights[run] = embedding(lm)
         lm.close()
+    assert ReadSpy.read and not [name for name in ReadSpy.read if "visual" in name]
     assert torch.equal(weights[None], weights["Weight_1"])  # the default run
     assert not torch.equal(weights["Weight_1"], weights["Weight_2"])  # another run
     assert torch.equal(weights["Weight_1"], full.get_input_embeddings().weight)
