@@ -2,8 +2,9 @@
 
 Profiles are YAML files in ``config/profiles/`` (``tiny``, ``offline``, ``workstation``,
 ``server``, ``paper``, ``jetson``); a user file or ``--config`` may name a profile (or a file,
-relative to itself) in ``base`` and override any key. Unknown keys and invalid values (non-finite numbers, non-HTTP
-URLs) raise :class:`ConfigError` naming the key path (``reasoning.model.dtype``).
+relative to itself) in ``base`` and override any key. Unknown keys and invalid values
+(non-finite numbers, non-HTTP URLs) raise :class:`ConfigError` naming the key path
+(``reasoning.model.dtype``).
 """
 
 from __future__ import annotations
