@@ -8,7 +8,14 @@
       shape, group size 8, 32 completions a step, fp32 master weights with bf16 autocast), with
       TRL's generation and with vLLM colocated rollouts, steps per minute each;
   (c) whether GRPO moves the weights on CUDA: the fraction of sampled weights each step at lr
-      5e-7 changed (>= 99 %), and peak GPU memory, from the runs of (b).
+      5e-7 changed (>= 99 %), and peak GPU memory, from the runs of (b);
+  (d) the released reasoner's reasoning latency (p50, a 700-token prompt and 160 new tokens) at
+      its 3B shape with random weights: transformers bf16, llama.cpp CUDA with every layer
+      offloaded, and vLLM where it is installed (``bench/_reasoner_latency.py``).
+
+``--parts`` picks the checks (default all); ``--parts reasoning`` is (d) alone, one run of well
+under 8 minutes on an H100 or H200 with no set-up and no hub (vLLM is used where this
+interpreter, ``--vllm-python`` or an earlier run's environment has it).
 
 Everything the check needs is built here: the 7B-shaped VL model directory (config, the
 project's offline BPE tokenizer with the Qwen special tokens and a VL chat template, an image
@@ -18,11 +25,14 @@ from a local wheel folder on a box without an index). The first creation of that
 (minutes of downloads) is reported apart and is not counted in the 8-minute bound.
 
 Bounds (exit 1 when one is missed): 32 key frames all at once <= 2 x the mean single VLM call;
-every GRPO step changes >= 99 % of the sampled weights; the whole check (without the first
-environment set-up) <= ``--budget-s`` (480 s).
+every GRPO step changes >= 99 % of the sampled weights; every engine of (d) that ran made 160
+tokens from 700 with no vision weights loaded; the checks run (without the first environment
+set-up) <= ``--budget-s`` (480 s).
 
   python bench/gpu_check.py [--workdir /tmp/gpu-check] [--vllm-python PATH] [--json OUT]
-  python bench/gpu_check.py --dry-run    # CPU: build every config and command, run nothing
+  python bench/gpu_check.py --parts reasoning [--json OUT]     # (d) alone
+  python bench/gpu_check.py --dry-run    # CPU: build every config and command; (d) on a tiny
+                                         # checkpoint of the same layout, on the CPU
 """
 
 from __future__ import annotations
@@ -43,6 +53,10 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 BENCH = REPO / "bench"
+sys.path.insert(0, str(BENCH))
+import _reasoner_latency as reasoner  # noqa: E402 - a helper module of this folder
+
+PARTS = ("perception", "grpo", "reasoning")
 SERVED_NAME = "qwen2.5-vl-7b-dummy"
 VLLM_SPEC = "vllm>=0.22,<0.31.1"  # what TRL 1.16 accepts for use_vllm (trl/import_utils.py)
 #: the vLLM environment: vLLM with its own torch, and what the project and TRL need beside it
@@ -252,13 +266,57 @@ def plan(args: argparse.Namespace) -> dict[str, Any]:
     work = args.workdir
     venv = work / "vllm-env"
     python = args.vllm_python or str(venv / "bin" / "python")
+    needs_venv = not args.vllm_python and ({"perception", "grpo"} & set(args.parts))
+    checkpoint = work / "embodied-r-3b" / "Weight_1"
     return {
         "model_dir": str(work / "qwen2.5-vl-7b-dummy"),
-        "setup": [] if args.vllm_python else venv_commands(venv, args.wheelhouse),
+        "setup": venv_commands(venv, args.wheelhouse) if needs_venv else [],
         "serve": serve_command(python, work / "qwen2.5-vl-7b-dummy", args.port, args.vllm_memory),
         "grpo": {"trl-generate": grpo_command(sys.executable, "none", work / "grpo-trl.json"),
                  "vllm-colocate": grpo_command(python, "colocate", work / "grpo-vllm.json")},
+        "reasoning": {"checkpoint": str(checkpoint),
+                      "vllm_serve": reasoner.vllm_serve_command(python, checkpoint,
+                                                                args.port + 1, 0.3)},
     }
+
+
+def _has_vllm(python: str) -> bool:
+    code = "import importlib.util, sys; sys.exit(importlib.util.find_spec('vllm') is None)"
+    return subprocess.run([python, "-c", code], capture_output=True).returncode == 0
+
+
+def reasoning_latency(args: argparse.Namespace, gpu: bool) -> dict[str, Any]:
+    """(d); on the CPU (the dry run) on a tiny checkpoint of the released layout, 1 repeat."""
+    work = args.workdir
+    checkpoint = reasoner.write_checkpoint(work / ("embodied-r-3b" if gpu else "embodied-r-tiny"),
+                                           tiny=not gpu, device="cuda" if gpu else "cpu")
+    ids = reasoner.prompt_ids(checkpoint)
+    repeats = args.repeats if gpu else 1
+    out: dict[str, Any] = {"checkpoint": str(checkpoint), "prompt_tokens": len(ids),
+                           "engines": {}}
+    engines = out["engines"]
+    engines["transformers"] = reasoner.transformers_latency(checkpoint, ids, repeats, gpu)
+    engines["llamacpp"] = reasoner.llamacpp_latency(checkpoint, ids, repeats, gpu,
+                                                    work / "llamacpp-cache")
+    python = reasoner.vllm_python(args.vllm_python, work / "vllm-env", _has_vllm)
+    if not gpu:
+        engines["vllm"] = {"skipped": "dry run", "installed": python is not None}
+    elif python is None:
+        engines["vllm"] = {"skipped": "vLLM is not installed (--vllm-python names one)"}
+    else:
+        cmd = reasoner.vllm_serve_command(python, checkpoint, args.port + 1, 0.3)
+        try:
+            with vllm_server(cmd, _env(python), args.port + 1, work / "vllm-3b.log") as url:
+                engines["vllm"] = reasoner.vllm_latency(url, ids, repeats)
+        except RuntimeError as exc:
+            engines["vllm"] = {"error": str(exc)}
+    ran = [r for r in engines.values() if "p50_s" in r]
+    lengths = len(ids) == reasoner.PROMPT_TOKENS and all(
+        r["new_tokens"] == reasoner.NEW_TOKENS for r in ran)
+    text_only = engines["transformers"].get("visual_params") == 0
+    failed = any("error" in r for r in engines.values())
+    out["ok"] = bool(ran) and lengths and text_only and not failed
+    return out
 
 
 def dry_run(args: argparse.Namespace) -> dict[str, Any]:
@@ -274,6 +332,11 @@ def dry_run(args: argparse.Namespace) -> dict[str, Any]:
     url = f"http://127.0.0.1:{args.port}/v1"
     for mode in ({"concurrency": 1}, {}):  # validated as the full run builds them
         config_from_dict(perception_config(url, args.vlm_tokens, args.workdir / "cache", **mode))
+    reasoning: dict[str, Any] = {"shape": reasoner.shape_counts()}
+    if "reasoning" in args.parts:
+        reasoning.update(reasoning_latency(args, gpu=False))
+        if not reasoning["ok"]:
+            problems.append(f"reasoning latency: {reasoning['engines']}")
     grpo: dict[str, Any] = {}
     for mode, cmd in steps["grpo"].items():
         buf = io.StringIO()
@@ -284,7 +347,7 @@ def dry_run(args: argparse.Namespace) -> dict[str, Any]:
         if rc:
             problems.append(f"grpo {mode}: GRPOConfig has no {checked['unknown']}")
     return {"check": "gpu_check", "dry_run": True, "plan": steps, "model": model,
-            "grpo": grpo, "problems": problems, "ok": not problems}
+            "grpo": grpo, "reasoning": reasoning, "problems": problems, "ok": not problems}
 
 
 def full_run(args: argparse.Namespace) -> dict[str, Any]:
@@ -303,27 +366,31 @@ def full_run(args: argparse.Namespace) -> dict[str, Any]:
         subprocess.run(cmd, check=True)
     report["setup_s"] = round(time.perf_counter() - t0, 1)
     start = time.perf_counter()
-    build_vl_model_dir(Path(steps["model_dir"]))
     python = steps["serve"][0]
     env = _env(python)
-    try:
-        with vllm_server(steps["serve"], env, args.port, work / "vllm-serve.log") as url:
-            report["perception"] = perception_latency(url, args.vlm_tokens, 0.5, work / "cache")
-    except RuntimeError as exc:
-        report["perception"] = {"error": str(exc), "ok": False}
-    grpo = {}
-    for mode, cmd in steps["grpo"].items():
-        if cmd[0] == python:
-            cmd_env = env
-        else:
-            cmd_env = dict(os.environ)
-        grpo[mode] = _run_json(cmd, cmd_env, Path(cmd[cmd.index("--json") + 1]),
-                               work / f"grpo-{mode}.log")
-    report["grpo"] = grpo
+    oks = []
+    if "perception" in args.parts:
+        build_vl_model_dir(Path(steps["model_dir"]))
+        try:
+            with vllm_server(steps["serve"], env, args.port, work / "vllm-serve.log") as url:
+                report["perception"] = perception_latency(url, args.vlm_tokens, 0.5,
+                                                          work / "cache")
+        except RuntimeError as exc:
+            report["perception"] = {"error": str(exc), "ok": False}
+        oks.append(bool(report["perception"].get("ok")))
+    if "grpo" in args.parts:
+        grpo = {}
+        for mode, cmd in steps["grpo"].items():
+            cmd_env = env if cmd[0] == python else dict(os.environ)
+            grpo[mode] = _run_json(cmd, cmd_env, Path(cmd[cmd.index("--json") + 1]),
+                                   work / f"grpo-{mode}.log")
+        report["grpo"] = grpo
+        oks.append(all(r.get("bound", {}).get("ok") for r in grpo.values()))
+    if "reasoning" in args.parts:
+        report["reasoning"] = reasoning_latency(args, gpu=True)
+        oks.append(report["reasoning"]["ok"])
     report["check_s"] = round(time.perf_counter() - start, 1)
-    weights_ok = all(r.get("bound", {}).get("ok") for r in grpo.values())
-    report["ok"] = bool(report["perception"].get("ok")) and weights_ok and (
-        report["check_s"] <= args.budget_s)
+    report["ok"] = all(oks) and report["check_s"] <= args.budget_s
     return report
 
 
@@ -331,7 +398,9 @@ def print_table(report: dict[str, Any]) -> None:
     print(f"GPU check on {report.get('device')}: setup {report.get('setup_s')} s (not counted), "
           f"checks {report.get('check_s')} s (bound {BUDGET_S:g} s)")
     perception = report.get("perception", {})
-    if "rows" in perception:
+    if not perception:
+        pass
+    elif "rows" in perception:
         print("(a) perception against vllm serve (Qwen2.5-VL-7B shape, dummy weights)")
         print(" | ".join(f"{h:>16s}" for h in ("key frames", "sequential", "concurrent",
                                                "re-ask", "one call", "conc / one call")))
@@ -342,15 +411,24 @@ def print_table(report: dict[str, Any]) -> None:
                 f"{r['concurrent_over_single_call']} (<= 2)")))
     else:
         print(f"(a) perception: {perception.get('error')}")
-    print("(b)+(c) GRPO, paper shape, 3 steps")
-    print(" | ".join(f"{h:>18s}" for h in ("rollouts", "steps / min", "weights changed",
-                                           "peak GiB", "status")))
+    if "grpo" in report:
+        print("(b)+(c) GRPO, paper shape, 3 steps")
+        print(" | ".join(f"{h:>18s}" for h in ("rollouts", "steps / min", "weights changed",
+                                               "peak GiB", "status")))
     for mode, r in report.get("grpo", {}).items():
         changed = r.get("weights_changed_per_step") or []
         print(" | ".join(f"{c:>18s}" for c in (
             mode, str(r.get("steps_per_minute")), f"min {min(changed):.4f}" if changed else "-",
             str(r.get("peak_gpu_memory_gib")), "ok" if r.get("bound", {}).get("ok") else
             f"FAILED rc {r.get('rc')} {r.get('error', '')}")))
+    reasoning = report.get("reasoning", {})
+    if reasoning:
+        print(f"(d) reasoning latency, released reasoner's 3B shape, random weights: "
+              f"{reasoning['prompt_tokens']} prompt tokens, {reasoner.NEW_TOKENS} new")
+        for engine, r in reasoning["engines"].items():
+            status = (f"p50 {r['p50_s']} s ({r['new_tokens']} tokens)" if "p50_s" in r
+                      else r.get("skipped") or r.get("error"))
+            print(f"{engine:>14s} | {status}")
     print("OK" if report.get("ok") else "MISSED")
 
 
@@ -366,8 +444,13 @@ def main(argv: list[str] | None = None) -> int:
                    help="vllm serve's share of GPU memory for (a)")
     p.add_argument("--vlm-tokens", type=int, default=64, help="new tokens per VLM reply")
     p.add_argument("--budget-s", type=float, default=BUDGET_S)
+    p.add_argument("--parts", type=lambda text: text.split(","), default=list(PARTS),
+                   help=f"the checks to run, comma-separated (default {','.join(PARTS)})")
+    p.add_argument("--repeats", type=int, default=5, help="timed runs per engine in (d)")
     p.add_argument("--json", type=Path, help="also write the report here")
     args = p.parse_args(argv)
+    if unknown := sorted(set(args.parts) - set(PARTS)):
+        p.error(f"--parts: unknown {', '.join(unknown)} (known: {', '.join(PARTS)})")
     if args.dry_run:
         report = dry_run(args)
         print(json.dumps(report, default=str))

@@ -60,6 +60,13 @@ BENCHMARKS = (
     Benchmark("lm_engines", "the shipped reasoner on each CPU engine: latency and agreement",
               quick=("--engines", "llamacpp-float16", "--id-per-category", "1",
                      "--demo-questions", "2", "--prefill-prompts", "2")),
+    Benchmark("quantization", "the reasoner's GGUF types (F16, Q8_0, 4-bit): latency and "
+              "answers against F16", full=("--md", "results/bench/quantization.md"),
+              quick=("--questions", "2", "--builds", "float16,q4_0")),
+    Benchmark("gguf_sizes", "the released reasoner's GGUF files: size and memory per type, "
+              "from a random 3B-shaped export", full=("--build", "3b", "--md",
+                                                     "results/bench/gguf_sizes.md"),
+              quick=("--build", "tiny")),
     Benchmark("memory_store", "the spatial memory: ingest CPU, disk per hour, retrieval time",
               quick=("--ingest-frames", "20", "--hours", "0.1", "--repeat", "1",
                      "--questions", "2", "--no-embedder")),
@@ -68,7 +75,8 @@ BENCHMARKS = (
               quick=("--small", "--reasoner", "0", "--no-embedder")),
     Benchmark("grpo_gpu", "GRPO steps per minute of a Qwen2.5-3B-shaped policy",
               needs=("cuda",), quick=("--steps", "2")),
-    Benchmark("gpu_check", "vLLM serving a 7B-shaped VLM, and GRPO with vLLM rollouts",
+    Benchmark("gpu_check", "vLLM serving a 7B-shaped VLM, GRPO with vLLM rollouts, and the "
+              "released reasoner's latency on each engine",
               needs=("cuda",), quick=("--dry-run",)),
 )
 

@@ -251,7 +251,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _add_profile_args(p: argparse.ArgumentParser) -> None:
     group = p.add_mutually_exclusive_group()
-    group.add_argument("--profile", "-p", help="tiny | offline | workstation | server")
+    group.add_argument("--profile", "-p", help="tiny | offline | workstation | server | paper "
+                       "| jetson, or a YAML file")
     group.add_argument("--config", "-c", help="a YAML config file")
 
 

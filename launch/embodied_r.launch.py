@@ -3,7 +3,7 @@
 Arguments (``ros2 launch ... --show-args``):
   camera_topic     raw image topic; its ``/compressed`` sibling is subscribed too
   odom_topic       nav_msgs/Odometry for metric actions between key frames
-  profile          pipeline profile (tiny, offline, workstation, server)
+  profile          pipeline profile (tiny, offline, workstation, server, paper, jetson)
   config_file      YAML layered over the profile (empty = none)
   params_file      ROS parameters for the nodes (default: the package's config/ros_params.yaml)
   namespace        namespace of every node; the query service is <namespace>/query

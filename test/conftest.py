@@ -65,6 +65,26 @@ def smollm2_dir(_model_cache_env: Path) -> Path:
 
 
 @pytest.fixture(scope="session")
+def released_hub_dir(tmp_path_factory: pytest.TempPathFactory, tiny_models_dir: Path) -> Path:
+    """A hub cache holding ``EmbodiedCity/Embodied-R`` as the hub lays it out, with tiny
+    random checkpoints (``released_repo.py``)."""
+    from released_repo import build_hub_cache
+
+    return build_hub_cache(tmp_path_factory.mktemp("hub"), tiny_models_dir)
+
+
+@pytest.fixture
+def released_hub(released_hub_dir: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """``released_hub_dir`` as this test's hub cache, offline (as ``HF_HUB_CACHE`` and
+    ``HF_HUB_OFFLINE=1`` would make it)."""
+    from huggingface_hub import constants
+
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(released_hub_dir))
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    return released_hub_dir
+
+
+@pytest.fixture(scope="session")
 def dataset(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """``bagdata.built_dataset`` (a 28-frame bag, 8 questions, built by the real ``build``),
     shared by the training test modules: read it, write runs elsewhere."""

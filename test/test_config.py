@@ -15,7 +15,8 @@ from embodied_r_ros.core.config import (
 )
 
 
-@pytest.mark.parametrize("profile", ["tiny", "offline", "workstation", "server"])
+@pytest.mark.parametrize("profile", ["tiny", "offline", "workstation", "server", "paper",
+                                     "jetson"])
 def test_shipped_profiles_validate(profile: str) -> None:
     cfg = load_config(profile)
     assert cfg.name == profile
@@ -47,6 +48,10 @@ def test_keyframe_defaults_match_the_paper() -> None:
         ({"perception": {"vlm": {"base_url": "http://host:99999/v1"}}},
          "perception.vlm.base_url"),
         ({"perception": {"vlm": {"api_key_env": "MY KEY"}}}, "perception.vlm.api_key_env"),
+        ({"reasoning": {"model": {"subfolder": "../elsewhere"}}}, "reasoning.model.subfolder"),
+        ({"reasoning": {"model": {"subfolder": "/abs"}}}, "reasoning.model.subfolder"),
+        ({"reasoning": {"model": {"n_gpu_layers": -2}}}, "reasoning.model.n_gpu_layers"),
+        ({"reasoning": {"model": {"context_tokens": 10}}}, "reasoning.model.context_tokens"),
     ],
 )
 def test_bad_keys_and_values_name_the_key(overrides: dict, key: str) -> None:
@@ -91,7 +96,8 @@ def test_relative_base_and_prompts_resolve_against_the_naming_file(
 
 
 def test_profile_names_never_leave_the_profiles_folder(tmp_path: Path) -> None:
-    assert set(available_profiles()) == {"tiny", "offline", "workstation", "server"}
+    assert set(available_profiles()) == {"tiny", "offline", "workstation", "server", "paper",
+                                         "jetson"}
     for name in ("ros_params", "../ros_params", "..", "prompts"):
         with pytest.raises(ConfigError, match="unknown profile|must be a .yaml"):
             load_config(name)
@@ -162,3 +168,36 @@ def test_unknown_profile_and_bad_files(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="cycle"):
         load_config(path=cyc)
     assert {"tiny", "offline", "workstation", "server"} <= set(available_profiles())
+
+
+@pytest.mark.parametrize("profile", ["workstation", "server", "paper", "jetson"])
+def test_the_paper_profiles_run_the_released_reasoner_as_the_official_code(profile: str) -> None:
+    """The released checkpoint (Weight_1 unless a config names the other run), the official
+    batch inference's system prompt, greedy decoding with 3096 new tokens, the official answer
+    extraction."""
+    from embodied_r_ros.core.backends.checkpoints import RELEASED_REPO, default_subfolder
+    from embodied_r_ros.core.prompts import prompts_from
+
+    cfg = load_config(profile)
+    model = cfg.reasoning.model
+    assert model.model == RELEASED_REPO and default_subfolder(model.model, model.subfolder) == (
+        "Weight_1")
+    assert (model.temperature, model.max_new_tokens) == (0.0, 3096)
+    assert cfg.reasoning.answer_mode == "official"
+    assert prompts_from(cfg.prompts).system.endswith("User: . Assistant:")
+    other = load_config(profile, overrides={"reasoning": {"model": {"subfolder": "Weight_2"}}})
+    assert other.reasoning.model.subfolder == "Weight_2"
+    baseline = load_config(profile, overrides={
+        "reasoning": {"model": {"model": "Qwen/Qwen2.5-3B-Instruct"}}})
+    assert default_subfolder(baseline.reasoning.model.model,
+                             baseline.reasoning.model.subfolder) == ""  # its root
+
+
+def test_the_interactive_decoding_is_one_config_layer(tmp_path: Path) -> None:
+    """The official interactive demo's reasoning settings (temperature 0.7, 4096 tokens)."""
+    layer = tmp_path / "interactive.yaml"
+    layer.write_text("base: workstation\nreasoning:\n  model: {temperature: 0.7, "
+                     "max_new_tokens: 4096}\n")
+    model = load_config(path=str(layer)).reasoning.model
+    assert (model.temperature, model.max_new_tokens, model.model) == (
+        0.7, 4096, "EmbodiedCity/Embodied-R")

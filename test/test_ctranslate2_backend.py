@@ -55,13 +55,19 @@ def test_converts_once_and_rebuilds_when_the_source_changes(
     assert ensure_converted(str(source), "float32", cache) != first  # one build per quantisation
 
 
-def test_a_name_that_is_not_local_is_one_clear_error(ct2: object, tmp_path: Path) -> None:
+def test_a_model_it_cannot_find_is_one_clear_error(ct2: object, tmp_path: Path,
+                                                   released_hub: Path) -> None:
+    """A hub id is fetched as files first: one neither cached nor downloadable (offline here)
+    is one line, as is a folder that does not exist."""
     from embodied_r_ros.core.backends.ctranslate2_backend import ensure_converted
 
     with pytest.raises(BackendError) as err:
         ensure_converted("someone/some-hub-model", "int8", tmp_path)
     assert err.value.code == BACKEND_FAILED
-    assert "local models only" in str(err.value) and "\n" not in str(err.value)
+    assert "not in the hub cache" in str(err.value) and "\n" not in str(err.value)
+    with pytest.raises(BackendError) as err:
+        ensure_converted(str(tmp_path / "nowhere"), "int8", tmp_path)
+    assert "no such directory" in str(err.value) and "\n" not in str(err.value)
 
 
 def test_greedy_replies_equal_transformers_batched_and_streamed_with_the_prefix_cached(

@@ -116,6 +116,9 @@ def test_bad_input_is_one_line_and_exit_2(
         (["export", str(lora), "--name", "a/b"], "no '/'"),
         (["export", str(lora), "--name", "x3", "--base", str(other)], "for another base"),
         (["export", str(lora), "--name", "x4", "--profile", "nope"], "nope"),
+        (["export", str(lora), "--name", "x5", "--subfolder", "Weight_9"], "no checkpoint"),
+        (["export", str(tmp_path / "missing"), "--name", "x6", "--gguf", "int8"],
+         "no such directory"),
     ]
     capsys.readouterr()  # the set-up's own progress bars
     for argv, words in cases:
@@ -123,4 +126,57 @@ def test_bad_input_is_one_line_and_exit_2(
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and words in err[0], (argv, err)
         assert "checkpoint-1" in err[0] or argv[1] != str(unfinished)
-    assert not any((cache / n).exists() for n in ("x1", "x2", "x3", "x4"))
+    assert not any((cache / n).exists() for n in ("x1", "x2", "x3", "x4", "x5", "x6"))
+    with pytest.raises(SystemExit) as exit_:
+        main(["export", str(lora), "--name", "x7", "--gguf", "q2"])
+    assert exit_.value.code == 2 and "--gguf" in capsys.readouterr().err
+
+
+def _gguf_type(path: Path) -> int:
+    import gguf
+
+    field = gguf.GGUFReader(str(path)).fields["general.file_type"]
+    return int(field.parts[field.data[0]][0])
+
+
+def test_a_lora_run_exports_as_a_4_bit_gguf_that_a_config_reasons_with(
+    tmp_path: Path, cache: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--gguf q4_k_m``: the adapter merged, then quantised by llama.cpp; the directory (GGUF
+    and tokenizer) is what the llamacpp backend loads, with no conversion of its own."""
+    llama_cpp = pytest.importorskip("llama_cpp")
+    run = _lora_run(tmp_path / "run", local_model("tiny-qwen2"))
+    config_file = tmp_path / "robot.yaml"
+    assert main(["export", str(run), "--name", "robot-q4", "--gguf", "q4_k_m",
+                 "--config-out", str(config_file)]) == 0
+    out = capsys.readouterr().out
+    assert "merged into" in out and "as GGUF q4_k_m for llama.cpp" in out
+    exported = cache / "robot-q4"
+    assert _gguf_type(exported / "model.gguf") == llama_cpp.LLAMA_FTYPE_MOSTLY_Q4_K_M
+    assert (exported / "tokenizer.json").is_file() and not list(exported.glob("*.safetensors"))
+    config = load_config(path=str(config_file))
+    assert (config.reasoning.model.backend, config.reasoning.model.model,
+            config.reasoning.model.quantization) == ("llamacpp", "robot-q4", "q4_k_m")
+    lm = create_backend(config.reasoning.model.model_copy(update={"max_new_tokens": 4}),
+                        text_only=True)
+    try:
+        assert lm.path == exported  # loaded as exported, not converted again
+        assert lm.complete([[{"role": "user", "content": "Which way?"}]])[0].completion_tokens
+    finally:
+        lm.close()
+
+
+def test_a_full_run_and_the_released_checkpoint_export_as_gguf(
+    tmp_path: Path, cache: Path, released_hub: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    llama_cpp = pytest.importorskip("llama_cpp")
+    run = _full_run(tmp_path / "run", local_model("tiny-qwen2"))
+    assert main(["export", str(run), "--name", "robot-q8", "--gguf", "int8"]) == 0
+    assert _gguf_type(cache / "robot-q8" / "model.gguf") == llama_cpp.LLAMA_FTYPE_MOSTLY_Q8_0
+    assert main(["export", "EmbodiedCity/Embodied-R", "--subfolder", "Weight_2", "--name",
+                 "released-w2-q4", "--gguf", "q4_0", "--force"]) == 0
+    assert "Weight_2" in capsys.readouterr().out
+    written = cache / "released-w2-q4" / "model.gguf"
+    assert _gguf_type(written) == llama_cpp.LLAMA_FTYPE_MOSTLY_Q4_0
+    # the released checkpoint's chat template (kept in its processor's file) came along
+    assert "<|im_start|>" in (cache / "released-w2-q4" / "chat_template.jinja").read_text()

@@ -10,6 +10,7 @@ import shutil
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 from engine_helpers import QUESTIONS, chat
@@ -81,18 +82,86 @@ def test_int8_weights_answer(
 
 
 def test_what_it_cannot_convert_is_one_clear_error(
-    llama_cpp: object, tiny_models_dir: Path, tmp_path: Path
+    llama_cpp: object, tiny_models_dir: Path, tmp_path: Path, released_hub: Path
 ) -> None:
     from embodied_r_ros.core.backends.llamacpp_backend import ensure_converted
 
-    with pytest.raises(BackendError) as err:
+    with pytest.raises(BackendError) as err:  # a hub id neither cached nor downloadable
         ensure_converted("someone/some-hub-model", "float16", tmp_path)
     assert err.value.code == BACKEND_FAILED
-    assert "local models only" in str(err.value) and "\n" not in str(err.value)
-    with pytest.raises(BackendError) as err:  # a VLM: not a text LM family it writes
-        ensure_converted(str(tiny_models_dir / "tiny-qwen2.5-vl"), "float16", tmp_path)
+    assert "not in the hub cache" in str(err.value) and "\n" not in str(err.value)
+    with pytest.raises(BackendError) as err:
+        ensure_converted(str(tmp_path / "nowhere"), "float16", tmp_path)
+    assert "no such directory" in str(err.value) and "\n" not in str(err.value)
+    other = tmp_path / "other-family"
+    shutil.copytree(tiny_models_dir / "tiny-qwen2", other)
+    config = json.loads((other / "config.json").read_text())
+    (other / "config.json").write_text(json.dumps({**config, "architectures": ["GPT2LMHeadModel"]}))
+    with pytest.raises(BackendError) as err:  # not a text LM family it writes
+        ensure_converted(str(other), "float16", tmp_path)
     assert err.value.code == BACKEND_FAILED
     assert "architecture" in str(err.value) and "\n" not in str(err.value)
+
+
+def test_a_vl_checkpoint_converts_as_its_text_decoder(
+    llama_cpp: object, tiny_models_dir: Path, tmp_path: Path
+) -> None:
+    """The vision tensors are left out; the decoder's are all there."""
+    import gguf
+
+    from embodied_r_ros.core.backends.llamacpp_backend import MODEL_FILE, ensure_converted
+
+    built = ensure_converted(str(tiny_models_dir / "tiny-qwen2.5-vl"), "float16", tmp_path)
+    reader = gguf.GGUFReader(str(built / MODEL_FILE))
+    names = {t.name for t in reader.tensors}
+    assert "token_embd.weight" in names and "blk.1.ffn_down.weight" in names
+    assert not any(name.startswith(("v.", "mm.")) for name in names)
+    pre = reader.fields["tokenizer.ggml.pre"]
+    assert bytes(pre.parts[pre.data[0]]).decode() == "qwen2"
+
+
+@pytest.mark.parametrize(("quantization", "ftype"), [("q4_0", "Q4_0"), ("q4_k_m", "Q4_K_M")])
+def test_4_bit_weights_come_from_llama_cpps_quantiser_and_answer(
+    quantization: str, ftype: str, llama_cpp: Any, tiny_models_dir: Path,
+    tiny_config: Callable[..., ModelConfig]
+) -> None:
+    import gguf
+
+    from embodied_r_ros.core.backends.llamacpp_backend import MODEL_FILE
+
+    cfg = tiny_config("tiny-qwen2", backend="llamacpp", quantization=quantization,
+                      max_new_tokens=5)
+    lm = create_backend(cfg, cache_dir=tiny_models_dir, text_only=True)
+    try:
+        replies = lm.complete([chat(q) for q in QUESTIONS[:2]])
+        reader = gguf.GGUFReader(str(lm.path / MODEL_FILE))
+    finally:
+        lm.close()
+    assert [r.completion_tokens for r in replies] == [5, 5]
+    file_type = reader.fields["general.file_type"]
+    assert int(file_type.parts[file_type.data[0]][0]) == getattr(
+        llama_cpp, f"LLAMA_FTYPE_MOSTLY_{ftype}")
+    # the tiny rows are too short for 4-bit blocks of 256: llama.cpp falls back per tensor
+    assert {t.tensor_type for t in reader.tensors} - {gguf.GGMLQuantizationType.F32}
+
+
+def test_gpu_layers_need_a_gpu_build_and_fall_back_with_a_warning(
+    llama_cpp: Any, tiny_config: Callable[..., ModelConfig],
+    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from embodied_r_ros.core.backends.llamacpp_backend import gpu_layers
+
+    cfg = tiny_config("tiny-qwen2", backend="llamacpp", n_gpu_layers=-1, device="cuda")
+    monkeypatch.setattr(llama_cpp, "llama_supports_gpu_offload", lambda: True)
+    assert gpu_layers(cfg, llama_cpp) == -1
+    monkeypatch.setattr(llama_cpp, "llama_supports_gpu_offload", lambda: False)
+    with caplog.at_level(logging.WARNING):
+        assert gpu_layers(cfg, llama_cpp) == 0
+    assert "built without GPU support" in caplog.text and "GGML_CUDA=on" in caplog.text
+    with pytest.raises(BackendError, match="n_gpu_layers"):
+        gpu_layers(cfg.model_copy(update={"n_gpu_layers": 0}), llama_cpp)
+    with pytest.raises(BackendError, match="device 'mps'"):
+        gpu_layers(cfg.model_copy(update={"device": "mps"}), llama_cpp)
 
 
 def test_greedy_replies_equal_transformers_with_the_prefix_kept(
@@ -162,6 +231,8 @@ def test_falls_back_with_one_log_line_when_llama_cpp_is_missing(
 def test_a_quantisation_the_engine_lacks_is_refused_by_the_schema() -> None:
     with pytest.raises(ValueError, match="not available on backend 'llamacpp'"):
         ModelConfig(model="tiny-qwen2", backend="llamacpp", quantization="int8_float32")
+    with pytest.raises(ValueError, match="not available on backend 'ctranslate2'"):
+        ModelConfig(model="tiny-qwen2", backend="ctranslate2", quantization="q4_k_m")
     with pytest.raises(ConfigError, match="llamacpp"):
         load_config("offline",
                     overrides={"reasoning": {"model": {"quantization": "int8_float32"}}})

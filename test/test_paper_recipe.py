@@ -208,6 +208,22 @@ def test_the_gpu_check_builds_every_config_and_command(tmp_path: Path) -> None:
             True, 5e-7, 0.1)
         assert (kwargs["num_generations"], kwargs["gradient_accumulation_steps"]) == (8, 4)
         assert kwargs["warmup_steps"] == 0.0 and kwargs["max_steps"] == 3
+    # (d): the released reasoner's shape, and its latency code run on a tiny checkpoint of the
+    # released layout: 700 prompt tokens, 160 new ones, no vision weights, on both CPU engines
+    reasoning = report["reasoning"]
+    assert reasoning["shape"] == {"text_params": 3_085_938_688, "vision_params": 668_684_288}
+    assert reasoning["ok"] and reasoning["prompt_tokens"] == 700
+    assert Path(reasoning["checkpoint"]).name == "Weight_1"
+    for engine in ("transformers", "llamacpp"):
+        assert reasoning["engines"][engine]["new_tokens"] == 160, engine
+    assert reasoning["engines"]["transformers"]["visual_params"] == 0
+    vllm = report["plan"]["reasoning"]["vllm_serve"]
+    assert json.loads(vllm[vllm.index("--limit-mm-per-prompt") + 1]) == {"image": 0, "video": 0}
+    assert "--no-enable-prefix-caching" in vllm and vllm[vllm.index("--model") + 1] == (
+        report["plan"]["reasoning"]["checkpoint"])
+    with pytest.raises(SystemExit) as exit_:
+        bench.main(["--dry-run", "--parts", "bogus"])
+    assert exit_.value.code == 2
 
 
 def test_sft_trains_on_left_truncated_text_prompts(dataset: Path, tmp_path: Path,

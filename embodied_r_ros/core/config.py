@@ -1,9 +1,10 @@
 """One validated configuration schema for the CLI, the ROS nodes and the trainer.
 
 Profiles are YAML files in ``config/profiles/`` (``tiny``, ``offline``, ``workstation``,
-``server``); a user file or ``--config`` may name a profile (or a file, relative to itself) in
-``base`` and override any key. Unknown keys and invalid values (non-finite numbers, non-HTTP
-URLs) raise :class:`ConfigError` naming the key path (``reasoning.model.dtype``).
+``server``, ``paper``, ``jetson``); a user file or ``--config`` may name a profile (or a file,
+relative to itself) in ``base`` and override any key. Unknown keys and invalid values
+(non-finite numbers, non-HTTP URLs) raise :class:`ConfigError` naming the key path
+(``reasoning.model.dtype``).
 """
 
 from __future__ import annotations
@@ -64,18 +65,22 @@ class KeyframeConfig(StrictModel):
         return self
 
 
-#: the weights a local CPU engine is built with (CTranslate2 compute types; llama.cpp takes
-#: LLAMACPP_QUANTIZATIONS of them)
-Quantization = Literal["int8", "int8_float32", "float16", "float32"]
-#: the weights the llama.cpp backend writes (int8: GGUF Q8_0)
-LLAMACPP_QUANTIZATIONS = ("float32", "float16", "int8")
+#: the weights a local engine is built with (CTranslate2 compute types, and the GGUF types
+#: llama.cpp takes: LLAMACPP_QUANTIZATIONS)
+Quantization = Literal["int8", "int8_float32", "float16", "float32", "q4_0", "q4_k_m"]
+#: the weights the llama.cpp backend writes (int8: GGUF Q8_0; q4_0 and q4_k_m: 4-bit types made
+#: by llama.cpp's own quantiser)
+LLAMACPP_QUANTIZATIONS = ("float32", "float16", "int8", "q4_0", "q4_k_m")
+#: what CTranslate2 builds
+CT2_QUANTIZATIONS = ("int8", "int8_float32", "float16", "float32")
 
 
 def check_engine_quantization(backend: str, quantization: str) -> None:
     """Refuse a quantisation the named engine cannot build (a ``ValueError`` for the schema)."""
-    if backend == "llamacpp" and quantization not in LLAMACPP_QUANTIZATIONS:
+    engines = {"llamacpp": LLAMACPP_QUANTIZATIONS, "ctranslate2": CT2_QUANTIZATIONS}
+    if backend in engines and quantization not in engines[backend]:
         raise ValueError(f"quantization {quantization!r} is not available on backend "
-                         f"'llamacpp': use one of {', '.join(LLAMACPP_QUANTIZATIONS)}")
+                         f"'{backend}': use one of {', '.join(engines[backend])}")
 
 
 class ModelConfig(StrictModel):
@@ -87,6 +92,12 @@ class ModelConfig(StrictModel):
     # A hub id, a local directory, or an offline model name (``tiny-qwen2``,
     # ``tiny-qwen2.5-vl``, ``smollm2-135m``) built by ``core/backends/offline.py``.
     model: str = Field(min_length=1)
+    revision: str | None = Field(None, min_length=1, description="hub revision (branch, tag "
+                                 "or commit) of a hub id; unset: main")
+    subfolder: str | None = Field(None, pattern=r"^([A-Za-z0-9_.-]+(/[A-Za-z0-9_.-]+)*)?$",
+                                  description="the checkpoint's folder inside the hub "
+                                  "repository or directory (EmbodiedCity/Embodied-R: Weight_1 "
+                                  "or Weight_2); unset: the model's default, the root for most")
     dtype: Literal["auto", "float32", "float16", "bfloat16"] = "auto"
     device: str = "auto"
     max_new_tokens: int = Field(512, ge=1, le=32768)
@@ -94,15 +105,19 @@ class ModelConfig(StrictModel):
     top_p: float = Field(1.0, gt=0.0, le=1.0)
     batch_size: int = Field(4, ge=1)
     seed: int = 0
-    # ctranslate2 / llamacpp backends: weight quantisation (llamacpp: float32, float16, or int8
-    # = Q8_0); the CPU cores the engine may use (0: every one this process may run on) and how
-    # many of them share one reply's matrix products. On CTranslate2 one is fastest for a 135M
-    # model (two threads on one reply took 1.30x the time of one on 2 cores:
+    # ctranslate2 / llamacpp backends: weight quantisation (llamacpp: float32, float16, int8
+    # = Q8_0, q4_0 or q4_k_m); the CPU cores the engine may use (0: every one this process may
+    # run on) and how many of them share one reply's matrix products. On CTranslate2 one is
+    # fastest for a 135M model (two threads on one reply took 1.30x the time of one on 2 cores:
     # results/records/bench/ct2_threads_per_reply.md) and the rest serve other prompts of a
     # batch, one prompt per core; llama.cpp's threads do speed up one reply.
     quantization: Quantization = "int8"
     threads: int = Field(0, ge=0)
     threads_per_reply: int = Field(1, ge=1)
+    n_gpu_layers: int = Field(0, ge=-1, description="llamacpp: layers offloaded to the GPU "
+                              "(-1: all; needs llama-cpp-python built with CUDA)")
+    context_tokens: int = Field(4096, ge=256, le=131072, description="llamacpp: the key/value "
+                                "cache's length, prompt plus reply")
     # openai backend
     base_url: str | None = None
     api_key_env: str | None = Field(None, description="name of the env var holding the key")
@@ -125,6 +140,13 @@ class ModelConfig(StrictModel):
         if parts is None or parts.scheme not in ("http", "https") or not parts.hostname:
             raise ValueError("must be an http:// or https:// URL such as http://127.0.0.1:8000/v1")
         return url
+
+    @field_validator("subfolder")
+    @classmethod
+    def _inside(cls, folder: str | None) -> str | None:
+        if folder and ".." in folder.split("/"):
+            raise ValueError("must stay inside the repository (no '..')")
+        return folder
 
     @field_validator("api_key_env")
     @classmethod

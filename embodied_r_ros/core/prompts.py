@@ -119,9 +119,9 @@ def _fields(template: str) -> set[str]:
         raise ConfigError(f"bad placeholder: {exc}") from None
 
 
-def load_prompts(path: str | Path | None = None) -> PromptSet:
-    """The prompt set in ``path`` (default: ``config/prompts.yaml``), validated."""
-    file = Path(path).expanduser() if path else DEFAULT_PROMPTS
+def _read(file: Path, seen: tuple[Path, ...] = ()) -> dict[str, object]:
+    """The templates of ``file``, over those of the file its ``base`` names (relative to it):
+    a file holding one checkpoint's system prompt keeps every other template of its base."""
     try:
         data = yaml.safe_load(file.read_text())
     except OSError as exc:
@@ -130,6 +130,21 @@ def load_prompts(path: str | Path | None = None) -> PromptSet:
         raise ConfigError(f"prompts {file} is not valid YAML: {exc}".splitlines()[0]) from None
     if not isinstance(data, dict):
         raise ConfigError(f"prompts {file} must be a mapping of template names to text")
+    base = data.pop("base", None)
+    if base is None:
+        return data
+    if not isinstance(base, str) or not base:
+        raise ConfigError(f"prompts {file}: 'base' must name another prompts file")
+    parent = (file.parent / base).expanduser().resolve()
+    if parent in seen:
+        raise ConfigError(f"prompts {file}: 'base' cycles through {parent}")
+    return {**_read(parent, (*seen, parent)), **data}
+
+
+def load_prompts(path: str | Path | None = None) -> PromptSet:
+    """The prompt set in ``path`` (default: ``config/prompts.yaml``), validated."""
+    file = Path(path).expanduser() if path else DEFAULT_PROMPTS
+    data = _read(file, (file.resolve(),))
     unknown = sorted(set(data) - set(PLACEHOLDERS) - set(GROUNDING_PLACEHOLDERS) - {"name"})
     if unknown:
         raise ConfigError(f"prompts {file}: unknown template '{unknown[0]}'")

@@ -131,7 +131,7 @@ def _watch(node: Node, specs: dict[str, Spec], values: dict[str, Any], check: Ch
 # Declared by a node that loads the pipeline configuration itself (not when it is handed one).
 CONFIG_SPECS: tuple[Spec, ...] = (
     Spec("profile", "offline", "pipeline profile from config/profiles (tiny, offline, "
-         "workstation, server) or a .yaml path"),
+         "workstation, server, paper, jetson) or a .yaml path"),
     Spec("config_file", "", "YAML config layered over the profile (empty = none); it may name "
          "its own profile in 'base'"),
 )

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 from embodied_r_ros.cli import CliError, CliParser, run_cli
 from embodied_r_ros.core.config import Config, ConfigError, load_config
 from embodied_r_training.data.splits import SplitOptions
+from embodied_r_training.export import GGUF_TYPES
 from embodied_r_training.recipe import (
     TrainConfig,
     available_configs,
@@ -247,11 +248,14 @@ def cmd_export(args: argparse.Namespace) -> int:
 
     load_config(profile=args.profile)  # a bad --profile fails before anything is written
     done = export_run(args.run, args.name, base=args.base, cache_dir=args.model_cache,
-                      force=args.force)
+                      force=args.force, revision=args.revision, subfolder=args.subfolder,
+                      gguf=args.gguf)
     how = (f"LoRA adapter {done.source.path} merged into {done.source.base}"
            if done.source.kind == "lora" else f"full weights from {done.source.path}")
+    if done.gguf:
+        how += f", as GGUF {done.gguf} for llama.cpp"
     print(f"exported {done.name}: {done.path} ({how}, {done.megabytes:.1f} MB)")
-    lines = profile_lines(done.name, args.profile)
+    lines = profile_lines(done.name, args.profile, done.gguf)
     if args.config_out:
         Path(args.config_out).write_text(lines)
         print(f"config written: {args.config_out}")
@@ -393,8 +397,15 @@ def build_parser() -> argparse.ArgumentParser:
                        description="Merge a run's LoRA adapter into its base (or copy its full "
                        "weights) into the offline model cache as NAME, so that a profile's "
                        "reasoning.model.model can name it.")
-    x.add_argument("run", help="a grpo/sft run directory (or a checkpoint, adapter or model dir)")
+    x.add_argument("run", help="a grpo/sft run directory (or a checkpoint, adapter or model "
+                   "dir, or a hub checkpoint such as EmbodiedCity/Embodied-R)")
     x.add_argument("--name", required=True, help="the model's name in the cache")
+    x.add_argument("--subfolder", help="the checkpoint's folder in the hub repository or "
+                   "directory (EmbodiedCity/Embodied-R: Weight_1, the default, or Weight_2)")
+    x.add_argument("--revision", help="the hub revision (branch, tag or commit)")
+    x.add_argument("--gguf", choices=GGUF_TYPES,
+                   help="install a GGUF file for llama.cpp of this type instead (int8: Q8_0; "
+                   "q4_*: 4-bit, by llama.cpp's quantiser)")
     x.add_argument("--base", help="the model a LoRA adapter is merged into (default: the one "
                    "its adapter_config.json names)")
     x.add_argument("--profile", default="offline",

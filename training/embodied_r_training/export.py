@@ -7,9 +7,16 @@ are copied, and the result is installed atomically as ``<model cache>/NAME`` wit
 (``reasoning.model.model: NAME``) and every backend loads it like a local directory.
 
 ``RUN`` may be a run directory (its ``final-adapter/`` is preferred, else ``final/``), a
-checkpoint, a PEFT adapter directory or a plain model directory. Everything that can be wrong
-(no final weights, a taken name, an adapter for another base) is an :class:`ExportError` with
-one line, found before anything is written.
+checkpoint, a PEFT adapter directory, a plain model directory, or a hub checkpoint such as the
+released reasoner (``EmbodiedCity/Embodied-R`` with ``--subfolder Weight_1``). Everything that
+can be wrong (no final weights, a taken name, an adapter for another base) is an
+:class:`ExportError` with one line, found before anything is written.
+
+``--gguf TYPE`` installs the reasoner as a GGUF file for llama.cpp instead (``model.gguf``
+beside its tokenizer, which the ``llamacpp`` backend loads as it is, and which any llama.cpp
+front end runs): ``float16``, ``int8`` (Q8_0), or the 4-bit ``q4_k_m`` / ``q4_0`` that
+llama.cpp's quantiser makes; a VL checkpoint is written as its text decoder, a LoRA run merged
+first. The directory is small enough to copy to a Jetson's model cache.
 """
 
 from __future__ import annotations
@@ -31,7 +38,9 @@ from embodied_r_ros.core.backends.offline import (
     model_cache_dir,
 )
 
-WEIGHT_SUFFIXES = (".safetensors", ".bin")
+WEIGHT_SUFFIXES = (".safetensors", ".bin", ".gguf")
+#: the ``--gguf`` types (the ``llamacpp`` backend's quantisation names)
+GGUF_TYPES = ("float32", "float16", "int8", "q4_0", "q4_k_m")
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
 #: config keys that must agree between an adapter's base and the model it is merged into
 SHAPE_KEYS = ("model_type", "hidden_size", "num_hidden_layers", "num_attention_heads",
@@ -57,6 +66,7 @@ class Exported:
     path: Path
     source: Source
     megabytes: float
+    gguf: str | None = None
 
 
 def _has_weights(path: Path) -> bool:
@@ -69,11 +79,12 @@ def _is_adapter(path: Path) -> bool:
     return (path / "adapter_config.json").is_file()
 
 
-def find_source(run: str | Path, base: str | None = None) -> Source:
+def find_source(run: str | Path, base: str | None = None, *, revision: str | None = None,
+                subfolder: str | None = None) -> Source:
     """The weights to export from ``run`` (see the module notes); ExportError when none."""
     root = Path(run).expanduser()
-    if not root.is_dir():
-        raise ExportError(f"run {root}: no such directory")
+    if subfolder or revision or not root.is_dir():
+        root = _checkpoint(str(run), revision, subfolder)
     for candidate in (root / "final-adapter", root):
         if _is_adapter(candidate):
             return Source("lora", candidate, base or _adapter_base(candidate))
@@ -87,6 +98,20 @@ def find_source(run: str | Path, base: str | None = None) -> Source:
     hint = (f"; only checkpoints ({checkpoints[-1].name}): the run did not finish, export "
             f"{checkpoints[-1]} instead" if checkpoints else "")
     raise ExportError(f"run {root}: no final weights (final/ or final-adapter/){hint}")
+
+
+def _checkpoint(run: str, revision: str | None, subfolder: str | None) -> Path:
+    """A hub checkpoint (or a directory's folder) as local files."""
+    from embodied_r_ros.core.backends.base import BackendError
+    from embodied_r_ros.core.backends.checkpoints import checkpoint_path
+
+    if not Path(run).expanduser().exists() and run.count("/") != 1:
+        raise ExportError(f"run {run}: no such directory (nor a hub id such as "
+                          "EmbodiedCity/Embodied-R)")
+    try:
+        return Path(checkpoint_path(run, revision=revision, subfolder=subfolder, files=True))
+    except BackendError as exc:
+        raise ExportError(str(exc)) from None
 
 
 def _adapter_base(adapter: Path) -> str:
@@ -190,28 +215,58 @@ def _digest(path: Path) -> str:
     return digest.hexdigest()
 
 
+def _gguf(source: Path, tmp: Path, quantization: str) -> None:
+    """``tmp/model.gguf`` (the text LM of checkpoint ``source``) and its runtime files."""
+    from embodied_r_ros.core.backends.base import BackendError
+    from embodied_r_ros.core.backends.gguf_export import write_gguf
+    from embodied_r_ros.core.backends.llamacpp_backend import MODEL_FILE
+    from embodied_r_ros.core.backends.local_engine import save_runtime_files
+
+    try:
+        write_gguf(source, tmp / MODEL_FILE, quantization)
+    except BackendError as exc:
+        raise ExportError(str(exc)) from None
+    save_runtime_files(source, tmp)
+
+
 def export_run(run: str | Path, name: str, *, base: str | None = None,
-               cache_dir: str | Path | None = None, force: bool = False) -> Exported:
-    """Install ``run``'s final weights as ``name`` in the model cache (see the module notes)."""
+               cache_dir: str | Path | None = None, force: bool = False,
+               revision: str | None = None, subfolder: str | None = None,
+               gguf: str | None = None) -> Exported:
+    """Install ``run``'s final weights as ``name`` in the model cache (see the module notes);
+    ``gguf``: as a GGUF file of that type instead."""
+    if gguf is not None and gguf not in GGUF_TYPES:
+        raise ExportError(f"--gguf {gguf!r}: use one of {', '.join(GGUF_TYPES)}")
     cache = model_cache_dir(cache_dir)
     dest = check_name(name, cache, force=force)
-    source = find_source(run, base)
+    source = find_source(run, base, revision=revision, subfolder=subfolder)
     cache.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{name}.", dir=cache))
     try:
-        (_merge if source.kind == "lora" else _copy)(source, tmp)
+        if gguf is None:
+            (_merge if source.kind == "lora" else _copy)(source, tmp)
+        elif source.kind == "lora":
+            with tempfile.TemporaryDirectory(prefix=f".{name}.merged.", dir=cache) as merged:
+                _merge(source, Path(merged))
+                _gguf(Path(merged), tmp, gguf)
+        else:
+            _gguf(source.path, tmp, gguf)
         marker = exported_marker(name, str(source.path.resolve()), source.kind, source.base,
                                  _digest(tmp))
+        if gguf is not None:
+            marker["quantization"] = gguf
         (tmp / MARKER_FILE).write_text(json.dumps(marker, indent=1))
         tmp.chmod(0o755)
         size = sum(p.stat().st_size for p in tmp.iterdir()) / 2**20
         install_atomically(tmp, dest, lambda: False)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    return Exported(name, dest, source, size)
+    return Exported(name, dest, source, size, gguf)
 
 
-def profile_lines(name: str, profile: str = "offline") -> str:
-    """A config file that reasons with ``name`` on top of ``profile``."""
-    return (f"base: {profile}\nname: {name}\n"
-            f"reasoning:\n  model: {{model: {name}}}\n")
+def profile_lines(name: str, profile: str = "offline", gguf: str | None = None) -> str:
+    """A config file that reasons with ``name`` on top of ``profile`` (a GGUF export: on
+    the ``llamacpp`` backend)."""
+    model = (f"{{backend: llamacpp, model: {name}, quantization: {gguf}}}" if gguf
+             else f"{{model: {name}}}")
+    return f"base: {profile}\nname: {name}\nreasoning:\n  model: {model}\n"

@@ -61,14 +61,15 @@ def _import() -> Any:
 
 
 def ensure_converted(model: str, quantization: str = "int8",
-                     cache_dir: str | Path | None = None) -> Path:
-    """The engine directory of ``model`` (an offline model name or a local checkpoint
-    directory), converting it first if it is missing or its source changed."""
+                     cache_dir: str | Path | None = None, **where: str | None) -> Path:
+    """The engine directory of ``model`` (an offline model name, a local checkpoint directory
+    or a hub checkpoint: ``where`` = ``revision``, ``subfolder``), converting it first if it is
+    missing or its source changed."""
     ctranslate2 = _import()
     return ensure_built(ENGINE, model, quantization, cache_dir,
                         engine_version=ctranslate2.__version__,
                         recipe_version=CONVERT_VERSION,
-                        convert=lambda source, out: _convert(source, out, quantization))
+                        convert=lambda source, out: _convert(source, out, quantization), **where)
 
 
 def _convert(source: Path, out: Path, quantization: str) -> None:
@@ -105,7 +106,8 @@ class CTranslate2Backend(LocalEngineBackend):
         self.cfg = cfg
         self.model_id = cfg.model
         self._ct2 = ctranslate2
-        self.path = ensure_converted(cfg.model, cfg.quantization, cache_dir)
+        self.path = ensure_converted(cfg.model, cfg.quantization, cache_dir,
+                                     revision=cfg.revision, subfolder=cfg.subfolder)
         device = "cpu" if cfg.device == "auto" else cfg.device
         self.on_cpu = device == "cpu"
         intra, workers = cpu_threads(cfg.threads or len(os.sched_getaffinity(0)),

@@ -32,8 +32,8 @@ def create_backend(
         logger.warning("llama-cpp-python is not installed: %s runs on %s (%s)", cfg.model,
                        fallback, llamacpp_backend.MISSING)
         update: dict[str, object] = {"backend": fallback}
-        if fallback == "ctranslate2" and cfg.quantization == "float16":
-            update["quantization"] = "int8"  # CTranslate2's CPU kernels have no float16
+        if fallback == "ctranslate2" and cfg.quantization not in ("int8", "float32"):
+            update["quantization"] = "int8"  # CTranslate2's CPU kernels: no float16, no 4-bit
         cfg = cfg.model_copy(update=update)
     if cfg.backend == "ctranslate2":
         from embodied_r_ros.core.backends import ctranslate2_backend

@@ -8,11 +8,16 @@ question at p50 2.58 s and agree with transformers fp32 on 98.9 % of the 180 ID 
 speed up one reply of a 135M model: p50 3.79 s on one thread, 2.48 s on two
 (``results/records/bench/lm_engines_llamacpp_gguf.json``).
 
-:func:`ensure_converted` writes the local model (an offline model name such as the LoRA-merged
-``smollm2-135m-embodied-r``, or a directory) once into ``<model cache>/llamacpp`` with
-``gguf_export`` and no hub, rebuilt when the source changes. ``quantization`` picks the weights:
-``float16`` (the offline profile), ``int8`` (Q8_0: about half the weight bytes; p50 1.85 s and
-90 % agreement in ``lm_engines.json``) or ``float32``.
+:func:`ensure_converted` writes the model (an offline model name such as the LoRA-merged
+``smollm2-135m-embodied-r``, a directory, or a hub checkpoint such as the released
+``EmbodiedCity/Embodied-R``'s ``Weight_1``, fetched as files) once into
+``<model cache>/llamacpp`` with ``gguf_export``, rebuilt when the source changes. A directory
+that ``embodied-r-train export --gguf`` wrote (``model.gguf`` beside the tokenizer) is loaded
+as it is. ``quantization`` picks the weights: ``float16`` (the offline profile), ``int8`` (Q8_0:
+about half the weight bytes; p50 1.85 s and 90 % agreement in ``lm_engines.json``),
+``float32``, or the 4-bit ``q4_0`` / ``q4_k_m`` (``results/bench/quantization.md``).
+``n_gpu_layers`` offloads layers to the GPU of a llama-cpp-python built with CUDA (a Jetson);
+a build without GPU support runs them on the CPU, with one warning.
 
 Generation runs token by token in the calling thread, so a cancel token or a deadline stops it
 at the next token and a ``stop`` string ends it as soon as it appears. llama.cpp keeps the key/
@@ -22,6 +27,7 @@ with it: the fixed system prompt and instructions are prefilled once, not per qu
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 from collections.abc import Sequence
@@ -37,6 +43,8 @@ from embodied_r_ros.core.backends.local_engine import (
     import_engine,
     load_tokenizer,
 )
+from embodied_r_ros.core.backends.offline import MARKER_FILE as EXPORT_MARKER
+from embodied_r_ros.core.backends.offline import resolve_model
 from embodied_r_ros.core.cancel import CancelToken
 from embodied_r_ros.core.config import ModelConfig
 from embodied_r_ros.core.error_codes import BACKEND_FAILED
@@ -49,10 +57,7 @@ MISSING = ("backend 'llamacpp' needs: pip install llama-cpp-python gguf "
            "install, with the Makefile's flags)")
 MODEL_FILE = "model.gguf"
 #: bump when the conversion recipe changes so that cached conversions are rebuilt
-CONVERT_VERSION = 1
-#: the key/value cache's length: the longest prompt plus reply the engine takes (the offline
-#: profile's prompts are about 600-2,000 tokens); capped by the model's own context
-CONTEXT_TOKENS = 4096
+CONVERT_VERSION = 2
 __all__ = ["MARKER_FILE", "LlamaCppBackend", "ensure_converted", "is_installed"]
 
 
@@ -65,17 +70,53 @@ def _import() -> Any:
     return import_engine(MISSING, "gguf", "llama_cpp")
 
 
+def gguf_dir(model: str, cache_dir: str | Path | None = None) -> Path | None:
+    """The directory of ``model`` when it is a GGUF export (``model.gguf`` with its tokenizer,
+    as ``embodied-r-train export --gguf`` writes it), else None."""
+    path = Path(resolve_model(model, cache_dir)).expanduser()
+    return path if (path / MODEL_FILE).is_file() else None
+
+
+def exported_quantization(path: Path) -> str | None:
+    """The quantisation a GGUF export records (None for the backend's own builds)."""
+    try:
+        marker = json.loads((path / EXPORT_MARKER).read_text())
+    except (OSError, ValueError):
+        return None
+    return marker.get("quantization") if isinstance(marker, dict) else None
+
+
 def ensure_converted(model: str, quantization: str = "float16",
-                     cache_dir: str | Path | None = None) -> Path:
+                     cache_dir: str | Path | None = None, **where: str | None) -> Path:
     """The build directory of ``model`` (its ``model.gguf`` and tokenizer), converting it
-    first if it is missing or its source changed."""
+    first if it is missing or its source changed; ``where``: a hub checkpoint's ``revision``
+    and ``subfolder``. A GGUF export is returned as it is."""
     from embodied_r_ros.core.backends.gguf_export import write_gguf
 
     llama_cpp = _import()
+    exported = gguf_dir(model, cache_dir)
+    if exported is not None:
+        return exported
     return ensure_built(ENGINE, model, quantization, cache_dir,
                         engine_version=llama_cpp.__version__, recipe_version=CONVERT_VERSION,
                         convert=lambda source, out: write_gguf(source, out / MODEL_FILE,
-                                                               quantization))
+                                                               quantization), **where)
+
+
+def gpu_layers(cfg: ModelConfig, llama_cpp: Any) -> int:
+    """The layers to offload: ``n_gpu_layers``, or 0 (one warning) where this llama-cpp-python
+    was built without GPU support; a CUDA device with none offloaded is a mistake."""
+    if cfg.device not in ("auto", "cpu", "cuda"):
+        raise BackendError(BACKEND_FAILED, f"backend 'llamacpp' runs on the CPU or, with "
+                                           f"n_gpu_layers, on CUDA; not on device {cfg.device!r}")
+    if cfg.device == "cuda" and cfg.n_gpu_layers == 0:
+        raise BackendError(BACKEND_FAILED, "backend 'llamacpp' on device 'cuda' needs "
+                                           "n_gpu_layers (-1: every layer)")
+    if cfg.n_gpu_layers and not llama_cpp.llama_supports_gpu_offload():
+        logger.warning("llama-cpp-python was built without GPU support: %s runs on the CPU "
+                       "(reinstall it with CMAKE_ARGS=\"-DGGML_CUDA=on\")", cfg.model)
+        return 0
+    return cfg.n_gpu_layers
 
 
 class LlamaCppBackend(LocalEngineBackend):
@@ -86,26 +127,31 @@ class LlamaCppBackend(LocalEngineBackend):
     def __init__(self, cfg: ModelConfig, *, cache_dir: str | None = None) -> None:
         super().__init__()
         llama_cpp = _import()
-        if cfg.device not in ("auto", "cpu"):
-            raise BackendError(BACKEND_FAILED, f"backend 'llamacpp' runs on the CPU here, "
-                                               f"not on device {cfg.device!r}")
         self.cfg = cfg
         self.model_id = cfg.model
-        self.path = ensure_converted(cfg.model, cfg.quantization, cache_dir)
+        self.gpu_layers = gpu_layers(cfg, llama_cpp)
+        self.path = ensure_converted(cfg.model, cfg.quantization, cache_dir,
+                                     revision=cfg.revision, subfolder=cfg.subfolder)
+        recorded = exported_quantization(self.path)
+        if recorded not in (None, cfg.quantization):
+            logger.warning("%s is a %s GGUF export: quantization %s does not apply", cfg.model,
+                           recorded, cfg.quantization)
         self.tokenizer, self.end_ids = load_tokenizer(self.path, cfg.model)
         cores = cfg.threads or len(os.sched_getaffinity(0))
         self.threads = max(1, min(cfg.threads_per_reply, cores))
         try:
             self.llm = llama_cpp.Llama(
-                model_path=str(self.path / MODEL_FILE), n_ctx=CONTEXT_TOKENS, n_batch=512,
+                model_path=str(self.path / MODEL_FILE), n_ctx=cfg.context_tokens, n_batch=512,
                 n_threads=self.threads, n_threads_batch=self.threads, seed=cfg.seed,
-                verbose=False,
+                n_gpu_layers=self.gpu_layers, verbose=False,
             )
         except (RuntimeError, ValueError) as exc:
             raise BackendError(BACKEND_FAILED, f"cannot load {self.path}: {exc}") from None
-        self.context = min(CONTEXT_TOKENS, self.llm.n_ctx())
-        logger.info("loaded %s on llama.cpp (llama-cpp-python %s, %s, %d thread(s))",
-                    cfg.model, llama_cpp.__version__, cfg.quantization, self.threads)
+        self.context = min(cfg.context_tokens, self.llm.n_ctx())
+        self.context_tokens = self.context
+        logger.info("loaded %s on llama.cpp (llama-cpp-python %s, %s, %d thread(s), %d GPU "
+                    "layers)", cfg.model, llama_cpp.__version__, self.path.name, self.threads,
+                    self.gpu_layers)
 
     def _one(self, ids: list[int], max_new: int, temperature: float, top_p: float,
              seed: int | None, stop: Sequence[str], cancel: CancelToken | None) -> Completion:

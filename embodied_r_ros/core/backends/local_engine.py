@@ -33,13 +33,9 @@ from embodied_r_ros.core.backends.base import (
     exclusive,
     raise_if_stopped,
 )
+from embodied_r_ros.core.backends.checkpoints import checkpoint_path
 from embodied_r_ros.core.backends.images import content_parts
-from embodied_r_ros.core.backends.offline import (
-    build_once,
-    is_offline_model,
-    model_cache_dir,
-    resolve_model,
-)
+from embodied_r_ros.core.backends.offline import build_once, is_offline_model, model_cache_dir
 from embodied_r_ros.core.cancel import CancelToken
 from embodied_r_ros.core.config import ModelConfig
 from embodied_r_ros.core.error_codes import BACKEND_DOWN, BACKEND_FAILED
@@ -92,17 +88,14 @@ def converted_dir(engine: str, model: str, source: Path, quantization: str,
 
 def ensure_built(engine: str, model: str, quantization: str, cache_dir: str | Path | None, *,
                  engine_version: str, recipe_version: int,
-                 convert: Callable[[Path, Path], None]) -> Path:
-    """The directory of ``engine``'s build of ``model``, made by ``convert(source, out)`` first
-    if it is missing or out of date. The tokenizer and generation config are saved beside it,
-    so loading needs nothing else."""
-    source = Path(resolve_model(model, cache_dir))
-    if not (source / "config.json").is_file():
-        raise BackendError(
-            BACKEND_FAILED,
-            f"backend '{engine}' converts local models only: '{model}' is neither an offline "
-            "model name nor a directory with config.json",
-        )
+                 convert: Callable[[Path, Path], None], revision: str | None = None,
+                 subfolder: str | None = None) -> Path:
+    """The directory of ``engine``'s build of ``model`` (a hub checkpoint fetched as files
+    first: ``revision``, ``subfolder``), made by ``convert(source, out)`` first if it is missing
+    or out of date. The tokenizer and generation config are saved beside it, so loading needs
+    nothing else."""
+    source = Path(checkpoint_path(model, revision=revision, subfolder=subfolder,
+                                  cache_dir=cache_dir, files=True))
     dest = converted_dir(engine, model, source, quantization, cache_dir)
     marker = {"source": str(source.resolve()), "source_digest": source_digest(source),
               "quantization": quantization, "engine": engine_version,
@@ -115,19 +108,30 @@ def ensure_built(engine: str, model: str, quantization: str, cache_dir: str | Pa
             return False
 
     def build(tmp: Path) -> None:
-        from transformers import AutoTokenizer
-
         start = time.perf_counter()
         convert(source, tmp)
-        AutoTokenizer.from_pretrained(source).save_pretrained(tmp)
-        for extra in ("generation_config.json", "MODEL_CARD.md"):
-            if (source / extra).is_file():
-                shutil.copy(source / extra, tmp / extra)
+        save_runtime_files(source, tmp)
         (tmp / MARKER_FILE).write_text(json.dumps(marker))
         logger.info("converted %s for %s (%s) in %.1f s", model, engine, quantization,
                     time.perf_counter() - start)
 
     return build_once(dest, is_current, build)
+
+
+def save_runtime_files(source: Path, dest: Path) -> None:
+    """What an engine's build needs beside its weights, from the checkpoint ``source``: the
+    tokenizer with its chat template (a VL checkpoint's processor template where the tokenizer
+    has none), the generation config and the model card."""
+    from transformers import AutoTokenizer
+
+    from embodied_r_ros.core.backends.text_decoder import chat_template
+
+    tokenizer = AutoTokenizer.from_pretrained(source)
+    tokenizer.chat_template = chat_template(str(source), tokenizer)
+    tokenizer.save_pretrained(dest)
+    for extra in ("generation_config.json", "MODEL_CARD.md"):
+        if (source / extra).is_file():
+            shutil.copy(source / extra, dest / extra)
 
 
 def load_tokenizer(path: Path, model: str) -> tuple[Any, list[int]]:

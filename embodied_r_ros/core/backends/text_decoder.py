@@ -4,8 +4,12 @@ Embodied-R's official recipe trains the *decoder* of Qwen2.5-VL-3B-Instruct on t
 (its video pretraining helps). With text only, Qwen2.5-VL's multimodal RoPE gives every token
 the same temporal, height and width position, which is exactly 1-D RoPE; so the decoder is a
 ``Qwen2ForCausalLM`` with the same weights, and its logits are bit-identical (tested). Loading it
-that way lets GRPO, SFT, LoRA and evaluation treat it like any causal LM, with no vision tower
-in memory, and the trained result saves as a plain causal LM the reasoning node loads.
+that way lets GRPO, SFT, LoRA and evaluation treat it like any causal LM, and the trained result
+saves as a plain causal LM the reasoning node loads. The decoder is loaded straight from the
+checkpoint's files: the vision tower is never built and its weights are never read (tested), so
+the 3B reasoner holds 3.1 B parameters, not 3.75 B. Both key layouts load: ``model.layers.*``
+(transformers before 4.52 and since 5, the released reasoner's) and
+``model.language_model.layers.*`` (4.52 to 4.57).
 
 Trainers that rebuild the model from its path (TRL's KL reference model) need a checkpoint of
 the decoder itself: :func:`decoder_checkpoint` writes it once next to the offline models.
@@ -30,7 +34,10 @@ _TEXT_FIELDS = (
     "pad_token_id",
 )
 VL_TYPES = frozenset({"qwen2_vl", "qwen2_5_vl"})
-_PREFIX = "model.language_model."
+#: the decoder's weights under the checkpoint layout of transformers 4.52 to 4.57
+KEY_MAPPING = {r"^model\.language_model\.": "model."}
+#: the vision tower's weights, which a text decoder skips: ``visual.*`` / ``model.visual.*``
+VISION_KEYS = (r"^visual\.", r"^model\.visual\.")
 
 
 def is_vision_language(path: str) -> bool:
@@ -44,7 +51,9 @@ def decoder_config(vl_config: Any) -> Any:
     from transformers import Qwen2Config
 
     text = vl_config.text_config.to_dict()
-    rope = {k: v for k, v in (text.get("rope_parameters") or {}).items() if k != "mrope_section"}
+    # a flat (transformers 4.x) config still carries the legacy ``type: mrope`` beside rope_type
+    rope = {k: v for k, v in (text.get("rope_parameters") or {}).items()
+            if k not in ("mrope_section", "type")}
     fields = {k: text[k] for k in _TEXT_FIELDS if k in text}
     return Qwen2Config(**fields, rope_parameters=rope or None,
                        tie_word_embeddings=bool(vl_config.tie_word_embeddings))
@@ -52,37 +61,31 @@ def decoder_config(vl_config: Any) -> Any:
 
 def load_causal_lm(path: str, dtype: Any = "auto") -> Any:
     """``AutoModelForCausalLM`` for ordinary checkpoints; for Qwen2(.5)-VL, its text decoder as
-    a ``Qwen2ForCausalLM`` (the vision tower is dropped)."""
-    from transformers import AutoModelForCausalLM
+    a ``Qwen2ForCausalLM`` read from the checkpoint's files without the vision tower."""
+    from transformers import AutoConfig, AutoModelForCausalLM, GenerationConfig, Qwen2ForCausalLM
 
-    if not is_vision_language(path):
+    config = AutoConfig.from_pretrained(path)
+    if config.model_type not in VL_TYPES:
         return AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
-    from transformers import AutoModelForImageTextToText, GenerationConfig, Qwen2ForCausalLM
 
-    vl = AutoModelForImageTextToText.from_pretrained(path, dtype=dtype)
-    decoder = Qwen2ForCausalLM(decoder_config(vl.config)).to(vl.dtype)
-    weights = {}
-    for key, value in vl.state_dict().items():
-        if key.startswith(_PREFIX):
-            weights["model." + key[len(_PREFIX):]] = value
-        elif key.startswith("lm_head."):
-            weights[key] = value
-    missing, unexpected = decoder.load_state_dict(weights, strict=False)
-    tied = {"lm_head.weight"} if decoder.config.tie_word_embeddings else set()
-    if set(missing) - tied or unexpected:
-        raise ValueError(f"{path}: decoder weights do not fit ({missing[:3]}, {unexpected[:3]})")
-    if decoder.config.tie_word_embeddings:
-        decoder.tie_weights()
+    class TextDecoder(Qwen2ForCausalLM):
+        # the vision weights are expected in the files and skipped, not reported as unexpected
+        _keys_to_ignore_on_load_unexpected = list(VISION_KEYS)
+
+    text = decoder_config(config)
+    decoder = TextDecoder.from_pretrained(path, config=text, dtype=dtype,
+                                          key_mapping=KEY_MAPPING)
+    decoder.__class__ = Qwen2ForCausalLM  # saves and reloads as the plain causal LM it is
     try:
         decoder.generation_config = GenerationConfig.from_pretrained(path)
     except OSError:
-        decoder.generation_config = vl.generation_config
-    del vl
+        decoder.generation_config = GenerationConfig.from_model_config(text)
     return decoder.eval()
 
 
-def _chat_template(path: str, tokenizer: Any) -> str | None:
-    """The tokenizer's chat template, else the processor's (``chat_template.jinja``/``.json``)."""
+def chat_template(path: str, tokenizer: Any) -> str | None:
+    """The tokenizer's chat template, else the processor's (``chat_template.jinja``/``.json``
+    beside it: a VL checkpoint may keep it there only)."""
     if tokenizer.chat_template:
         return str(tokenizer.chat_template)
     jinja, data = Path(path) / "chat_template.jinja", Path(path) / "chat_template.json"
@@ -113,7 +116,7 @@ def decoder_checkpoint(path: str, cache_dir: str | Path | None = None) -> str:
         logger.info("writing the text decoder of %s to %s (once)", path, dest)
         load_causal_lm(path).save_pretrained(tmp)
         tokenizer = AutoTokenizer.from_pretrained(path)
-        tokenizer.chat_template = _chat_template(path, tokenizer)
+        tokenizer.chat_template = chat_template(path, tokenizer)
         tokenizer.save_pretrained(tmp)
 
     build_once(dest, lambda: (dest / "config.json").is_file(), build)

@@ -51,9 +51,9 @@ from embodied_r_ros.core.backends.base import (
     exclusive,
     raise_if_stopped,
 )
+from embodied_r_ros.core.backends.checkpoints import config_path
 from embodied_r_ros.core.backends.images import content_parts, resize_max_side
-from embodied_r_ros.core.backends.offline import resolve_model
-from embodied_r_ros.core.backends.text_decoder import VL_TYPES, load_causal_lm
+from embodied_r_ros.core.backends.text_decoder import VL_TYPES, chat_template, load_causal_lm
 from embodied_r_ros.core.cancel import CancelToken
 from embodied_r_ros.core.config import ModelConfig
 from embodied_r_ros.core.error_codes import BACKEND_FAILED
@@ -191,7 +191,7 @@ class TransformersBackend(ChatBackend):
         self.max_batch = cfg.batch_size
         self.device = resolve_device(cfg.device)
         self.dtype = resolve_dtype(cfg.dtype, self.device)
-        path = resolve_model(cfg.model, cache_dir)
+        path = config_path(cfg, cache_dir)
         config = _from_pretrained(AutoConfig.from_pretrained, cfg.model, path)
         vision_language = config.model_type in VL_TYPES  # images go through Qwen2-VL's processor
         self.supports_images = vision_language and not text_only
@@ -211,7 +211,7 @@ class TransformersBackend(ChatBackend):
         self.processor = load_processor(path, self.tokenizer) if self.supports_images else None
         self.image_grid = image_grid(self.processor) if self.processor is not None else None
         self.chat_template = (
-            getattr(self.processor, "chat_template", None) or self.tokenizer.chat_template
+            getattr(self.processor, "chat_template", None) or chat_template(path, self.tokenizer)
         )
         if not self.chat_template:
             raise BackendError(BACKEND_FAILED, f"model '{cfg.model}' has no chat template")

@@ -19,8 +19,8 @@ from embodied_r_ros.core.backends.base import (
     ReplyFn,
     raise_if_stopped,
 )
+from embodied_r_ros.core.backends.checkpoints import config_path
 from embodied_r_ros.core.backends.images import to_openai_messages
-from embodied_r_ros.core.backends.offline import resolve_model
 from embodied_r_ros.core.cancel import CancelToken
 from embodied_r_ros.core.config import ModelConfig
 from embodied_r_ros.core.error_codes import BACKEND_DOWN, BACKEND_FAILED
@@ -53,7 +53,7 @@ class VLLMBackend(ChatBackend):
         self.cfg = cfg
         self.model_id = cfg.model
         self.max_batch = max(cfg.batch_size, 64)  # continuous batching: large groups pay off
-        path = resolve_model(cfg.model, cache_dir)
+        path = config_path(cfg, cache_dir)
         vision_language = hasattr(AutoConfig.from_pretrained(path), "vision_config")
         self.supports_images = vision_language and not text_only
         kwargs: dict[str, Any] = {"model": path, "dtype": cfg.dtype, "seed": cfg.seed}
