@@ -229,8 +229,8 @@ def perception_latency(url: str, vlm_tokens: int, lm_latency: float, cache: Path
     import perception_latency as pl
 
     from embodied_r_ros.core.backends.factory import create_backend
-    from embodied_r_ros.core.config import config_from_dict
     from embodied_r_ros.core.pipeline import EmbodiedR
+    from embodied_r_ros.core.profiles import config_from_dict
 
     def pipeline(name: str, **perception: Any) -> EmbodiedR:
         cfg = config_from_dict(perception_config(url, vlm_tokens, cache / name, **perception))
@@ -324,7 +324,7 @@ def dry_run(args: argparse.Namespace) -> dict[str, Any]:
     sys.path.insert(0, str(BENCH))
     import grpo_gpu
 
-    from embodied_r_ros.core.config import config_from_dict
+    from embodied_r_ros.core.profiles import config_from_dict
 
     steps = plan(args)
     model = build_vl_model_dir(Path(steps["model_dir"]))

@@ -55,10 +55,10 @@ from typing import Any
 import numpy as np
 from _figures import add_json_option, write_figures
 
-from embodied_r_ros.core.config import load_config
 from embodied_r_ros.core.intervals import bootstrap_ci, paired_difference
 from embodied_r_ros.core.perception_text import render
 from embodied_r_ros.core.pipeline import EmbodiedR
+from embodied_r_ros.core.profiles import load_config
 from embodied_r_ros.core.reasoning import format_question
 from embodied_r_ros.core.records import PerceptionRecord
 from embodied_r_ros.core.request import SCOPE_MEMORY, SCOPE_WINDOW, QueryError

@@ -34,8 +34,8 @@ import numpy as np
 from _figures import add_json_option, write_figures
 
 from embodied_r_ros.core.backends.base import ChatBackend, Completion
-from embodied_r_ros.core.config import config_from_dict
 from embodied_r_ros.core.pipeline import EmbodiedR
+from embodied_r_ros.core.profiles import config_from_dict
 from embodied_r_ros.core.streaming import BackgroundDescriber
 from embodied_r_ros.serving import serve
 

@@ -15,13 +15,8 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from embodied_r_ros.core.config import (
-    ConfigError,
-    KeyframeConfig,
-    ModelConfig,
-    api_key_from_env,
-    load_config,
-)
+from embodied_r_ros.core.config import ConfigError, KeyframeConfig, ModelConfig
+from embodied_r_ros.core.profiles import api_key_from_env, load_config
 
 log = logging.getLogger("embodied_r")
 

@@ -138,7 +138,8 @@ def _summary(rows: list[Row], questions: list[dict[str, Any]], models: str,
 
 def run(args: argparse.Namespace) -> int:
     from embodied_r_ros.agent.model_loading import describe_models
-    from embodied_r_ros.core.config import ConfigError, load_config
+    from embodied_r_ros.core.config import ConfigError
+    from embodied_r_ros.core.profiles import load_config
     from embodied_r_ros.sim.generate import ensure_sample
 
     try:

@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from embodied_r_ros.core.config import load_config
+from embodied_r_ros.core.profiles import load_config
 from embodied_r_ros.sim.generate import generate_world
 from embodied_r_ros.sim.world import WorldSpec
 from embodied_r_training.data.builders import build_from_bag

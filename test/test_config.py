@@ -4,10 +4,8 @@ from pathlib import Path
 
 import pytest
 
-from embodied_r_ros.core.config import (
-    CONFIG_DIR,
-    ConfigError,
-    KeyframeConfig,
+from embodied_r_ros.core.config import CONFIG_DIR, ConfigError, KeyframeConfig
+from embodied_r_ros.core.profiles import (
     api_key_from_env,
     available_profiles,
     config_from_dict,

@@ -14,7 +14,8 @@ from typing import Any, get_args
 import pytest
 from pydantic import BaseModel
 
-from embodied_r_ros.core.config import Config, available_profiles, load_config
+from embodied_r_ros.core.config import Config
+from embodied_r_ros.core.profiles import available_profiles, load_config
 
 REPO = Path(__file__).resolve().parents[1]
 README = REPO / "README.md"

@@ -12,7 +12,8 @@ from safetensors.torch import load_file
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from embodied_r_ros.core.backends import create_backend, resolve_model
-from embodied_r_ros.core.config import ModelConfig, load_config
+from embodied_r_ros.core.config import ModelConfig
+from embodied_r_ros.core.profiles import load_config
 from embodied_r_training.cli import main
 from embodied_r_training.rl.policy import local_model
 

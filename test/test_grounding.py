@@ -19,13 +19,7 @@ from scripted import GroundingVLM, ScriptedVLM
 from embodied_r_ros.core.backends.base import ChatBackend, ImageGrid
 from embodied_r_ros.core.bags import CameraInfo
 from embodied_r_ros.core.cache import ReplyCache
-from embodied_r_ros.core.config import (
-    CameraConfig,
-    ConfigError,
-    ModelConfig,
-    PerceptionConfig,
-    config_from_dict,
-)
+from embodied_r_ros.core.config import CameraConfig, ConfigError, ModelConfig, PerceptionConfig
 from embodied_r_ros.core.grounding import (
     GroundingError,
     grounded_objects,
@@ -37,6 +31,7 @@ from embodied_r_ros.core.grounding import (
 from embodied_r_ros.core.perception import Perceiver
 from embodied_r_ros.core.perception_text import render
 from embodied_r_ros.core.pipeline import EmbodiedR
+from embodied_r_ros.core.profiles import config_from_dict
 from embodied_r_ros.core.prompts import load_prompts
 from embodied_r_ros.core.reasoning import format_question
 
@@ -382,7 +377,8 @@ def test_the_tiny_qwen25_vl_survives_its_own_garbage(
 
 def test_a_dataset_fingerprint_counts_the_grounding_wording_only_where_grounding_is_on(
         tmp_path: Path) -> None:
-    from embodied_r_ros.core.config import CONFIG_DIR, load_config
+    from embodied_r_ros.core.config import CONFIG_DIR
+    from embodied_r_ros.core.profiles import load_config
     from embodied_r_training.data.journal import settings_fingerprint
 
     edited = tmp_path / "prompts.yaml"

@@ -18,8 +18,9 @@ from engine_helpers import QUESTIONS, chat
 from embodied_r_ros.core.backends import create_backend
 from embodied_r_ros.core.backends.base import BackendError
 from embodied_r_ros.core.backends.transformers_backend import TransformersBackend
-from embodied_r_ros.core.config import ConfigError, ModelConfig, load_config
+from embodied_r_ros.core.config import ConfigError, ModelConfig
 from embodied_r_ros.core.error_codes import BACKEND_FAILED
+from embodied_r_ros.core.profiles import load_config
 
 
 @pytest.fixture(scope="module")

@@ -14,8 +14,8 @@ import pytest
 
 from embodied_r_ros.agent.query_runner import QueryRequest, QueryRunner
 from embodied_r_ros.cli import main
-from embodied_r_ros.core.config import load_config
 from embodied_r_ros.core.poses import Pose
+from embodied_r_ros.core.profiles import load_config
 from embodied_r_ros.core.records import FrameRecord
 from embodied_r_ros.core.streaming import KeyFrameNote
 from embodied_r_ros.memory import MemoryRecorder, SqliteMemoryStore

@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 from adapter_cards import checked_card
 
-from embodied_r_ros.core.config import ModelConfig, load_config
+from embodied_r_ros.core.config import ModelConfig
+from embodied_r_ros.core.profiles import load_config
 from embodied_r_ros.core.reasoning import is_well_formed, parse_reasoning
 
 NAME = "smollm2-135m-embodied-r-memory"

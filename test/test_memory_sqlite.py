@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from embodied_r_ros.core.config import load_config
+from embodied_r_ros.core.profiles import load_config
 from embodied_r_ros.memory import MemoryRow, SpatialMemoryError, SqliteMemoryStore, open_store
 from embodied_r_ros.memory.errors import DB_CORRUPT, DB_MISSING, SCHEMA_MISMATCH
 

@@ -354,8 +354,8 @@ class CountingVLM(ChatBackend):
 def test_perception_keeps_min_of_frames_and_concurrency_in_flight(
     n_frames: int, max_concurrency: int
 ) -> None:
-    from embodied_r_ros.core.config import config_from_dict
     from embodied_r_ros.core.pipeline import EmbodiedR
+    from embodied_r_ros.core.profiles import config_from_dict
 
     vlm = CountingVLM()
     rng = np.random.default_rng(3)

@@ -17,9 +17,9 @@ from scripted import ScriptedVLM, prompt_of
 from embodied_r_ros.core.actions import primary_action
 from embodied_r_ros.core.backends.base import ChatBackend, Completion, Conversation
 from embodied_r_ros.core.cancel import CancelToken
-from embodied_r_ros.core.config import config_from_dict, load_config
 from embodied_r_ros.core.error_codes import BACKEND_FAILED, CANCELLED, NO_FRAMES
 from embodied_r_ros.core.pipeline import MAX_PERCEPTION_CHARS, EmbodiedR, QueryError
+from embodied_r_ros.core.profiles import config_from_dict, load_config
 from embodied_r_ros.core.prompts import default_prompts
 from embodied_r_ros.core.reasoning import extract_answer, parse_options
 

@@ -27,8 +27,9 @@ from embodied_r_ros.core.answers import official_eval_letter
 from embodied_r_ros.core.backends import BackendError, ChatBackend, Conversation, create_backend
 from embodied_r_ros.core.backends.base import Completion
 from embodied_r_ros.core.backends.checkpoints import RELEASED_REPO
-from embodied_r_ros.core.config import CONFIG_DIR, ConfigError, ModelConfig, load_config
+from embodied_r_ros.core.config import CONFIG_DIR, ConfigError, ModelConfig
 from embodied_r_ros.core.pipeline import EmbodiedR
+from embodied_r_ros.core.profiles import load_config
 from embodied_r_ros.core.prompts import load_prompts, prompts_from
 from embodied_r_training.cli import main as train_main
 

@@ -15,7 +15,7 @@ from scripted import ScriptedVLM
 from embodied_r_ros.agent.frame_store import FrameStore, Window
 from embodied_r_ros.agent.in_process_engine import LocalEngine
 from embodied_r_ros.agent.query_runner import QueryRequest, QueryRunner
-from embodied_r_ros.core.config import KeyframeConfig, load_config
+from embodied_r_ros.core.config import KeyframeConfig
 from embodied_r_ros.core.error_codes import (
     BAD_OPTIONS,
     BAD_REQUEST,
@@ -27,6 +27,7 @@ from embodied_r_ros.core.error_codes import (
     UNKNOWN_SCOPE,
 )
 from embodied_r_ros.core.pipeline import EmbodiedR
+from embodied_r_ros.core.profiles import load_config
 from embodied_r_ros.core.request import (
     MAX_ERROR_CHARS,
     MAX_GOAL_FRAMES,

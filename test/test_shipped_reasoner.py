@@ -13,7 +13,8 @@ from worlddata import built_world_rows
 
 from embodied_r_ros.core.backends import offline
 from embodied_r_ros.core.backends.base import ChatBackend
-from embodied_r_ros.core.config import ModelConfig, load_config
+from embodied_r_ros.core.config import ModelConfig
+from embodied_r_ros.core.profiles import load_config
 from embodied_r_ros.core.reasoning import is_well_formed, parse_reasoning
 
 NAME = "smollm2-135m-embodied-r"

@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 from bagdata import T0_NS, write_bag, write_questions
 
-from embodied_r_ros.core.config import load_config
 from embodied_r_ros.core.pipeline import EmbodiedR
+from embodied_r_ros.core.profiles import load_config
 from embodied_r_training.cli import main
 from embodied_r_training.data.bag_source import BagFrames, question_samples, read_questions
 from embodied_r_training.data.build import build_dataset

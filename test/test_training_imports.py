@@ -102,7 +102,7 @@ def test_the_library_imports_as_the_cli_and_takes_the_route_it_is_given(
     """``import-urbanvideo`` is :func:`import_benchmark` behind arguments; the official route
     reads the VLM's replies as the official code does at full resolution, the robust one
     keeps the profile's reading and resolution."""
-    from embodied_r_ros.core.config import load_config
+    from embodied_r_ros.core.profiles import load_config
     from embodied_r_training.data.builders import benchmark_config, import_benchmark
     from embodied_r_training.data.splits import SplitOptions
 

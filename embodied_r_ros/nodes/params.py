@@ -24,7 +24,8 @@ from rcl_interfaces.msg import (
 from rclpy.node import Node
 from rclpy.parameter import Parameter
 
-from embodied_r_ros.core.config import Config, ConfigError, load_config
+from embodied_r_ros.core.config import Config, ConfigError
+from embodied_r_ros.core.profiles import load_config
 
 
 @dataclass(frozen=True)

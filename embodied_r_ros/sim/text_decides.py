@@ -19,10 +19,11 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from embodied_r_ros.core.config import Config, load_config
+from embodied_r_ros.core.config import Config
 from embodied_r_ros.core.perception_text import stated_view
 from embodied_r_ros.core.pipeline import EmbodiedR
 from embodied_r_ros.core.poses import Pose
+from embodied_r_ros.core.profiles import load_config
 from embodied_r_ros.core.reasoning import format_question
 from embodied_r_ros.core.records import FrameRecord, PerceptionRecord
 from embodied_r_ros.sim.question_rows import Draft

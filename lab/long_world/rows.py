@@ -34,9 +34,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from embodied_r_ros.core.config import load_config
 from embodied_r_ros.core.perception_text import render
 from embodied_r_ros.core.pipeline import EmbodiedR, QueryError
+from embodied_r_ros.core.profiles import load_config
 from embodied_r_ros.core.reasoning import format_question
 from embodied_r_ros.core.records import PerceptionRecord
 from embodied_r_ros.memory import SqliteMemoryStore

@@ -14,7 +14,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from embodied_r_ros.cli import CliError, CliParser, run_cli
-from embodied_r_ros.core.config import Config, ConfigError, load_config
+from embodied_r_ros.core.config import Config, ConfigError
+from embodied_r_ros.core.profiles import load_config
 from embodied_r_training.data.splits import SplitOptions
 from embodied_r_training.export import GGUF_TYPES
 from embodied_r_training.recipe import (

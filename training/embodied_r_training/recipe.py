@@ -29,13 +29,15 @@ from embodied_r_ros.core.config import (
     Quantization,
     StrictModel,
     check_engine_quantization,
+)
+from embodied_r_ros.core.profiles import (
     deep_merge,
     locate_yaml,
     read_yaml,
     resolve_base,
     yaml_names,
 )
-from embodied_r_ros.core.config import format_validation_error as format_error
+from embodied_r_ros.core.profiles import format_validation_error as format_error
 from embodied_r_ros.core.rewards import REWARD_NAMES
 
 CONFIG_DIR = Path(__file__).resolve().parent / "configs"

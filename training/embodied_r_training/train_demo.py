@@ -37,7 +37,8 @@ from typing import Any
 
 from transformers import TrainerCallback, TrainerControl, TrainerState
 
-from embodied_r_ros.core.config import ConfigError, deep_merge
+from embodied_r_ros.core.config import ConfigError
+from embodied_r_ros.core.profiles import deep_merge
 from embodied_r_training.evaluation.evaluate import Evaluation, evaluate_models
 from embodied_r_training.evaluation.scoring import BASELINES
 from embodied_r_training.recipe import load_train_config, parse_overrides

@@ -44,8 +44,9 @@ from embodied_r_ros.core.backends.base import (
 )
 from embodied_r_ros.core.backends.images import to_openai_messages
 from embodied_r_ros.core.cancel import CancelToken
-from embodied_r_ros.core.config import ModelConfig, api_key_from_env
+from embodied_r_ros.core.config import ModelConfig
 from embodied_r_ros.core.error_codes import BACKEND_DOWN, BACKEND_FAILED, BACKEND_TIMEOUT
+from embodied_r_ros.core.profiles import api_key_from_env
 
 logger = logging.getLogger(__name__)
 

@@ -16,8 +16,9 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, Literal
 
-from embodied_r_ros.core.config import Config, config_from_dict, deep_merge, load_config
+from embodied_r_ros.core.config import Config
 from embodied_r_ros.core.pipeline import EmbodiedR
+from embodied_r_ros.core.profiles import config_from_dict, deep_merge, load_config
 from embodied_r_training.data.build import BuildReport, build_dataset, check_build
 from embodied_r_training.data.dataset_files import BuildError
 from embodied_r_training.data.journal import fingerprint_settings, settings_fingerprint

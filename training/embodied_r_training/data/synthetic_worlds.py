@@ -132,7 +132,7 @@ def _world_key(split: SplitPlan, seed: int) -> dict[str, Any]:
 
 def build_seed(split: SplitPlan, seed: int, root: Path, *, keep_bag: bool = False) -> Path:
     """One seed -> ``root/worlds/<split>/seed-N`` (a built dataset); reused when finished."""
-    from embodied_r_ros.core.config import load_config
+    from embodied_r_ros.core.profiles import load_config
     from embodied_r_ros.sim.generate import generate_world
 
     out = root / "worlds" / split.name / f"seed-{seed}"
