@@ -4,6 +4,8 @@ out with its reason otherwise."""
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
 from embodied_r_ros.core.actions import Motion
@@ -149,4 +151,45 @@ def test_a_built_closest_object_row_is_left_out_when_the_distances_nearly_tie(
                 "box, green ball) is the closest to the blue cone?")
     row = _row([NOTHING_IN_VIEW, view], question, ["red box", "green ball"], solution,
                "relative_distance")
+    assert text_check.row_reason_to_skip(row) == reason
+
+
+ROUTE = ("You are a robot beginning at the cyan cylinder and facing the magenta cylinder. You "
+         "want to navigate to the green box. You will perform the following actions (Note: for "
+         "each [please fill in], choose either 'turn back,' 'turn left,' or 'turn right.'): 1. "
+         "Go forward until the magenta cylinder 2. [please fill in] 3. Go forward until the "
+         "purple cylinder 4. [please fill in] 5. Go forward until the green box. You have "
+         "reached the final destination.")
+
+
+def _placed_row(points: dict[str, tuple[float, float]], question: str, options: list[str],
+                category: str, solution: str = "A") -> dict:
+    """A built row whose one frame shows each colour at ``points`` (metres, from the camera at
+    the origin facing +x), with bearing and range, so the text places them exactly."""
+    from embodied_r_ros.core.reasoning import format_question
+    from embodied_r_ros.core.records import PerceptionRecord, SeenObject
+
+    objects = tuple(SeenObject(f"{c} object", c, "small", "ahead",
+                               math.degrees(math.atan2(y, x)), math.hypot(x, y))
+                    for c, (x, y) in points.items())
+    record = PerceptionRecord((FrameRecord(0.0, objects=objects),), question, tuple(options),
+                              format_question(question, options))
+    return {"id": "r", "category": category, "question": question, "options": options,
+            "solution": solution, "question_block": record.question_block,
+            "records": record.to_dict()}
+
+
+@pytest.mark.parametrize(("green", "answer", "reason"), [
+    ((2.0, 2.0), "Turn Left, Turn Left", None),  # two clear left turns
+    # the second turn is 140 degrees: between a side turn (at most 120) and back (150)
+    ((4.0 + 2 * math.cos(math.radians(230)), 2.0 + 2 * math.sin(math.radians(230))),
+     "Turn Left, Turn Back", text_check.NEAR),
+])
+def test_an_object_route_is_kept_only_where_its_turns_are_clear_in_the_text(
+        green: tuple[float, float], answer: str, reason: str | None) -> None:
+    points = {"cyan": (2.0, 0.0), "magenta": (4.0, 0.0), "purple": (4.0, 2.0), "green": green}
+    others = [o for o in ("Turn Left, Turn Left", "Turn Left, Turn Back", "Turn Right, Turn Back",
+                          "Turn Back, Turn Right") if o != answer][:3]
+    options = [f"{chr(65 + i)}. {o}" for i, o in enumerate([answer, *others])]
+    row = _placed_row(points, ROUTE, options, "route_planning")
     assert text_check.row_reason_to_skip(row) == reason

@@ -31,9 +31,9 @@ from embodied_r_ros.sim.writers import BagWriter, Mp4Writer, Topics, write_json,
 
 log = logging.getLogger(__name__)
 
-#: bump when the same spec would render differently or ask other questions (2: only those the
-#: world's own perception text decides)
-GENERATOR_VERSION = 2
+#: bump when the same spec would render differently or ask other questions (3: only those the
+#: world's own perception text decides, read with the bag's intrinsics and the turn margins)
+GENERATOR_VERSION = 3
 SAMPLE_SPEC = WorldSpec(seed=7, frames=350)
 SAMPLE_QUESTIONS = 30
 BAG_DIR, VIDEO, QUESTIONS, MANIFEST = "bag", "video.mp4", "questions.jsonl", "world.json"

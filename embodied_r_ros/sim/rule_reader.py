@@ -30,7 +30,13 @@ from embodied_r_ros.core.actions import ACTIONS
 from embodied_r_ros.core.dead_reckoning import Pose2D, pose_at_age, poses
 from embodied_r_ros.core.perception_text import FrameText, PerceptionText, Sighting
 from embodied_r_ros.core.poses import heading_deg, quadrant, wrap_deg
-from embodied_r_ros.sim.question_rules import DISTANCE_BANDS, DISTANCE_MARGIN_M, clear_quadrant
+from embodied_r_ros.sim.question_rules import (
+    DISTANCE_BANDS,
+    DISTANCE_MARGIN_M,
+    clear_quadrant,
+    side_of,
+    turn_of,
+)
 
 #: where the text gives no range and one viewpoint only, objects are put this far away
 ASSUMED_RANGE_M: float | None = 3.5
@@ -261,17 +267,47 @@ def solve_relative_direction(p: PerceptionText) -> OracleAnswer:
         where = quadrant(bearing)
         return OracleAnswer(letter_where(p.options, lambda t: t == where),
                             f"{colour} at about {bearing:.0f} degrees: {where}")
-    m = re.match(r"If I am standing by the (\w+ \w+) and facing the (\w+ \w+), is the (\w+ \w+)",
-                 q)
-    if not m:
+    if not _ALLO_RE.match(q):
         return OracleAnswer(None, "unknown question")
-    pa, pb, pc = (world.position(colour_of(n)) for n in m.groups())
-    if pa is None or pb is None or pc is None:
+    angle = allocentric_angle(p, world)
+    if angle is None:
         return OracleAnswer(None, "an object's position is unknown")
-    angle = wrap_deg(heading_deg(pa, pc) - heading_deg(pa, pb))
     side = "back" if abs(angle) >= 135.0 else "left" if angle > 0 else "right"
     return OracleAnswer(letter_where(p.options, lambda t: t == side),
                         f"turn {angle:.0f} degrees: {side}")
+
+
+_ALLO_RE = re.compile(r"If I am standing by the (\w+ \w+) and facing the (\w+ \w+), is the "
+                      r"(\w+ \w+)")
+_ROUTE_RE = re.compile(r"You are a robot beginning at the (\w+ \w+) and facing the (\w+ \w+)\..*"
+                       r"Go forward until the (\w+ \w+) 4\..*Go forward until the (\w+ \w+)\.",
+                       re.DOTALL)
+
+
+def allocentric_angle(p: PerceptionText, world: Map) -> float | None:
+    """Standing by the first object facing the second, the turn to the third (left > 0), as
+    the text places them; None where one cannot be placed (or another question)."""
+    m = _ALLO_RE.match(p.question)
+    if m is None:
+        return None
+    pa, pb, pc = (world.position(colour_of(n)) for n in m.groups())
+    if pa is None or pb is None or pc is None:
+        return None
+    return wrap_deg(heading_deg(pa, pc) - heading_deg(pa, pb))
+
+
+def route_angles(p: PerceptionText, world: Map) -> tuple[float, float] | None:
+    """The two turns of an object route (at its second and third waypoints, left > 0), as the
+    text places the objects; None where one cannot be placed (or another question)."""
+    m = _ROUTE_RE.match(p.question)
+    if m is None:
+        return None
+    pts = [world.position(colour_of(n)) for n in m.groups()]
+    if any(pt is None for pt in pts):
+        return None
+    a, b, c, d = pts  # type: ignore[misc]
+    return (wrap_deg(heading_deg(b, c) - heading_deg(a, b)),
+            wrap_deg(heading_deg(c, d) - heading_deg(b, c)))
 
 
 def solve_relative_distance(p: PerceptionText) -> OracleAnswer:
@@ -349,18 +385,12 @@ def solve_route_planning(p: PerceptionText) -> OracleAnswer:
     on_path = solve_path_question(p)
     if on_path is not None:
         return on_path
-    m = re.match(r"You are a robot beginning at the (\w+ \w+) and facing the (\w+ \w+)\..*"
-                 r"Go forward until the (\w+ \w+) 4\..*Go forward until the (\w+ \w+)\.",
-                 p.question, re.DOTALL)
-    if not m:
+    if not _ROUTE_RE.match(p.question):
         return OracleAnswer(None, "unknown question")
-    world = build_map(p)
-    pts = [world.position(colour_of(n)) for n in m.groups()]
-    if any(pt is None for pt in pts):
+    angles = route_angles(p, build_map(p))
+    if angles is None:
         return OracleAnswer(None, "an object's position is unknown")
-    a, b, c, d = pts  # type: ignore[misc]
-    t1 = _turn(wrap_deg(heading_deg(b, c) - heading_deg(a, b)))
-    t2 = _turn(wrap_deg(heading_deg(c, d) - heading_deg(b, c)))
+    t1, t2 = (_turn(a) for a in angles)
     want = f"{t1}, {t2}"
     exact = letter_where(p.options, lambda t: t == want)
     if exact is not None:
@@ -442,8 +472,9 @@ DISAGREES = "the text decides another answer"
 
 
 def _object_margin(category: str, p: PerceptionText) -> str | None:
-    """Near a decision boundary in the quantities the text states (objects' bearings and
-    distances as the text places them), or an object the text cannot place."""
+    """Near a decision boundary in the quantities the text states (objects' bearings,
+    distances and turns as the text places them: the margins of the generators' own rules),
+    or an object the text cannot place."""
     q = p.question
     if category == "relative_direction" and q.startswith("Where is the "):
         colour = colour_of(q[len("Where is the "):])
@@ -451,6 +482,16 @@ def _object_margin(category: str, p: PerceptionText) -> str | None:
         if bearing is None:
             return UNSEEN
         return NEAR if clear_quadrant(bearing) is None else None
+    if category == "relative_direction" and _ALLO_RE.match(q):
+        angle = allocentric_angle(p, build_map(p))
+        if angle is None:
+            return UNSEEN
+        return NEAR if side_of(angle) is None else None
+    if category == "route_planning" and _ROUTE_RE.match(q):
+        angles = route_angles(p, build_map(p))
+        if angles is None:
+            return UNSEEN
+        return NEAR if any(turn_of(a) is None for a in angles) else None
     if category == "relative_distance" and "is the closest to the" in q:
         world = build_map(p)
         target = world.position(colour_of(q.rsplit("closest to the ", 1)[1].rstrip("?")))

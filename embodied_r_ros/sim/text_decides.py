@@ -19,6 +19,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from embodied_r_ros.core.bags import CameraInfo
 from embodied_r_ros.core.config import Config
 from embodied_r_ros.core.perception_text import stated_view
 from embodied_r_ros.core.pipeline import EmbodiedR
@@ -53,6 +54,9 @@ class TextDecides:
         self.pipeline = EmbodiedR(config, load_models=False)
         assert self.pipeline.perceiver is not None  # geometric: no model to load
         self.style = self.pipeline.perceiver.style
+        cam = world.camera  # the intrinsics the world's bag carries, as a build reads them
+        self.camera = CameraInfo(cam.width, cam.height, cam.fx, cam.fy, cam.cx, cam.cy
+                                 ).to_config(config.perception.camera)
         self.track = [(world.stamp_ns(i) / 1e9, odometry_pose(p))
                       for i, p in enumerate(world.poses)]
         self.skipped: Counter[tuple[str, str]] = Counter()
@@ -68,7 +72,7 @@ class TextDecides:
             record = None
             if selection.images:
                 result = self.pipeline.perceive_window(images, selection.stamps, "", [],
-                                                       motions)
+                                                       motions, camera=self.camera)
                 record = result.record.frames
             self._clips[(start, end)] = record
         return self._clips[(start, end)]
