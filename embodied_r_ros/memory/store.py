@@ -3,7 +3,9 @@
 :class:`MemoryStore` is the contract the SQLite and the PostgreSQL stores share (the same
 contract tests run on both): one writer adds rows, any number of readers query them
 concurrently, and the store keeps itself under ``memory.max_mb`` by pruning thumbnails first,
-then the oldest rows. Rows are keyed by robot, so one server can hold a fleet.
+then the oldest rows. Rows are keyed by robot, so one server can hold a fleet. Beside the rows
+each store keeps the objects the writer placed from them (:class:`~embodied_r_ros.memory
+.placements.Placement`, one row per object), keyed by robot too.
 """
 
 from __future__ import annotations
@@ -24,14 +26,15 @@ from embodied_r_ros.core.perception_text import NOTHING_IN_VIEW
 from embodied_r_ros.core.poses import Pose
 from embodied_r_ros.core.records import FrameRecord, SeenObject
 from embodied_r_ros.memory.errors import BAD_ROW, READ_ONLY, SpatialMemoryError
+from embodied_r_ros.memory.placements import Placement
 
 #: where a row's pose came from: wheel/IMU odometry, or visual ego-motion integrated over time
 PoseSource = Literal["odometry", "visual"]
 POSE_SOURCES: tuple[str, ...] = ("odometry", "visual")
 #: bumped when the tables change; a store refuses a database of another version, except that
 #: its writer upgrades one of :data:`UPGRADABLE` in place (its rows keep their text)
-SCHEMA_VERSION = 2
-UPGRADABLE = (1,)
+SCHEMA_VERSION = 3
+UPGRADABLE = (1, 2)
 #: how long a description may be; longer ones are refused, not cut silently
 MAX_DESCRIPTION_CHARS = 8000
 MAX_OBJECTS = 32
@@ -184,6 +187,28 @@ def row_from_columns(values: Sequence[Any], thumbnail: bytes | memoryview | None
                      seen=objs, by_vlm=by_vlm)
 
 
+#: a placement's columns in the order both stores select them
+PLACEMENT_COLUMNS = ("robot, id, key, label, colour, x, y, uncertainty_m, triangulated, "
+                     "first, last, data")
+
+
+def placement_values(p: Placement) -> tuple[Any, ...]:
+    """``p`` as :data:`PLACEMENT_COLUMNS`."""
+    return (p.robot, p.id, p.key, p.label, p.colour, p.x, p.y, p.uncertainty_m,
+            p.triangulated, p.first, p.last, json.dumps(p.data(), separators=(",", ":")))
+
+
+def placement_from_columns(values: Sequence[Any]) -> Placement:
+    robot, id_, key, label, colour, x, y, spread, crossed, _, _, data = values
+    return Placement.from_columns(robot, id_, key, label, colour, x, y, spread, crossed,
+                                  json.loads(data))
+
+
+def placed_key(robot: str) -> str:
+    """The meta key of the newest row id whose objects ``robot``'s placements hold."""
+    return f"placed_through:{robot}"
+
+
 class MemoryStore(ABC):
     """The memory's database: rows of key frames, a full-text index over their descriptions and
     objects, and (optionally) one text embedding a row for similarity search.
@@ -225,7 +250,22 @@ class MemoryStore(ABC):
         operator's command (the memory's clear service): nothing else deletes rows but the
         bound."""
 
+    @abstractmethod
+    def save_placements(self, robot: str, placements: Sequence[Placement],
+                        gone: Sequence[int], through_id: int) -> None:
+        """Store ``robot``'s changed ``placements`` (replacing those of the same id), delete
+        those of ids ``gone`` (merged into others), and note that every row up to id
+        ``through_id`` is placed: one transaction."""
+
     # -- reading ---------------------------------------------------------------------------
+
+    @abstractmethod
+    def placements(self, robots: Sequence[str] | None = None) -> list[Placement]:
+        """The placements of ``robots`` (None: every robot's), by robot and id."""
+
+    @abstractmethod
+    def placed_through(self, robot: str) -> int:
+        """The newest row id of ``robot`` whose objects its placements hold (0: none)."""
 
     @abstractmethod
     def get(self, ids: Sequence[int], thumbnails: bool = False) -> list[MemoryRow]:
