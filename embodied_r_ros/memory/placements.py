@@ -31,7 +31,7 @@ stores keep placements, the recorder feeds the placer.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -105,8 +105,10 @@ class Placement:
     """One object as the memory places it, in the world frame of the poses it was placed
     from. ``label`` is the name perception gave it last, ``key`` its kind
     (:func:`object_key`), ``colour`` the geometric perception's colour (None for a labelled
-    object). ``visits`` are the (first, last) stamps of each visit, oldest first; ``rays``
-    the newest sightings; ``sightings`` how many there were in all."""
+    object). ``visits`` are the (first, last) stamps of each visit, oldest first;
+    ``seen_from`` where the camera stood when it last saw the object; ``rays`` the newest
+    sightings (the writer's: a reader reads placements without them); ``sightings`` how many
+    there were in all."""
 
     id: int
     robot: str
@@ -118,7 +120,8 @@ class Placement:
     uncertainty_m: float
     triangulated: bool
     visits: tuple[tuple[float, float], ...]
-    rays: tuple[Ray, ...] = field(repr=False)
+    seen_from: tuple[float, float]
+    rays: tuple[Ray, ...] = field(default=(), repr=False)
     sightings: int = 1
 
     @property
@@ -132,26 +135,6 @@ class Placement:
     @property
     def last(self) -> float:
         return self.visits[-1][1]
-
-    @property
-    def seen_from(self) -> tuple[float, float]:
-        """Where the camera stood when it last saw the object."""
-        ray = max(self.rays, key=lambda r: r.stamp)
-        return (ray.x, ray.y)
-
-    def data(self) -> dict[str, Any]:
-        """What a store keeps beside the columns: the rays, visits and sighting count."""
-        return {"rays": [r.to_list() for r in self.rays],
-                "visits": [list(v) for v in self.visits], "n": self.sightings}
-
-    @classmethod
-    def from_columns(cls, robot: str, id_: int, key: str, label: str, colour: str | None,
-                     x: float, y: float, uncertainty_m: float, triangulated: bool,
-                     data: Mapping[str, Any]) -> Placement:
-        return cls(int(id_), robot, key, label, colour, float(x), float(y),
-                   float(uncertainty_m), bool(triangulated),
-                   tuple((float(a), float(b)) for a, b in data["visits"]),
-                   tuple(Ray.from_list(r) for r in data["rays"]), int(data.get("n", 1)))
 
 
 def object_key(obj: SeenObject) -> str | None:
@@ -272,7 +255,7 @@ def placed(p: Placement, rays: Sequence[Ray], visits: Iterable[tuple[float, floa
         (position, spread), crossed = guess(kept), False
     return replace(p, label=label or p.label, x=position[0], y=position[1],
                    uncertainty_m=spread, triangulated=crossed, visits=_visits(visits),
-                   rays=kept, sightings=sightings)
+                   seen_from=(kept[-1].x, kept[-1].y), rays=kept, sightings=sightings)
 
 
 class Placer:
@@ -323,7 +306,7 @@ class Placer:
                          default=None)
         if target is None:
             target = Placement(self._next, self.robot, key, obj.name, colour, 0.0, 0.0,
-                               0.0, False, (), (), 0)
+                               0.0, False, (), (ray.x, ray.y), (), 0)
             self._next += 1
         p = placed(target, [*target.rays, ray], [*target.visits, (ray.stamp, ray.stamp)],
                    target.sightings + 1, obj.name)

@@ -7,8 +7,9 @@ porter stemmer on SQLite); embeddings are stored as float16 bytes and searched i
 (:mod:`~embodied_r_ros.memory.vectors`), since pgvector is not packaged here.
 
 The bound (``memory.max_mb``) is each robot's: its rows' stored bytes (text, an estimate of its
-index entries, thumbnails, vectors), counted by the writer as it adds and prunes. The server's
-files are not shrunk: autovacuum makes the space of pruned rows reusable.
+index entries, thumbnails, vectors), counted by the writer as it adds and prunes; its placements
+(one small row per object, dropped with the rows they were placed from) are not counted. The
+server's files are not shrunk: autovacuum makes the space of pruned rows reusable.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ from embodied_r_ros.memory.store import (
     COLUMNS,
     F_COLUMNS,
     PLACEMENT_COLUMNS,
+    READ_PLACEMENT_COLUMNS,
     SCHEMA_VERSION,
     UPGRADABLE,
     MemoryRow,
@@ -70,7 +72,9 @@ _PLACEMENTS = (
     "key text NOT NULL, label text NOT NULL, colour text, x double precision NOT NULL, "
     "y double precision NOT NULL, uncertainty_m double precision NOT NULL, "
     "triangulated boolean NOT NULL, first double precision NOT NULL, "
-    "last double precision NOT NULL, data text NOT NULL, PRIMARY KEY (robot, id))",
+    "last double precision NOT NULL, seen_x double precision NOT NULL, "
+    "seen_y double precision NOT NULL, sightings integer NOT NULL, visits text NOT NULL, "
+    "rays text NOT NULL, PRIMARY KEY (robot, id))",
     "CREATE INDEX IF NOT EXISTS memory_placements_last ON memory_placements (robot, last)",
 )
 _SCHEMA = (
@@ -321,13 +325,15 @@ class PostgresMemoryStore(MemoryStore):
             cur.execute("INSERT INTO memory_meta VALUES (%s, %s) ON CONFLICT (key) DO UPDATE "
                         "SET value=excluded.value", (placed_key(robot), str(int(through_id))))
 
-    def placements(self, robots: Sequence[str] | None = None) -> list[Placement]:
+    def placements(self, robots: Sequence[str] | None = None, rays: bool = False
+                   ) -> list[Placement]:
+        columns = PLACEMENT_COLUMNS if rays else READ_PLACEMENT_COLUMNS
         with self._db() as conn:
             if robots is None:
-                rows = conn.execute(f"SELECT {PLACEMENT_COLUMNS} FROM memory_placements "
+                rows = conn.execute(f"SELECT {columns} FROM memory_placements "
                                     "ORDER BY robot, id").fetchall()
             else:
-                rows = conn.execute(f"SELECT {PLACEMENT_COLUMNS} FROM memory_placements WHERE "
+                rows = conn.execute(f"SELECT {columns} FROM memory_placements WHERE "
                                     "robot = ANY(%s) ORDER BY robot, id", (list(robots),)
                                     ).fetchall()
         return [placement_from_columns(r) for r in rows]

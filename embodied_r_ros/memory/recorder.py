@@ -67,7 +67,7 @@ class MemoryRecorder:
     def reload_placements(self) -> None:
         """Read this robot's placements from the store again (after rows were cleared) and
         place the rows stored after the last placed one."""
-        self.placer = Placer(self.robot, self.store.placements([self.robot]))
+        self.placer = Placer(self.robot, self.store.placements([self.robot], rays=True))
         through = self.store.placed_through(self.robot)
         ids = [i for i, _ in self.store.stamps(self.robot, -math.inf, math.inf) if i > through]
         for k in range(0, len(ids), 256):

@@ -41,6 +41,7 @@ from embodied_r_ros.memory.store import (
     COLUMNS,
     F_COLUMNS,
     PLACEMENT_COLUMNS,
+    READ_PLACEMENT_COLUMNS,
     SCHEMA_VERSION,
     UPGRADABLE,
     MemoryRow,
@@ -68,7 +69,9 @@ _PLACEMENTS = (
     "CREATE TABLE IF NOT EXISTS placements (robot TEXT NOT NULL, id INTEGER NOT NULL, "
     "key TEXT NOT NULL, label TEXT NOT NULL, colour TEXT, x REAL NOT NULL, y REAL NOT NULL, "
     "uncertainty_m REAL NOT NULL, triangulated INTEGER NOT NULL, first REAL NOT NULL, "
-    "last REAL NOT NULL, data TEXT NOT NULL, PRIMARY KEY (robot, id))",
+    "last REAL NOT NULL, seen_x REAL NOT NULL, seen_y REAL NOT NULL, "
+    "sightings INTEGER NOT NULL, visits TEXT NOT NULL, rays TEXT NOT NULL, "
+    "PRIMARY KEY (robot, id))",
     "CREATE INDEX IF NOT EXISTS placements_last ON placements (robot, last)",
 )
 _SCHEMA = (
@@ -364,7 +367,7 @@ class SqliteMemoryStore(MemoryStore):
             db.executemany("DELETE FROM placements WHERE robot=? AND id=?",
                            [(robot, int(i)) for i in gone])
             db.executemany(f"INSERT OR REPLACE INTO placements ({PLACEMENT_COLUMNS}) VALUES "
-                           "(?,?,?,?,?,?,?,?,?,?,?,?)",
+                           "(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
                            [placement_values(p) for p in placements if p.robot == robot])
             db.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)",
                        (placed_key(robot), str(int(through_id))))
@@ -372,14 +375,16 @@ class SqliteMemoryStore(MemoryStore):
 
     # -- reading ---------------------------------------------------------------------------
 
-    def placements(self, robots: Sequence[str] | None = None) -> list[Placement]:
+    def placements(self, robots: Sequence[str] | None = None, rays: bool = False
+                   ) -> list[Placement]:
+        columns = PLACEMENT_COLUMNS if rays else READ_PLACEMENT_COLUMNS
         with self._db() as db:
             if robots is None:
-                rows = db.execute(f"SELECT {PLACEMENT_COLUMNS} FROM placements "
+                rows = db.execute(f"SELECT {columns} FROM placements "
                                   "ORDER BY robot, id").fetchall()
             else:
                 marks = ",".join("?" * len(robots))
-                rows = db.execute(f"SELECT {PLACEMENT_COLUMNS} FROM placements WHERE robot IN "
+                rows = db.execute(f"SELECT {columns} FROM placements WHERE robot IN "
                                   f"({marks}) ORDER BY robot, id", list(robots)).fetchall()
         return [placement_from_columns(r) for r in rows]
 
