@@ -184,6 +184,26 @@ def test_a_memory_of_the_schema_before_placements_is_upgraded_and_placed_by_its_
     assert again.uncertainty_m < red.uncertainty_m  # a third view, wider apart
 
 
+def test_clearing_rows_drops_the_placements_they_alone_placed(open_store: Opener) -> None:
+    """A blue object seen only before the cleared stamp goes with its rows; the red one, seen
+    after it too, stays; a memory cleared of every row of a robot places its next rows again
+    from the start."""
+    writer = open_store(writable=True)
+    recorder = MemoryRecorder(writer, "robot")
+    for stamp, target, name in ((0.0, (4.0, 2.0), "red"), (1.0, (4.0, 5.0), "blue"),
+                                (2.0, (4.0, 5.0), "blue"), (3.0, (4.0, 2.0), "red")):
+        pose = Pose(0.0, -stamp, 0.0, 0.0)
+        bearing = math.degrees(math.atan2(target[1] - pose.y, target[0] - pose.x))
+        recorder.record_frame(FrameRecord(stamp, objects=(SeenObject(
+            f"{name} object", name, bearing_deg=bearing),)), pose=pose, pose_source="odometry")
+    assert sorted(p.colour for p in writer.placements()) == ["blue", "red"]
+    writer.clear("robot", before=2.5)
+    assert [p.colour for p in writer.placements()] == ["red"]
+    assert writer.placed_through("robot") > 0
+    writer.clear("robot")
+    assert writer.placements() == [] and writer.placed_through("robot") == 0
+
+
 def test_one_writer_and_readers_cannot_write(open_store: Opener) -> None:
     open_store(writable=True)
     with pytest.raises(SpatialMemoryError) as busy:

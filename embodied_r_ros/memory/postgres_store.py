@@ -33,12 +33,11 @@ from embodied_r_ros.memory.errors import (
     WRITER_BUSY,
     SpatialMemoryError,
 )
+from embodied_r_ros.memory.placement_table import PlacementTable, ddl
 from embodied_r_ros.memory.placements import Placement
 from embodied_r_ros.memory.store import (
     COLUMNS,
     F_COLUMNS,
-    PLACEMENT_COLUMNS,
-    READ_PLACEMENT_COLUMNS,
     SCHEMA_VERSION,
     UPGRADABLE,
     MemoryRow,
@@ -48,9 +47,6 @@ from embodied_r_ros.memory.store import (
     check_name,
     check_row,
     joined_objects,
-    placed_key,
-    placement_from_columns,
-    placement_values,
     row_from_columns,
     search_terms,
     seen_json,
@@ -66,17 +62,8 @@ _LOCK_SPACE = 7261
 #: bytes a row costs besides its text, and an index entry besides its payload (estimates)
 _ROW_OVERHEAD = 120
 _ENTRY_OVERHEAD = 40
-#: the objects placed from the rows (schema 3)
-_PLACEMENTS = (
-    "CREATE TABLE IF NOT EXISTS memory_placements (robot text NOT NULL, id bigint NOT NULL, "
-    "key text NOT NULL, label text NOT NULL, colour text, x double precision NOT NULL, "
-    "y double precision NOT NULL, uncertainty_m double precision NOT NULL, "
-    "triangulated boolean NOT NULL, first double precision NOT NULL, "
-    "last double precision NOT NULL, seen_x double precision NOT NULL, "
-    "seen_y double precision NOT NULL, sightings integer NOT NULL, visits text NOT NULL, "
-    "rays text NOT NULL, PRIMARY KEY (robot, id))",
-    "CREATE INDEX IF NOT EXISTS memory_placements_last ON memory_placements (robot, last)",
-)
+_PLACEMENTS = ddl("memory_placements", "double precision", "bigint", "boolean")  # schema 3
+_TABLE = PlacementTable("memory_placements", "memory_meta", "%s")
 _SCHEMA = (
     "CREATE TABLE memory_meta (key text PRIMARY KEY, value text NOT NULL)",
     "CREATE TABLE memory_frames (id bigserial PRIMARY KEY, robot text NOT NULL, "
@@ -156,16 +143,15 @@ class PostgresMemoryStore(MemoryStore):
                     "SELECT value FROM memory_meta WHERE key='schema_version'").fetchone()
                 found = int(version[0]) if version is not None else None
                 if self.writable and found in UPGRADABLE:
-                    assert found is not None
                     # schema 1 to 2: the record of objects beside each description; 2 to 3:
                     # the placements (each robot's writer places its stored rows at start)
-                    if found < 2:
+                    if found == 1:
                         conn.execute("ALTER TABLE memory_frames ADD COLUMN seen text")
                     for statement in _PLACEMENTS:
                         conn.execute(statement)
                     conn.execute("UPDATE memory_meta SET value=%s WHERE key='schema_version'",
                                  (str(SCHEMA_VERSION),))
-                    log.info("upgraded the memory on %s from schema %d to %d", self._where,
+                    log.info("upgraded the memory on %s from schema %s to %d", self._where,
                              found, SCHEMA_VERSION)
                 elif found != SCHEMA_VERSION:
                     hint = (": open it once for writing (a robot's memory writer) to upgrade it"
@@ -298,9 +284,8 @@ class PostgresMemoryStore(MemoryStore):
                     break
                 deleted += len(gone)
                 self._bytes = self._count_bytes()
-            conn.execute("DELETE FROM memory_placements WHERE robot=%(r)s AND last < coalesce("
-                         "(SELECT min(stamp) FROM memory_frames WHERE robot=%(r)s), "
-                         "'Infinity'::float8)", {"r": self.robot})
+            with conn.cursor() as cur:
+                _TABLE.prune(cur, "memory_frames", self.robot)
         log.info("memory of %s over %.1f MB: pruned %d thumbnails and %d oldest rows",
                  self.robot, self.max_bytes / 2**20, thumbs, deleted)
         return deleted
@@ -310,39 +295,17 @@ class PostgresMemoryStore(MemoryStore):
         self.require_writable()
         if robot != self.robot:
             raise SpatialMemoryError(BAD_ROW, f"this store writes for {self.robot}, not {robot}")
-        names = PLACEMENT_COLUMNS.split(", ")
-        update = ", ".join(f"{c}=excluded.{c}" for c in names[2:])
         with self._db() as conn, conn.transaction(), conn.cursor() as cur:
-            if gone:
-                cur.execute("DELETE FROM memory_placements WHERE robot=%s AND id = ANY(%s)",
-                            (robot, [int(i) for i in gone]))
-            mine = [placement_values(p) for p in placements if p.robot == robot]
-            if mine:
-                cur.executemany(
-                    f"INSERT INTO memory_placements ({PLACEMENT_COLUMNS}) VALUES "
-                    f"({','.join(['%s'] * len(names))}) ON CONFLICT (robot, id) DO UPDATE SET "
-                    f"{update}", mine)
-            cur.execute("INSERT INTO memory_meta VALUES (%s, %s) ON CONFLICT (key) DO UPDATE "
-                        "SET value=excluded.value", (placed_key(robot), str(int(through_id))))
+            _TABLE.save(cur, robot, placements, gone, through_id)
 
     def placements(self, robots: Sequence[str] | None = None, rays: bool = False
                    ) -> list[Placement]:
-        columns = PLACEMENT_COLUMNS if rays else READ_PLACEMENT_COLUMNS
-        with self._db() as conn:
-            if robots is None:
-                rows = conn.execute(f"SELECT {columns} FROM memory_placements "
-                                    "ORDER BY robot, id").fetchall()
-            else:
-                rows = conn.execute(f"SELECT {columns} FROM memory_placements WHERE "
-                                    "robot = ANY(%s) ORDER BY robot, id", (list(robots),)
-                                    ).fetchall()
-        return [placement_from_columns(r) for r in rows]
+        with self._db() as conn, conn.cursor() as cur:
+            return _TABLE.read(cur, robots, rays)
 
     def placed_through(self, robot: str) -> int:
-        with self._db() as conn:
-            got = conn.execute("SELECT value FROM memory_meta WHERE key=%s",
-                               (placed_key(robot),)).fetchone()
-        return int(got[0]) if got else 0
+        with self._db() as conn, conn.cursor() as cur:
+            return _TABLE.placed_through(cur, robot)
 
     # -- reading ---------------------------------------------------------------------------
 
@@ -355,8 +318,8 @@ class PostgresMemoryStore(MemoryStore):
             end = math.inf if before is None else float(before)
             n = conn.execute("DELETE FROM memory_frames WHERE robot=%s AND stamp<%s",
                              (robot, end)).rowcount
-            conn.execute("DELETE FROM memory_placements WHERE robot=%s AND last<%s",
-                         (robot, end))
+            with conn.cursor() as cur:
+                _TABLE.forget(cur, "memory_frames", robot, end)
         self._bytes = self._count_bytes()
         log.info("memory of %s: cleared %d rows", robot, n)
         return int(n)

@@ -36,12 +36,11 @@ from embodied_r_ros.memory.errors import (
     WRITER_BUSY,
     SpatialMemoryError,
 )
+from embodied_r_ros.memory.placement_table import PlacementTable, ddl
 from embodied_r_ros.memory.placements import Placement
 from embodied_r_ros.memory.store import (
     COLUMNS,
     F_COLUMNS,
-    PLACEMENT_COLUMNS,
-    READ_PLACEMENT_COLUMNS,
     SCHEMA_VERSION,
     UPGRADABLE,
     MemoryRow,
@@ -51,9 +50,6 @@ from embodied_r_ros.memory.store import (
     check_name,
     check_row,
     joined_objects,
-    placed_key,
-    placement_from_columns,
-    placement_values,
     row_from_columns,
     search_terms,
     seen_json,
@@ -64,16 +60,8 @@ from embodied_r_ros.memory.store import (
 log = logging.getLogger(__name__)
 
 _HEADER = b"SQLite format 3\x00"
-#: the objects placed from the rows (schema 3)
-_PLACEMENTS = (
-    "CREATE TABLE IF NOT EXISTS placements (robot TEXT NOT NULL, id INTEGER NOT NULL, "
-    "key TEXT NOT NULL, label TEXT NOT NULL, colour TEXT, x REAL NOT NULL, y REAL NOT NULL, "
-    "uncertainty_m REAL NOT NULL, triangulated INTEGER NOT NULL, first REAL NOT NULL, "
-    "last REAL NOT NULL, seen_x REAL NOT NULL, seen_y REAL NOT NULL, "
-    "sightings INTEGER NOT NULL, visits TEXT NOT NULL, rays TEXT NOT NULL, "
-    "PRIMARY KEY (robot, id))",
-    "CREATE INDEX IF NOT EXISTS placements_last ON placements (robot, last)",
-)
+_PLACEMENTS = ddl("placements", "REAL", "INTEGER", "INTEGER")  # placed objects (schema 3)
+_TABLE = PlacementTable("placements", "meta", "?")
 _SCHEMA = (
     "CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
     "CREATE TABLE frames (id INTEGER PRIMARY KEY, robot TEXT NOT NULL, camera TEXT NOT NULL, "
@@ -201,19 +189,17 @@ class SqliteMemoryStore(MemoryStore):
             raise
         return conn
 
-    def _upgrade(self, conn: sqlite3.Connection, found: int) -> None:
+    def _upgrade(self, conn: sqlite3.Connection, found: int | None) -> None:
         """Schema 1 to 2: the record of objects beside each description (stored rows keep
-        theirs as text, read from it); 2 to 3: the placements (the writer places the stored
-        rows when it starts)."""
+        theirs as text, read from it); 2 to 3: the placements (their writer fills them)."""
         conn.execute("BEGIN IMMEDIATE")
-        if found < 2:
+        if found == 1:
             conn.execute("ALTER TABLE frames ADD COLUMN seen TEXT")
         for statement in _PLACEMENTS:
             conn.execute(statement)
         conn.execute("UPDATE meta SET value=? WHERE key='schema_version'", (str(SCHEMA_VERSION),))
         conn.execute("COMMIT")
-        log.info("upgraded the memory %s from schema %d to %d", self.path, found,
-                 SCHEMA_VERSION)
+        log.info("upgraded the memory %s from schema %s to %d", self.path, found, SCHEMA_VERSION)
 
     def _prepare(self, conn: sqlite3.Connection) -> None:
         tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
@@ -221,7 +207,6 @@ class SqliteMemoryStore(MemoryStore):
             version = conn.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
             found = int(version[0]) if version is not None else None
             if self.writable and found in UPGRADABLE:
-                assert found is not None
                 self._upgrade(conn, found)
             elif found != SCHEMA_VERSION:
                 hint = (": open it once for writing (the robot's memory writer) to upgrade it"
@@ -330,8 +315,7 @@ class SqliteMemoryStore(MemoryStore):
                 if n <= 0:
                     break
                 deleted += n
-            db.execute("DELETE FROM placements WHERE last < coalesce((SELECT min(stamp) FROM "
-                       "frames f WHERE f.robot = placements.robot), 1e308)")
+            _TABLE.prune(db.cursor(), "frames")
             # give the freed pages back to the file system; Python's sqlite3 steps this pragma
             # once, and one step frees one page
             db.execute("BEGIN IMMEDIATE")
@@ -350,10 +334,7 @@ class SqliteMemoryStore(MemoryStore):
             db.execute("BEGIN IMMEDIATE")  # the delete trigger drops thumbnails and vectors
             end = float("inf") if before is None else float(before)
             n = db.execute("DELETE FROM frames WHERE robot=? AND stamp<?", (robot, end)).rowcount
-            db.execute("DELETE FROM placements WHERE robot=? AND last<?", (robot, end))
-            # ids restart where no row is left: the next row is unplaced whatever its id
-            db.execute("DELETE FROM meta WHERE key=? AND NOT EXISTS (SELECT 1 FROM frames "
-                       "WHERE robot=?)", (placed_key(robot), robot))
+            _TABLE.forget(db.cursor(), "frames", robot, end)
             db.execute("COMMIT")
         log.info("memory %s: cleared %d rows of %s", self.path, n, robot)
         return int(n)
@@ -361,38 +342,21 @@ class SqliteMemoryStore(MemoryStore):
     def save_placements(self, robot: str, placements: Sequence[Placement],
                         gone: Sequence[int], through_id: int) -> None:
         self.require_writable()
-        check_name("robot", robot)
         with self._db() as db:
             db.execute("BEGIN IMMEDIATE")
-            db.executemany("DELETE FROM placements WHERE robot=? AND id=?",
-                           [(robot, int(i)) for i in gone])
-            db.executemany(f"INSERT OR REPLACE INTO placements ({PLACEMENT_COLUMNS}) VALUES "
-                           "(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
-                           [placement_values(p) for p in placements if p.robot == robot])
-            db.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)",
-                       (placed_key(robot), str(int(through_id))))
+            _TABLE.save(db.cursor(), robot, placements, gone, through_id)
             db.execute("COMMIT")
 
     # -- reading ---------------------------------------------------------------------------
 
     def placements(self, robots: Sequence[str] | None = None, rays: bool = False
                    ) -> list[Placement]:
-        columns = PLACEMENT_COLUMNS if rays else READ_PLACEMENT_COLUMNS
         with self._db() as db:
-            if robots is None:
-                rows = db.execute(f"SELECT {columns} FROM placements "
-                                  "ORDER BY robot, id").fetchall()
-            else:
-                marks = ",".join("?" * len(robots))
-                rows = db.execute(f"SELECT {columns} FROM placements WHERE robot IN "
-                                  f"({marks}) ORDER BY robot, id", list(robots)).fetchall()
-        return [placement_from_columns(r) for r in rows]
+            return _TABLE.read(db.cursor(), robots, rays)
 
     def placed_through(self, robot: str) -> int:
         with self._db() as db:
-            got = db.execute("SELECT value FROM meta WHERE key=?", (placed_key(robot),)
-                             ).fetchone()
-        return int(got[0]) if got else 0
+            return _TABLE.placed_through(db.cursor(), robot)
 
     def get(self, ids: Sequence[int], thumbnails: bool = False) -> list[MemoryRow]:
         out: list[MemoryRow] = []

@@ -26,7 +26,7 @@ from embodied_r_ros.core.perception_text import NOTHING_IN_VIEW
 from embodied_r_ros.core.poses import Pose
 from embodied_r_ros.core.records import FrameRecord, SeenObject
 from embodied_r_ros.memory.errors import BAD_ROW, READ_ONLY, SpatialMemoryError
-from embodied_r_ros.memory.placements import Placement, Ray
+from embodied_r_ros.memory.placements import Placement
 
 #: where a row's pose came from: wheel/IMU odometry, or visual ego-motion integrated over time
 PoseSource = Literal["odometry", "visual"]
@@ -185,37 +185,6 @@ def row_from_columns(values: Sequence[Any], thumbnail: bytes | memoryview | None
                      objects=split_objects(objects),
                      thumbnail=bytes(thumbnail) if thumbnail is not None else None, id=row_id,
                      seen=objs, by_vlm=by_vlm)
-
-
-#: a placement's columns in the order both stores select them; a reader leaves the rays
-PLACEMENT_COLUMNS = ("robot, id, key, label, colour, x, y, uncertainty_m, triangulated, "
-                     "first, last, seen_x, seen_y, sightings, visits, rays")
-READ_PLACEMENT_COLUMNS = PLACEMENT_COLUMNS.removesuffix(", rays")
-
-
-def placement_values(p: Placement) -> tuple[Any, ...]:
-    """``p`` as :data:`PLACEMENT_COLUMNS`."""
-    return (p.robot, p.id, p.key, p.label, p.colour, p.x, p.y, p.uncertainty_m,
-            p.triangulated, p.first, p.last, p.seen_from[0], p.seen_from[1], p.sightings,
-            json.dumps([list(v) for v in p.visits]),
-            json.dumps([r.to_list() for r in p.rays], separators=(",", ":")))
-
-
-def placement_from_columns(values: Sequence[Any]) -> Placement:
-    """A placement selected as :data:`PLACEMENT_COLUMNS`, or without its rays as
-    :data:`READ_PLACEMENT_COLUMNS`."""
-    (robot, id_, key, label, colour, x, y, spread, crossed, _, _, seen_x, seen_y, sightings,
-     visits, *rays) = values
-    return Placement(int(id_), robot, key, label, colour, float(x), float(y), float(spread),
-                     bool(crossed), tuple((float(a), float(b)) for a, b in json.loads(visits)),
-                     (float(seen_x), float(seen_y)),
-                     tuple(Ray.from_list(r) for r in json.loads(rays[0])) if rays else (),
-                     int(sightings))
-
-
-def placed_key(robot: str) -> str:
-    """The meta key of the newest row id whose objects ``robot``'s placements hold."""
-    return f"placed_through:{robot}"
 
 
 class MemoryStore(ABC):
