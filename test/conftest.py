@@ -151,6 +151,19 @@ def vlm_server(tiny_vlm: ChatBackend) -> Iterator[tuple[Any, Any]]:
         yield server, recorder
 
 
+@pytest.fixture(scope="module")
+def postgres() -> Iterator[Any]:
+    """A throwaway PostgreSQL server (:class:`lab.pg_local.TemporaryPostgres`) for a module's
+    tests; they are skipped where none can start."""
+    from lab.pg_local import TemporaryPostgres, unavailable_reason
+
+    reason = unavailable_reason()
+    if reason is not None:
+        pytest.skip(f"no PostgreSQL server for the memory tests: {reason}")
+    with TemporaryPostgres() as server:
+        yield server
+
+
 @pytest.fixture
 def rgb_frames() -> list[np.ndarray]:
     """Two distinct 480 x 640 RGB uint8 frames (smooth, so JPEG keeps them recognisable)."""

@@ -1,14 +1,14 @@
-"""The long-world oracle reads a memory's perception text: objects located from the written
-motions and bearings, told apart by when they were seen, and what the text cannot say."""
+"""The long-world oracle reads a memory's perception record: objects the memory placed from its
+stored poses and bearings, told apart by when they were seen, and what the notes cannot say."""
 
 from __future__ import annotations
 
 import pytest
 from memory_rows import TWO_VISITS, memory_rec
 
-from embodied_r_ros.core.perception_text import render, stated_view
+from embodied_r_ros.core.perception_text import render
 from embodied_r_ros.core.records import PerceptionRecord
-from embodied_r_ros.memory.places import ObjectMap
+from embodied_r_ros.memory.placements import place_frames
 from lab.long_world.oracle import (
     references,
     solve_record,
@@ -28,11 +28,11 @@ QUADRANTS = ["A. front-left", "B. front-right", "C. back-left", "D. back-right"]
 
 
 def test_objects_of_one_colour_are_told_apart_by_when_they_were_seen() -> None:
-    memory = ObjectMap(stated_view(_record("Where is the red box?", QUADRANTS)))
-    reds = memory.objects("red")
+    placed = place_frames((r.frame_record(), r.pose) for r in TWO_VISITS)
+    reds = [p for p in placed if p.colour == "red"]
     assert len(reds) == 2
-    old = next(o for o in reds if min(o.ages) > 900)
-    assert old.position == pytest.approx((4.0, 2.0), abs=0.15)  # triangulated from two views
+    old = next(o for o in reds if o.last < 100)
+    assert old.triangulated and old.position == pytest.approx((4.0, 2.0), abs=0.15)  # 2 views
     assert _answer("object_direction", "Where is the red box relative to you now?",
                    QUADRANTS) == "A"  # the one seen last: 30 degrees left
     assert _answer("object_direction", "Where is the red box you saw about 17 minutes ago "
@@ -99,7 +99,7 @@ def test_the_evidence_restates_the_places_line_and_compares_at_the_band_edges() 
     found = solve_record("object_direction", record)
     assert found.evidence.startswith("the red object is now front-right (")
     stated = found.evidence.removeprefix("the red object is now ")
-    assert f"{stated}; seen from" in text  # word for word as the places line puts it
+    assert f" m away, {stated}, within about" in text  # as the places line puts it
     bands = ["A. less than 2 m", "B. between 2 and 5 m", "C. between 5 and 10 m",
              "D. more than 10 m"]
     far = solve_record("object_distance", _record("How far is the red box you saw about 17 minutes "

@@ -13,7 +13,7 @@ from embodied_r_ros.core.reasoning import parse_options
 from embodied_r_ros.core.rewards import prompt_text
 from embodied_r_training.data.dataset_files import load_rows
 from embodied_r_training.data.rationales import rationale
-from embodied_r_training.data.row_records import perception_of, record_of
+from embodied_r_training.data.row_records import record_of
 from embodied_r_training.evaluation.scoring import baseline_completions
 from lab.long_world import oracle as long_oracle
 from lab.long_world.oracle import solve
@@ -68,7 +68,7 @@ def test_a_memory_rationale_quotes_the_places_lines_it_rests_on_and_concludes_th
         assert why.supported == (found.letter == r["solution"])
         supported += why.supported
         # what the think text quotes is a line of the prompt, for the reasoner to copy
-        lines = answer_lines(perception_of(r), r["category"])
+        lines = answer_lines(record_of(r), r["category"])
         assert lines and all(f"\n{line}\n" in prompt_text(r["prompt"]) for line in lines)
         assert all(line.removeprefix("- ") in why.think for line in lines)
     assert supported >= 0.8 * len(memory)

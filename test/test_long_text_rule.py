@@ -9,9 +9,9 @@ import pytest
 from memory_rows import memory_rec
 from memory_rows import odometry_row as _row
 
-from embodied_r_ros.core.perception_text import stated_view
 from embodied_r_ros.core.poses import Pose
-from embodied_r_ros.memory.places import ObjectMap
+from embodied_r_ros.memory import MemoryRow
+from embodied_r_ros.memory.placements import Placement, place_frames
 from embodied_r_ros.sim.camera import PinholeCamera
 from embodied_r_ros.sim.floor_plan import make_floor_plan
 from embodied_r_ros.sim.scene import SceneObject
@@ -133,7 +133,13 @@ def test_turns_are_clear_or_skipped_and_the_reader_takes_the_nearest() -> None:
     assert nearest_turn(-142.0) == "turn right" and nearest_turn(143.0) == "turn around"
 
 
-# ---------------------------------------------------------------- the reader's objects
+# ---------------------------------------------------------------- the memory's objects
+
+
+def _reds(rows: list[MemoryRow]) -> list[Placement]:
+    """The red objects the memory places from ``rows``' poses and bearings."""
+    return [p for p in place_frames((r.frame_record(), r.pose) for r in rows)
+            if p.colour == "red"]
 
 
 def _seen(deg: float) -> str:
@@ -146,8 +152,7 @@ def test_two_objects_of_a_colour_seen_seconds_apart_in_two_places_stay_two() -> 
     (14, -2) from (10, 0) and (10, 2): one visit by time, two places by their bearings."""
     rows = [_row(0.0, 0.0, 0.0, 0.0, _seen(26.6)), _row(5.0, 0.0, -2.0, 0.0, _seen(45.0)),
             _row(20.0, 10.0, 0.0, 0.0, _seen(-26.6)), _row(25.0, 10.0, 2.0, 0.0, _seen(-45.0))]
-    reds = ObjectMap(stated_view(memory_rec(rows, "Where is the red box?", ["A. x"]))
-                     ).objects("red")
+    reds = _reds(rows)
     assert len(reds) == 2 and all(r.triangulated for r in reds)
     places = sorted(r.position for r in reds if r.position is not None)
     assert places[0] == pytest.approx((4.0, 2.0), abs=0.2)
@@ -169,8 +174,7 @@ def test_an_object_seen_from_one_place_only_is_not_placed_next_to_another() -> N
     options = ["A. red cone", "B. green box"]
     record = memory_rec(rows, "Which object stood next to the blue box (the nearest to it)?",
                         options)
-    memory = ObjectMap(stated_view(record))
-    (red,) = memory.objects("red")
+    (red,) = _reds(rows)
     assert not red.triangulated
     assert solve_record("next_to", record).letter == "B"
 
@@ -181,7 +185,6 @@ def test_an_object_walked_towards_is_placed_from_rays_that_only_cross_together()
     They are one object, placed where they cross, not three guesses along the rays."""
     rows = [_row(0.0, 0.0, 0.3, 0.0, _seen(-2.15)), _row(3.0, 2.0, 0.5, 0.0, _seen(-4.76)),
             _row(6.0, 4.0, 0.7, 0.0, _seen(-9.93))]
-    (red,) = ObjectMap(stated_view(memory_rec(rows, "Where is the red box?", ["A. x"]))
-                       ).objects("red")
-    assert red.triangulated and red.ages == (0.0, 3.0, 6.0)
+    (red,) = _reds(rows)
+    assert red.triangulated and [r.stamp for r in red.rays] == [0.0, 3.0, 6.0]
     assert red.position == pytest.approx((8.0, 0.0), abs=0.6)

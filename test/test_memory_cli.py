@@ -16,11 +16,12 @@ from embodied_r_ros.agent.query_runner import QueryRequest, QueryRunner
 from embodied_r_ros.cli import main
 from embodied_r_ros.core.poses import Pose
 from embodied_r_ros.core.profiles import load_config
-from embodied_r_ros.core.records import FrameRecord
+from embodied_r_ros.core.records import FrameRecord, SeenObject
 from embodied_r_ros.core.streaming import KeyFrameNote
 from embodied_r_ros.memory import MemoryRecorder, SqliteMemoryStore
 from embodied_r_ros.memory.export import (
     DESCRIPTION_TOPIC,
+    OBJECTS_TOPIC,
     PATH_TOPIC,
     POSE_TOPIC,
     THUMBNAIL_TOPIC,
@@ -224,3 +225,92 @@ def test_the_query_runner_scopes(db: Path) -> None:
     r = QueryRunner(NoEngine(), ["front"], memory=missing).run(
         QueryRequest("What is ahead?", scope="memory"))
     assert r.error_code == "MEMORY_UNAVAILABLE" and "DB_MISSING" in r.error
+
+
+RED_BOX, CHAIR = (4.0, 2.0), (6.0, -2.0)
+
+
+def _toward(pose: Pose, target: tuple[float, float]) -> float:
+    return math.degrees(math.atan2(target[1] - pose.y, target[0] - pose.x)) - pose.yaw_deg
+
+
+@pytest.fixture(scope="module")
+def placed_db(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A walk along x past a red box and an office chair, each key frame described by a VLM
+    that grounded both (a colour region and a labelled object), written by the memory
+    writer as on the robot."""
+    path = tmp_path_factory.mktemp("placed") / "memory.sqlite3"
+    writer = MemoryWriter(config_for(path))
+    try:
+        for i in range(5):
+            pose = Pose(float(i), 0.0, 0.0, 0.0)
+            objects = (SeenObject("red object", "red", bearing_deg=_toward(pose, RED_BOX)),
+                       SeenObject("office chair", bearing_deg=_toward(pose, CHAIR),
+                                  box=(10.0, 40.0, 60.0, 120.0), confidence=0.9,
+                                  extent_deg=3.0))
+            record = FrameRecord(T0 + 5.0 * i, vlm_text="a red box and an office chair",
+                                 objects=objects)
+            writer.submit(KeyFrameNote("front", record, None, 0.0), None,
+                          lambda _s, p=pose: p)
+        assert writer.wait_idle(10) and writer.failed == 0
+    finally:
+        writer.close()
+    return path
+
+
+def test_search_lists_the_placed_objects_the_question_names(
+        placed_db: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(capsys, "search", str(placed_db), "Where is the red box relative to you "
+                       "now?", "--json")
+    assert code == 0
+    found = json.loads(out)
+    (red,) = found["placed"]
+    assert (red["label"], red["colour"], red["triangulated"]) == ("red object", "red", True)
+    assert (red["x"], red["y"]) == pytest.approx(RED_BOX, abs=0.01) and red["sightings"] == 5
+    assert red["last_age_sec"] == 0.0 and 0.0 < red["uncertainty_m"] < 0.5
+    (line,) = found["places"]
+    assert line.startswith("- red object seen 0 s ago (last 0 s ago); now 2.0 m away, "
+                           "back-left (90 degrees left), within about ")  # at (4, 0), facing +x
+    assert line.endswith("; seen from about here.")
+    code, out, _ = run(capsys, "search", str(placed_db), "Where are the chairs?")
+    assert code == 0 and "placed (1 named):" in out
+    assert "  office chair [robot] at (6.00, -2.00) m, within " in out
+    assert "places: - office chair seen 0 s ago (last 0 s ago); now 2.8 m away" in out
+
+
+def test_plot_draws_the_placed_objects(placed_db: Path, tmp_path: Path,
+                                       capsys: pytest.CaptureFixture[str]) -> None:
+    plain, named = tmp_path / "plain.png", tmp_path / "named.png"
+    assert run(capsys, "plot", str(placed_db), "--out", str(plain))[0] == 0
+    assert run(capsys, "plot", str(placed_db), "--out", str(named), "-q",
+               "Where is the chair?")[0] == 0
+    assert plain.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert plain.read_bytes() != named.read_bytes()  # the retrieved frames circled
+
+
+def test_export_carries_the_placed_objects_as_scene_entities(
+        placed_db: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from mcap.reader import make_reader
+
+    out = tmp_path / "placed.mcap"
+    code, printed, _ = run(capsys, "export", str(placed_db), "--out", str(out))
+    assert code == 0 and "2 placed objects" in printed
+    with open(out, "rb") as f:
+        updates = [(schema.name, json.loads(schema.data), message.log_time,
+                    json.loads(message.data)) for schema, channel, message in
+                   make_reader(f).iter_messages(topics=[OBJECTS_TOPIC])]
+    assert [u[0] for u in updates] == ["foxglove.SceneUpdate"] * 2
+    assert updates[0][1]["properties"]["entities"]["items"]["title"] == "foxglove.SceneEntity"
+    assert {u[2] for u in updates} == {round(T0 * 1e9)}  # when each was first seen
+    entities = {e["metadata"][0]["value"]: e for *_, m in updates for e in m["entities"]}
+    assert set(entities) == {"red object", "office chair"}
+    for label, (x, y) in (("red object", RED_BOX), ("office chair", CHAIR)):
+        entity = entities[label]
+        (sphere,) = entity["spheres"]
+        assert (sphere["pose"]["position"]["x"], sphere["pose"]["position"]["y"]) == \
+            pytest.approx((x, y), abs=0.01)
+        assert entity["texts"][0]["text"].startswith(f"{label} (within ")
+        assert entity["frame_id"] == "odom" and entity["lifetime"] == {"sec": 0, "nsec": 0}
+    assert entities["red object"]["spheres"][0]["color"]["r"] > 0.8
+    layout = json.loads(out.with_suffix(".layout.json").read_text())
+    assert OBJECTS_TOPIC in json.dumps(layout["configById"])

@@ -7,6 +7,7 @@ concurrent readers, rows keyed by robot, and retrieval by object and by time.
 
 from __future__ import annotations
 
+import math
 import os
 import signal
 import subprocess
@@ -20,8 +21,14 @@ from pathlib import Path
 import pytest
 
 from embodied_r_ros.core.poses import Pose
-from embodied_r_ros.core.records import SeenObject
-from embodied_r_ros.memory import MemoryRow, MemoryStore, Retriever, SpatialMemoryError
+from embodied_r_ros.core.records import FrameRecord, SeenObject
+from embodied_r_ros.memory import (
+    MemoryRecorder,
+    MemoryRow,
+    MemoryStore,
+    Retriever,
+    SpatialMemoryError,
+)
 from embodied_r_ros.memory.errors import (
     BAD_ROW,
     DB_MISSING,
@@ -30,20 +37,11 @@ from embodied_r_ros.memory.errors import (
     WRITER_BUSY,
 )
 from embodied_r_ros.memory.sqlite_store import SqliteMemoryStore
-from lab.pg_local import TemporaryPostgres, unavailable_reason
+from lab.pg_local import TemporaryPostgres
 
 REPO = Path(__file__).resolve().parents[1]
 #: opens a store: (writable, robot, max_mb) -> store
 Opener = Callable[..., MemoryStore]
-
-
-@pytest.fixture(scope="module")
-def postgres() -> Iterator[TemporaryPostgres]:
-    reason = unavailable_reason()
-    if reason is not None:
-        pytest.skip(f"no PostgreSQL server for the contract tests: {reason}")
-    with TemporaryPostgres() as server:
-        yield server
 
 
 @pytest.fixture(params=["sqlite", "postgres"])
@@ -105,22 +103,28 @@ def test_rows_survive_a_restart_exactly(open_store: Opener) -> None:
     assert reader.span("robot").last == 1050.0
 
 
-def _as_schema_1(kind: str, target: str) -> None:
-    """Make a memory what the version before records wrote: no ``seen`` column, schema 1."""
-    statements = ("ALTER TABLE {frames} DROP COLUMN seen",
-                  "UPDATE {meta} SET value='1' WHERE key='schema_version'")
+def _as_schema(version: int, kind: str, target: str) -> None:
+    """Make a memory what an older version wrote: schema 2 had no placements; schema 1 not
+    the ``seen`` column either."""
+    statements = ["DROP TABLE {placements}", "DELETE FROM {meta} WHERE key LIKE 'placed%'",
+                  f"UPDATE {{meta}} SET value='{version}' WHERE key='schema_version'"]
+    if version < 2:
+        statements.append("ALTER TABLE {frames} DROP COLUMN seen")
+    names = ({"frames": "frames", "meta": "meta", "placements": "placements"}
+             if kind == "sqlite" else {"frames": "memory_frames", "meta": "memory_meta",
+                                       "placements": "memory_placements"})
     if kind == "sqlite":
         import sqlite3
 
         with sqlite3.connect(target) as conn:
             for sql in statements:
-                conn.execute(sql.format(frames="frames", meta="meta"))
+                conn.execute(sql.format(**names))
         return
     import psycopg
 
     with psycopg.connect(target, autocommit=True) as conn:
         for sql in statements:
-            conn.execute(sql.format(frames="memory_frames", meta="memory_meta"))
+            conn.execute(sql.format(**names))
 
 
 def test_a_memory_of_the_schema_before_records_is_upgraded_by_its_writer(
@@ -132,7 +136,7 @@ def test_a_memory_of_the_schema_before_records_is_upgraded_by_its_writer(
     ids = [writer.add(row(i, description="I see a small red object to the left (20 degrees "
                                          f"left); frame {i}.")) for i in range(3)]
     writer.close()
-    _as_schema_1(kind, target)
+    _as_schema(1, kind, target)
     with pytest.raises(SpatialMemoryError) as err:
         open_store()
     assert err.value.code == "SCHEMA_MISMATCH" and "to upgrade it" in str(err.value)
@@ -146,6 +150,58 @@ def test_a_memory_of_the_schema_before_records_is_upgraded_by_its_writer(
     assert [o.colour for o in old[0].frame_record().objects] == ["red"]
     (fresh,) = reader.get([new_id])
     assert fresh.seen == seen and not fresh.by_vlm
+
+
+def test_a_memory_of_the_schema_before_placements_is_upgraded_and_placed_by_its_writer(
+        backend: tuple[str, str], open_store: Opener) -> None:
+    """Schema 2 to 3: a reader is told to let the writer upgrade; the writer adds the
+    placements and its recorder places the rows stored before, as it would have placed them
+    as they came; rows go on being placed after them."""
+    kind, target = backend
+    writer = open_store(writable=True)
+    seen_from = [(0.0, 0.0), (0.0, -2.0), (1.0, -3.0)]  # a red object at (4, 2)
+    for i, (x, y) in enumerate(seen_from[:2]):
+        bearing = math.degrees(math.atan2(2.0 - y, 4.0 - x))
+        writer.add(replace(row(i), pose=Pose(x, y, 0.0, 0.0),
+                           seen=(SeenObject("red object", "red", bearing_deg=bearing),),
+                           by_vlm=False))
+    writer.close()
+    _as_schema(2, kind, target)
+    with pytest.raises(SpatialMemoryError) as err:
+        open_store()
+    assert err.value.code == "SCHEMA_MISMATCH" and "to upgrade it" in str(err.value)
+    upgraded = open_store(writable=True)
+    recorder = MemoryRecorder(upgraded, "robot")
+    (red,) = upgraded.placements(["robot"])
+    assert red.triangulated and red.position == pytest.approx((4.0, 2.0), abs=1e-6)
+    assert upgraded.placed_through("robot") == max(r.id for r in upgraded.latest("robot", 9))
+    x, y = seen_from[2]
+    recorder.record_frame(FrameRecord(1002.0, objects=(SeenObject(
+        "red object", "red", bearing_deg=math.degrees(math.atan2(2.0 - y, 4.0 - x))),)),
+        pose=Pose(x, y, 0.0, 0.0), pose_source="odometry")
+    (again,) = open_store().placements()
+    assert again.id == red.id and again.sightings == 3
+    assert again.uncertainty_m < red.uncertainty_m  # a third view, wider apart
+
+
+def test_clearing_rows_drops_the_placements_they_alone_placed(open_store: Opener) -> None:
+    """A blue object seen only before the cleared stamp goes with its rows; the red one, seen
+    after it too, stays; a memory cleared of every row of a robot places its next rows again
+    from the start."""
+    writer = open_store(writable=True)
+    recorder = MemoryRecorder(writer, "robot")
+    for stamp, target, name in ((0.0, (4.0, 2.0), "red"), (1.0, (4.0, 5.0), "blue"),
+                                (2.0, (4.0, 5.0), "blue"), (3.0, (4.0, 2.0), "red")):
+        pose = Pose(0.0, -stamp, 0.0, 0.0)
+        bearing = math.degrees(math.atan2(target[1] - pose.y, target[0] - pose.x))
+        recorder.record_frame(FrameRecord(stamp, objects=(SeenObject(
+            f"{name} object", name, bearing_deg=bearing),)), pose=pose, pose_source="odometry")
+    assert sorted(p.colour for p in writer.placements()) == ["blue", "red"]
+    writer.clear("robot", before=2.5)
+    assert [p.colour for p in writer.placements()] == ["red"]
+    assert writer.placed_through("robot") > 0
+    writer.clear("robot")
+    assert writer.placements() == [] and writer.placed_through("robot") == 0
 
 
 def test_one_writer_and_readers_cannot_write(open_store: Opener) -> None:

@@ -84,9 +84,11 @@ def test_a_time_phrase_belongs_to_the_colour_named_before_it() -> None:
 
 
 @pytest.mark.parametrize("case", ["a row without a pose", "the paper layout"])
-def test_no_places_where_the_text_leaves_a_motion_or_an_age_unknown(case: str) -> None:
-    """After "an unknown motion" the robot's place now is unknown, and without ages so is
-    when it saw what: a block would state false places, so there is none."""
+def test_places_come_from_the_stored_poses_not_from_the_texts_motions(case: str) -> None:
+    """The memory places objects from the poses it stored: a row without a pose between the
+    others (its line reads "an unknown motion"), or the paper layout (no ages in the frame
+    lines), leaves every place as it was; rows without any pose place nothing (where the
+    robot is now is unknown), so there is no block."""
     rows = list(TWO_VISITS)
     layout = "timed"
     if case == "a row without a pose":
@@ -95,10 +97,11 @@ def test_no_places_where_the_text_leaves_a_motion_or_an_age_unknown(case: str) -
         layout = "paper"
     question = "Where is the red box you saw about 17 minutes ago?"
     options = ["A. front-left", "B. front-right"]
-    assert PLACES_HEADING in memory_text(TWO_VISITS, question, options)
     text = memory_text(rows, question, options, layout=layout)
-    assert PLACES_HEADING not in text
+    assert _places(text) == _places(memory_text(TWO_VISITS, question, options))
     assert ("an unknown motion" in text) == (case == "a row without a pose")
+    unposed = [MemoryRow(stamp=r.stamp, description=r.description) for r in TWO_VISITS]
+    assert PLACES_HEADING not in memory_text(unposed, question, options, layout=layout)
 
 
 def test_a_memory_question_is_read_by_the_memory_reader_and_any_other_by_the_lm() -> None:

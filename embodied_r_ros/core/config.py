@@ -290,6 +290,9 @@ class MemoryConfig(StrictModel):
     budget: int = Field(0, ge=0, description="key frames a question selects from the memory; "
                         "0: keyframes.max_frames")
     latest: int = Field(4, ge=1, description="the newest key frames every selection includes")
+    share_placements: bool = Field(False, description="read every robot's placed objects of "
+                                   "the store, not only this robot's (the fleet's poses must "
+                                   "be in one shared world frame, e.g. a common map)")
 
     @model_validator(mode="after")
     def _server(self) -> MemoryConfig:

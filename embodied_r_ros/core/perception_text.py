@@ -44,7 +44,8 @@ from embodied_r_ros.core.records import (
 #: the observation written when no colour region is found
 NOTHING_IN_VIEW = "no distinctly coloured object in view."
 #: the first line of the notes a memory writes after the frames: where the named objects are now
-PLACES_HEADING = "Named objects, placed from the frames above, relative to you now:"
+#: (placed from every frame it stored, not only those above)
+PLACES_HEADING = "Named objects, placed from the memory's frames, relative to you now:"
 #: what a frame whose motion nobody knows says (a memory row without a pose, the geometric
 #: perception without one); a VLM's frame without an action says "None", as the official code
 UNKNOWN_MOTION = "an unknown motion"
@@ -276,17 +277,24 @@ def bearing_words(bearing: float) -> str:
 
 
 def place_line(note: ObjectPlace | ColourNote) -> str:
-    """One line of the places block: where an object is now, or when a colour was seen."""
+    """One line of the places block: where an object is now and how sure that is, or when a
+    colour was seen: ``- red object seen 16 min ago (last 990 s ago); now 4.5 m away,
+    front-right (27 degrees right), within about 0.4 m; seen from a spot now 3.1 m away, ...``.
+    """
     if isinstance(note, ColourNote):
         if note.last_seen_s is None:
             return f"- {note.colour}: in none of these frames."
         return f"- {note.colour} last seen {note.last_seen_s:.0f} s ago."
     seen = ", ".join(_ago(a) for a in note.visits_s)
-    parts = [f"{note.colour} object seen {seen} ago (last {note.last_s:.0f} s ago)"]
+    parts = [f"{note.name} seen {seen} ago (last {note.last_s:.0f} s ago)"]
     if note.now is not None:
         distance, bearing = note.now
         where = f"now {distance:.1f} m away, {bearing_words(bearing)}"
-        parts.append(where if note.triangulated else f"{where}, guessed from one view")
+        if not note.triangulated:
+            where += ", guessed from one view"
+        if note.uncertainty_m is not None:
+            where += f", within about {max(note.uncertainty_m, 0.1):.1f} m"
+        parts.append(where)
     if note.seen_from is not None:
         distance, bearing = note.seen_from
         parts.append("seen from about here" if distance < HERE_M else

@@ -123,24 +123,30 @@ class TextStyle:
 
 @dataclass(frozen=True)
 class ObjectPlace:
-    """Where one object a question names is, as a memory places it from the frames: the newest
-    age of each visit (newest first) and of the last sighting, where it is now from the robot
-    (``now``: distance in metres and bearing in degrees, left > 0; None: no place), whether
-    bearings crossed to place it (else it is guessed along one), the spot it was last seen
-    from (distance, bearing now; None: unknown), and the nearest other named objects."""
+    """Where one object a question names is, as a memory places it: its ``name`` (a colour
+    region's "red object", a VLM's label), the newest age of each visit (newest first) and of
+    the last sighting, where it is now from the robot (``now``: distance in metres and bearing
+    in degrees, left > 0; None: no place), whether bearings crossed to place it (else it is
+    guessed along one), how far off that place may be (``uncertainty_m``; None: not said), the
+    spot it was last seen from (distance, bearing now; None: unknown), and the nearest other
+    named objects (a colour region by its colour, a labelled object by its label)."""
 
-    colour: str
+    name: str
     visits_s: tuple[float, ...]
     last_s: float
     now: tuple[float, float] | None = None
     triangulated: bool = True
     seen_from: tuple[float, float] | None = None
     nearby: tuple[tuple[str, float], ...] = ()
+    #: the colour of a colour region (None for a labelled object)
+    colour: str | None = None
+    uncertainty_m: float | None = None
 
 
 @dataclass(frozen=True)
 class ColourNote:
-    """A colour only the options name: when a frame last showed it (None: none did)."""
+    """A colour (or a label's word) only the options name: when a frame last showed it (None:
+    none did)."""
 
     colour: str
     last_seen_s: float | None = None
@@ -149,15 +155,21 @@ class ColourNote:
 PlaceNote = ObjectPlace | ColourNote
 
 
+def _pair(value: Any) -> tuple[float, float] | None:
+    return (float(value[0]), float(value[1])) if value else None
+
+
 def _note_from_dict(data: Mapping[str, Any]) -> PlaceNote:
     if "visits_s" not in data:
         return ColourNote(data["colour"], data.get("last_seen_s"))
+    # a note written before labels names its colour only
+    name = data.get("name") or f"{data['colour']} object"
     return ObjectPlace(
-        colour=data["colour"], visits_s=tuple(data["visits_s"]), last_s=data["last_s"],
-        now=tuple(data["now"]) if data.get("now") else None,  # type: ignore[arg-type]
-        triangulated=bool(data.get("triangulated", True)),
-        seen_from=tuple(data["seen_from"]) if data.get("seen_from") else None,  # type: ignore[arg-type]
-        nearby=tuple((str(c), float(d)) for c, d in data.get("nearby") or ()))
+        name=name, visits_s=tuple(data["visits_s"]), last_s=data["last_s"],
+        now=_pair(data.get("now")), triangulated=bool(data.get("triangulated", True)),
+        seen_from=_pair(data.get("seen_from")),
+        nearby=tuple((str(c), float(d)) for c, d in data.get("nearby") or ()),
+        colour=data.get("colour"), uncertainty_m=data.get("uncertainty_m"))
 
 
 @dataclass(frozen=True)

@@ -6,12 +6,15 @@ SQLite by default (:class:`SqliteMemoryStore`), PostgreSQL for a fleet writing t
 (:class:`PostgresMemoryStore`). A question then selects at most the key-frame budget from the
 whole memory (:class:`Retriever`) and :func:`memory_record` makes the perception record the
 reasoner's text is rendered from, with every frame's age, the motion between the selected
-frames from their poses, and where the objects the question names are now (:mod:`.places`).
-The layer stands on ``core`` alone and imports no ROS.
+frames from their poses, and where the objects the question names are now (:mod:`.places`),
+from the objects the writer placed as it stored the frames (:mod:`.placements`: bearing rays
+crossed from the stored poses, kept in the store). The layer stands on ``core`` alone and
+imports no ROS.
 """
 
 from embodied_r_ros.memory.errors import SpatialMemoryError
 from embodied_r_ros.memory.factory import open_store
+from embodied_r_ros.memory.placements import Placement, Placer
 from embodied_r_ros.memory.recorder import MemoryRecorder
 from embodied_r_ros.memory.retrieval import Retriever, Selection
 from embodied_r_ros.memory.sqlite_store import SqliteMemoryStore
@@ -23,6 +26,8 @@ __all__ = [
     "MemoryRecorder",
     "MemoryRow",
     "MemoryStore",
+    "Placement",
+    "Placer",
     "Retriever",
     "Selection",
     "Span",

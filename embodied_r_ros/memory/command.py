@@ -3,17 +3,25 @@
 ``DB`` is a SQLite memory file, or a PostgreSQL connection string (``postgresql://...`` or
 ``host=... dbname=...``, with ``--robot``). Every command opens it for reading, so it runs beside
 the robot that writes it. A missing or damaged database, or a time phrase that cannot be read,
-is one line on stderr and exit code 2 (the ``SpatialMemoryError`` code first).
+is one line on stderr and exit code 2 (the ``SpatialMemoryError`` code first). ``search`` also
+lists the placed objects its question names and the places lines the reasoner would read;
+``plot`` draws the placed objects on the path; ``export`` writes them as scene entities.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from embodied_r_ros.core.perception_text import place_line
+from embodied_r_ros.core.reasoning import format_question
 from embodied_r_ros.memory.errors import DB_MISSING, SpatialMemoryError
+from embodied_r_ros.memory.placements import Placement
+from embodied_r_ros.memory.places import named_things
 from embodied_r_ros.memory.retrieval import Retriever, Selection
 from embodied_r_ros.memory.service import frames_used
 from embodied_r_ros.memory.sqlite_store import SqliteMemoryStore
@@ -47,8 +55,24 @@ def pick_robot(store: MemoryStore, robot: str | None) -> str:
 
 
 def _select(store: MemoryStore, robot: str, args: argparse.Namespace) -> Selection:
-    retriever = Retriever(store, budget=args.budget, latest=min(args.latest, args.budget - 1))
+    retriever = Retriever(store, budget=args.budget, latest=min(args.latest, args.budget - 1),
+                          share_placements=args.fleet)
     return retriever.select(robot, args.question, args.option or ())
+
+
+def named_placements(selection: Selection, question: str, options: Sequence[str]
+                     ) -> list[Placement]:
+    """The placed objects ``question`` names (those its places block is written from)."""
+    now = max((r.stamp for r in selection.rows), default=math.inf)
+    return [p for n in named_things(selection.placements or [], question, options, now,
+                                    selection.matcher) for p in n.objects]
+
+
+def placement_json(p: Placement, now: float | None) -> dict[str, Any]:
+    return {"robot": p.robot, "id": p.id, "label": p.label, "colour": p.colour,
+            "x": round(p.x, 3), "y": round(p.y, 3), "uncertainty_m": round(p.uncertainty_m, 3),
+            "triangulated": p.triangulated, "sightings": p.sightings, "first": p.first,
+            "last": p.last, "last_age_sec": None if now is None else now - p.last}
 
 
 def _clock(stamp: float | None) -> str:
@@ -79,12 +103,19 @@ def cmd_search(args: argparse.Namespace) -> int:
         robot = pick_robot(store, args.robot)
         selection = _select(store, robot, args)
     used = frames_used(selection)
+    options = args.option or []
+    placed = named_placements(selection, args.question, options)
+    now = max((r.stamp for r in selection.rows), default=None)
+    record = selection.record(args.question, options, format_question(args.question, options))
+    places = [place_line(n) for n in record.places or ()]
     if args.json:
         print(json.dumps({"robot": robot, "terms": selection.terms, "notes": selection.notes,
                           "ranges": [[r.phrase, r.start, r.end] for r in selection.ranges],
                           "frames": [{"stamp": u.stamp, "age_sec": u.age_sec,
                                       "camera": u.camera, "reasons": list(u.reasons),
-                                      "description": u.description} for u in used]}))
+                                      "description": u.description} for u in used],
+                          "placed": [placement_json(p, now) for p in placed],
+                          "places": places}))
         return 0
     print(f"{len(used)} frames of {robot} for: {args.question}")
     if selection.terms:
@@ -97,6 +128,15 @@ def cmd_search(args: argparse.Namespace) -> int:
         text = " ".join(u.description.split())
         print(f"{u.stamp:.3f} s ({u.age_sec:.0f} s ago) [{', '.join(u.reasons)}] "
               f"{text[:100]}")
+    if placed:
+        print(f"placed ({len(placed)} named):")
+        for p in placed:
+            how = f"crossed from {p.sightings} views" if p.triangulated else "one view"
+            age = f", last seen {now - p.last:.0f} s ago" if now is not None else ""
+            print(f"  {p.label} [{p.robot}] at ({p.x:.2f}, {p.y:.2f}) m, within "
+                  f"{p.uncertainty_m:.2f} m, {how}{age}")
+    for line in places:
+        print(f"places: {line}")
     return 0
 
 
@@ -112,6 +152,10 @@ def cmd_plot(args: argparse.Namespace) -> int:
         robot = pick_robot(store, args.robot)
         rows = [r for r in rows_of(store, robot, thumbnails=False) if r.pose is not None]
         selection = _select(store, robot, args) if args.question else None
+        placed = store.placements(None if args.fleet else [robot])
+    named = ({(p.robot, p.id) for p in named_placements(selection, args.question,
+                                                         args.option or [])}
+             if selection is not None else set())
     if not rows:
         raise SpatialMemoryError(DB_MISSING, f"no row of {robot} has a pose to plot")
     fig, ax = plt.subplots(figsize=(8, 8))
@@ -129,6 +173,7 @@ def cmd_plot(args: argparse.Namespace) -> int:
         ax.set_title(f"{robot}: {args.question}", fontsize=9)
     else:
         ax.set_title(f"{robot}: {len(rows)} key frames", fontsize=9)
+    _draw_placements(ax, placed, named)
     ax.set_aspect("equal", adjustable="datalim")
     ax.set_xlabel("x (m)")
     ax.set_ylabel("y (m)")
@@ -141,6 +186,33 @@ def cmd_plot(args: argparse.Namespace) -> int:
     return 0
 
 
+def _draw_placements(ax: Any, placed: Sequence[Placement], named: set[tuple[str, int]]
+                     ) -> None:
+    """The placed objects on the path: a dot in the object's colour (black for a labelled
+    one) inside a circle as wide as its uncertainty, crosses for guesses from one view; the
+    labels of those crossed from several views, and of those the question names."""
+    from matplotlib.patches import Circle
+
+    for crossed in (True, False):
+        mine = [p for p in placed if p.triangulated == crossed]
+        if not mine:
+            continue
+        colours = [p.colour or "black" for p in mine]
+        ax.scatter([p.x for p in mine], [p.y for p in mine], c=colours, s=40 if crossed else 25,
+                   marker="o" if crossed else "x", zorder=4, edgecolors="black" if crossed
+                   else None, linewidths=0.5,
+                   label=f"placed objects ({len(mine)})" if crossed else
+                   f"guessed from one view ({len(mine)})")
+        for p, colour in zip(mine, colours, strict=True):
+            if crossed:
+                ax.add_patch(Circle((p.x, p.y), p.uncertainty_m, color=colour, alpha=0.12,
+                                    zorder=1))
+            if crossed or (p.robot, p.id) in named:
+                ax.annotate(p.label, (p.x, p.y), fontsize=7, xytext=(4, 4),
+                            textcoords="offset points",
+                            fontweight="bold" if (p.robot, p.id) in named else "normal")
+
+
 def cmd_export(args: argparse.Namespace) -> int:
     from embodied_r_ros.memory.export import export_mcap, foxglove_layout
 
@@ -151,7 +223,7 @@ def cmd_export(args: argparse.Namespace) -> int:
     layout = Path(args.layout) if args.layout else out.with_suffix(".layout.json")
     layout.write_text(json.dumps(foxglove_layout(), indent=2))
     print(f"wrote {out} ({counts.rows} key frames, {counts.poses} poses, {counts.thumbnails} "
-          f"thumbnails) and the Foxglove layout {layout}")
+          f"thumbnails, {counts.objects} placed objects) and the Foxglove layout {layout}")
     return 0
 
 
@@ -178,6 +250,8 @@ def add_memory_parser(subparsers: argparse._SubParsersAction) -> argparse.Argume
         c.add_argument("--robot", help="whose rows (default: the memory's only robot)")
         if question:
             c.add_argument("--option", "-o", action="append", help='an option such as "A. left"')
+            c.add_argument("--fleet", action="store_true", help="every robot's placed objects "
+                           "of the store, not only this robot's (memory.share_placements)")
             c.add_argument("--budget", type=_budget, default=32,
                            help="key frames a question selects (memory.budget)")
             c.add_argument("--latest", type=_budget, default=4,
@@ -187,13 +261,13 @@ def add_memory_parser(subparsers: argparse._SubParsersAction) -> argparse.Argume
 
     stats = command("stats", "rows, time span, size and robots", cmd_stats)
     stats.add_argument("--json", action="store_true", help="print one JSON object")
-    search = command("search", "the frames retrieval selects for a question, with reasons",
-                     cmd_search, question=True)
+    search = command("search", "the frames retrieval selects for a question, with reasons, "
+                     "and the placed objects it names", cmd_search, question=True)
     search.add_argument("question", help='a question or terms: "where was the red chair 10 '
                         'minutes ago?"')
     search.add_argument("--json", action="store_true", help="print one JSON object")
-    plot = command("plot", "a PNG of the path, its key frames and those retrieved for "
-                   "--question", cmd_plot, question=True)
+    plot = command("plot", "a PNG of the path, its key frames, the placed objects and the "
+                   "frames retrieved for --question", cmd_plot, question=True)
     plot.add_argument("--question", "-q", help="circle the frames selected for it")
     plot.add_argument("--out", required=True, help="the PNG to write")
     export = command("export", "an MCAP file of the path, thumbnails and descriptions for "

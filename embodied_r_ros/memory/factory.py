@@ -32,10 +32,12 @@ def recorder_for(config: Config, store: MemoryStore,
 def retriever_for(config: Config, store: MemoryStore,
                   embedder: TextEmbedder | None = None) -> Retriever:
     """A retriever with the configured budget (``memory.budget``, else
-    ``keyframes.max_frames``, else 32) and latest frames."""
+    ``keyframes.max_frames``, else 32), latest frames and placements shared or not
+    (``memory.share_placements``)."""
     m = config.memory
     budget = m.budget or config.keyframes.max_frames or 32
-    return Retriever(store, budget=budget, latest=min(m.latest, budget - 1), embedder=embedder)
+    return Retriever(store, budget=budget, latest=min(m.latest, budget - 1), embedder=embedder,
+                     share_placements=m.share_placements)
 
 
 def embedder_for(config: Config) -> TextEmbedder | None:

@@ -7,8 +7,9 @@ porter stemmer on SQLite); embeddings are stored as float16 bytes and searched i
 (:mod:`~embodied_r_ros.memory.vectors`), since pgvector is not packaged here.
 
 The bound (``memory.max_mb``) is each robot's: its rows' stored bytes (text, an estimate of its
-index entries, thumbnails, vectors), counted by the writer as it adds and prunes. The server's
-files are not shrunk: autovacuum makes the space of pruned rows reusable.
+index entries, thumbnails, vectors), counted by the writer as it adds and prunes; its placements
+(one small row per object, dropped with the rows they were placed from) are not counted. The
+server's files are not shrunk: autovacuum makes the space of pruned rows reusable.
 """
 
 from __future__ import annotations
@@ -32,6 +33,8 @@ from embodied_r_ros.memory.errors import (
     WRITER_BUSY,
     SpatialMemoryError,
 )
+from embodied_r_ros.memory.placement_table import PlacementTable, ddl
+from embodied_r_ros.memory.placements import Placement
 from embodied_r_ros.memory.store import (
     COLUMNS,
     F_COLUMNS,
@@ -59,6 +62,8 @@ _LOCK_SPACE = 7261
 #: bytes a row costs besides its text, and an index entry besides its payload (estimates)
 _ROW_OVERHEAD = 120
 _ENTRY_OVERHEAD = 40
+_PLACEMENTS = ddl("memory_placements", "double precision", "bigint", "boolean")  # schema 3
+_TABLE = PlacementTable("memory_placements", "memory_meta", "%s")
 _SCHEMA = (
     "CREATE TABLE memory_meta (key text PRIMARY KEY, value text NOT NULL)",
     "CREATE TABLE memory_frames (id bigserial PRIMARY KEY, robot text NOT NULL, "
@@ -76,6 +81,7 @@ _SCHEMA = (
     "CREATE TABLE memory_vectors (frame_id bigint PRIMARY KEY REFERENCES memory_frames (id) "
     "ON DELETE CASCADE, robot text NOT NULL, model text NOT NULL, vec bytea NOT NULL)",
     "CREATE INDEX memory_vectors_robot ON memory_vectors (robot, model, frame_id)",
+    *_PLACEMENTS,
 )
 _PRUNE_STEP = 64
 _PRUNE_TO = 0.9
@@ -137,12 +143,16 @@ class PostgresMemoryStore(MemoryStore):
                     "SELECT value FROM memory_meta WHERE key='schema_version'").fetchone()
                 found = int(version[0]) if version is not None else None
                 if self.writable and found in UPGRADABLE:
-                    # schema 1 to 2: the record of objects beside each description
-                    conn.execute("ALTER TABLE memory_frames ADD COLUMN seen text")
+                    # schema 1 to 2: the record of objects beside each description; 2 to 3:
+                    # the placements (each robot's writer places its stored rows at start)
+                    if found == 1:
+                        conn.execute("ALTER TABLE memory_frames ADD COLUMN seen text")
+                    for statement in _PLACEMENTS:
+                        conn.execute(statement)
                     conn.execute("UPDATE memory_meta SET value=%s WHERE key='schema_version'",
                                  (str(SCHEMA_VERSION),))
-                    log.info("upgraded the memory on %s to schema %d", self._where,
-                             SCHEMA_VERSION)
+                    log.info("upgraded the memory on %s from schema %s to %d", self._where,
+                             found, SCHEMA_VERSION)
                 elif found != SCHEMA_VERSION:
                     hint = (": open it once for writing (a robot's memory writer) to upgrade it"
                             if found in UPGRADABLE else "")
@@ -274,9 +284,28 @@ class PostgresMemoryStore(MemoryStore):
                     break
                 deleted += len(gone)
                 self._bytes = self._count_bytes()
+            with conn.cursor() as cur:
+                _TABLE.prune(cur, "memory_frames", self.robot)
         log.info("memory of %s over %.1f MB: pruned %d thumbnails and %d oldest rows",
                  self.robot, self.max_bytes / 2**20, thumbs, deleted)
         return deleted
+
+    def save_placements(self, robot: str, placements: Sequence[Placement],
+                        gone: Sequence[int], through_id: int) -> None:
+        self.require_writable()
+        if robot != self.robot:
+            raise SpatialMemoryError(BAD_ROW, f"this store writes for {self.robot}, not {robot}")
+        with self._db() as conn, conn.transaction(), conn.cursor() as cur:
+            _TABLE.save(cur, robot, placements, gone, through_id)
+
+    def placements(self, robots: Sequence[str] | None = None, rays: bool = False
+                   ) -> list[Placement]:
+        with self._db() as conn, conn.cursor() as cur:
+            return _TABLE.read(cur, robots, rays)
+
+    def placed_through(self, robot: str) -> int:
+        with self._db() as conn, conn.cursor() as cur:
+            return _TABLE.placed_through(cur, robot)
 
     # -- reading ---------------------------------------------------------------------------
 
@@ -286,8 +315,11 @@ class PostgresMemoryStore(MemoryStore):
             raise SpatialMemoryError(BAD_ROW, f"this store writes for {self.robot}, not "
                                      f"{robot}: each robot's rows are cleared by its writer")
         with self._db() as conn, conn.transaction():  # thumbnails and vectors cascade
+            end = math.inf if before is None else float(before)
             n = conn.execute("DELETE FROM memory_frames WHERE robot=%s AND stamp<%s",
-                             (robot, math.inf if before is None else float(before))).rowcount
+                             (robot, end)).rowcount
+            with conn.cursor() as cur:
+                _TABLE.forget(cur, "memory_frames", robot, end)
         self._bytes = self._count_bytes()
         log.info("memory of %s: cleared %d rows", robot, n)
         return int(n)

@@ -6,11 +6,17 @@ description names and a small thumbnail. Embeddings (where an embedder is instal
 computed in small batches, so a key frame a second costs a fraction of a core: the row and its
 full-text entry are stored at once, its vector a few frames later; rows a crash left without a
 vector are embedded when the recorder starts again.
+
+Each stored row's objects are placed at once (:class:`~embodied_r_ros.memory.placements
+.Placer`, from the row's pose and its objects' bearings) and the changed placements stored
+beside it; a recorder starting on a memory places the rows stored after the last placed one
+first (those a crash or an older version left unplaced).
 """
 
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Sequence
 from dataclasses import replace
 
@@ -22,6 +28,7 @@ from embodied_r_ros.core.poses import Pose
 from embodied_r_ros.core.records import FrameRecord, SeenObject
 from embodied_r_ros.core.streaming import KeyFrameNote
 from embodied_r_ros.memory.embedder import TextEmbedder
+from embodied_r_ros.memory.placements import Placer
 from embodied_r_ros.memory.query_terms import objects_in
 from embodied_r_ros.memory.store import MemoryRow, MemoryStore, PoseSource, check_name
 
@@ -52,8 +59,30 @@ class MemoryRecorder:
         self.embed_batch = max(1, embed_batch)
         self._pending: list[tuple[int, str]] = []
         self.recorded = 0
+        self.placer = Placer(self.robot)
+        self.reload_placements()
         if embedder is not None and backfill > 0:
             self._backfill(backfill)
+
+    def reload_placements(self) -> None:
+        """Read this robot's placements from the store again (after rows were cleared) and
+        place the rows stored after the last placed one."""
+        self.placer = Placer(self.robot, self.store.placements([self.robot], rays=True))
+        through = self.store.placed_through(self.robot)
+        ids = [i for i, _ in self.store.stamps(self.robot, -math.inf, math.inf) if i > through]
+        for k in range(0, len(ids), 256):
+            for row in self.store.get(ids[k:k + 256]):
+                if row.id is not None:
+                    self._place(row)
+        if ids:
+            log.info("placed the objects of %d stored rows of %s", len(ids), self.robot)
+
+    def _place(self, row: MemoryRow) -> None:
+        """Place ``row``'s objects and store the placements they changed."""
+        assert row.id is not None
+        changed, gone = self.placer.add_frame(row.frame_record(), row.pose)
+        if changed or gone:  # a row that changes nothing is placed again harmlessly
+            self.store.save_placements(self.robot, changed, gone, row.id)
 
     def record(self, stamp: float, description: str, *, camera: str = "camera",
                pose: Pose | None = None, pose_source: PoseSource | None = None,
@@ -78,6 +107,7 @@ class MemoryRecorder:
         row = replace(row, objects=tuple(objects))
         row_id = self.store.add(row)
         self.recorded += 1
+        self._place(replace(row, id=row_id))
         if self.embedder is not None:
             self._pending.append((row_id, description))
             if len(self._pending) >= self.embed_batch:

@@ -15,6 +15,10 @@ picks its frames from the whole memory, in this order of priority:
 4. frames whose description is **similar** to the question (the embedder, where installed);
 5. the most recent frames, until the budget is full (a question with no cue reads the last
    key frames, as the window does).
+
+The selection also carries the memory's placements (this robot's, or with
+``share_placements`` every robot's of the store), from which its text says where the named
+objects are now.
 """
 
 from __future__ import annotations
@@ -29,6 +33,8 @@ import numpy as np
 from embodied_r_ros.core.perception_text import FrameLayout
 from embodied_r_ros.core.records import PerceptionRecord
 from embodied_r_ros.memory.embedder import TextEmbedder
+from embodied_r_ros.memory.labels import LabelMatcher
+from embodied_r_ros.memory.placements import Placement
 from embodied_r_ros.memory.query_terms import question_terms
 from embodied_r_ros.memory.store import MemoryRow, MemoryStore, TextHit
 from embodied_r_ros.memory.text import memory_record
@@ -57,12 +63,15 @@ class Selection:
     #: what a person should know (a range with nothing stored in it, an empty memory)
     notes: list[str] = field(default_factory=list)
     seconds: float = 0.0
+    #: the memory's placements when the frames were selected (None: place from the rows)
+    placements: list[Placement] | None = None
+    matcher: LabelMatcher | None = None
 
     def record(self, question: str, options: Sequence[str], question_block: str,
                layout: FrameLayout = "timed") -> PerceptionRecord:
         """The record the reasoner's user message is rendered from, from these frames."""
         return memory_record(self.rows, question, options, question_block, layout,
-                             self.adjacent)
+                             self.adjacent, self.placements, self.matcher)
 
 
 class _Picker:
@@ -134,7 +143,8 @@ class Retriever:
     thread. ``embedder``: None for full-text search alone."""
 
     def __init__(self, store: MemoryStore, *, budget: int = 32, latest: int = 4,
-                 embedder: TextEmbedder | None = None, text_hits: int = 400) -> None:
+                 embedder: TextEmbedder | None = None, text_hits: int = 400,
+                 share_placements: bool = False) -> None:
         if budget < 2 or not 1 <= latest < budget:
             raise ValueError("the budget needs at least 2 frames and latest 1 to budget - 1")
         self.store = store
@@ -142,6 +152,8 @@ class Retriever:
         self.latest = latest
         self.embedder = embedder
         self.text_hits = text_hits
+        self.share_placements = share_placements
+        self.matcher = LabelMatcher(embedder)
         self._indexes: dict[str, VectorIndex] = {}
 
     def select(self, robot: str, question: str, options: Sequence[str] = (),
@@ -189,8 +201,10 @@ class Retriever:
         previous = self.store.previous_ids([r.id for r in rows if r.id is not None])
         adjacent = [i > 0 and previous.get(r.id or -1) == rows[i - 1].id
                     for i, r in enumerate(rows)]
+        placements = self.store.placements(None if self.share_placements else [robot])
         return Selection(rows, {i: tuple(v) for i, v in picker.reasons.items()}, ranges, terms,
-                         adjacent, notes, time.perf_counter() - started)
+                         adjacent, notes, time.perf_counter() - started, placements,
+                         self.matcher)
 
     def _pick_range(self, picker: _Picker, robot: str, r: TimeRange, terms: list[str],
                     quota: int, notes: list[str]) -> None:

@@ -250,6 +250,7 @@ class MemoryWriter:
         with self._io:
             self.recorder.flush()
             deleted = self.store.clear(self.robot, before)
+            self.recorder.reload_placements()
             return deleted, self.store.span(self.robot).count
 
     def close(self, wait_sec: float = 10.0) -> None:

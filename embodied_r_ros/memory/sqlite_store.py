@@ -36,6 +36,8 @@ from embodied_r_ros.memory.errors import (
     WRITER_BUSY,
     SpatialMemoryError,
 )
+from embodied_r_ros.memory.placement_table import PlacementTable, ddl
+from embodied_r_ros.memory.placements import Placement
 from embodied_r_ros.memory.store import (
     COLUMNS,
     F_COLUMNS,
@@ -58,6 +60,8 @@ from embodied_r_ros.memory.store import (
 log = logging.getLogger(__name__)
 
 _HEADER = b"SQLite format 3\x00"
+_PLACEMENTS = ddl("placements", "REAL", "INTEGER", "INTEGER")  # placed objects (schema 3)
+_TABLE = PlacementTable("placements", "meta", "?")
 _SCHEMA = (
     "CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
     "CREATE TABLE frames (id INTEGER PRIMARY KEY, robot TEXT NOT NULL, camera TEXT NOT NULL, "
@@ -79,6 +83,7 @@ _SCHEMA = (
     "VALUES ('delete', old.id, old.description, old.objects); "
     "DELETE FROM thumbnails WHERE frame_id = old.id; "
     "DELETE FROM vectors WHERE frame_id = old.id; END",
+    *_PLACEMENTS,
 )
 #: at most this many rows deleted per step of pruning (each step is one transaction)
 _PRUNE_STEP = 256
@@ -184,14 +189,17 @@ class SqliteMemoryStore(MemoryStore):
             raise
         return conn
 
-    def _upgrade(self, conn: sqlite3.Connection) -> None:
+    def _upgrade(self, conn: sqlite3.Connection, found: int | None) -> None:
         """Schema 1 to 2: the record of objects beside each description (stored rows keep
-        theirs as text, read from it)."""
+        theirs as text, read from it); 2 to 3: the placements (their writer fills them)."""
         conn.execute("BEGIN IMMEDIATE")
-        conn.execute("ALTER TABLE frames ADD COLUMN seen TEXT")
+        if found == 1:
+            conn.execute("ALTER TABLE frames ADD COLUMN seen TEXT")
+        for statement in _PLACEMENTS:
+            conn.execute(statement)
         conn.execute("UPDATE meta SET value=? WHERE key='schema_version'", (str(SCHEMA_VERSION),))
         conn.execute("COMMIT")
-        log.info("upgraded the memory %s to schema %d", self.path, SCHEMA_VERSION)
+        log.info("upgraded the memory %s from schema %s to %d", self.path, found, SCHEMA_VERSION)
 
     def _prepare(self, conn: sqlite3.Connection) -> None:
         tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
@@ -199,7 +207,7 @@ class SqliteMemoryStore(MemoryStore):
             version = conn.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
             found = int(version[0]) if version is not None else None
             if self.writable and found in UPGRADABLE:
-                self._upgrade(conn)
+                self._upgrade(conn, found)
             elif found != SCHEMA_VERSION:
                 hint = (": open it once for writing (the robot's memory writer) to upgrade it"
                         if found in UPGRADABLE else "; it was left as it is")
@@ -307,6 +315,7 @@ class SqliteMemoryStore(MemoryStore):
                 if n <= 0:
                     break
                 deleted += n
+            _TABLE.prune(db.cursor(), "frames")
             # give the freed pages back to the file system; Python's sqlite3 steps this pragma
             # once, and one step frees one page
             db.execute("BEGIN IMMEDIATE")
@@ -323,13 +332,31 @@ class SqliteMemoryStore(MemoryStore):
         check_name("robot", robot)
         with self._db() as db:
             db.execute("BEGIN IMMEDIATE")  # the delete trigger drops thumbnails and vectors
-            n = db.execute("DELETE FROM frames WHERE robot=? AND stamp<?",
-                           (robot, float("inf") if before is None else float(before))).rowcount
+            end = float("inf") if before is None else float(before)
+            n = db.execute("DELETE FROM frames WHERE robot=? AND stamp<?", (robot, end)).rowcount
+            _TABLE.forget(db.cursor(), "frames", robot, end)
             db.execute("COMMIT")
         log.info("memory %s: cleared %d rows of %s", self.path, n, robot)
         return int(n)
 
+    def save_placements(self, robot: str, placements: Sequence[Placement],
+                        gone: Sequence[int], through_id: int) -> None:
+        self.require_writable()
+        with self._db() as db:
+            db.execute("BEGIN IMMEDIATE")
+            _TABLE.save(db.cursor(), robot, placements, gone, through_id)
+            db.execute("COMMIT")
+
     # -- reading ---------------------------------------------------------------------------
+
+    def placements(self, robots: Sequence[str] | None = None, rays: bool = False
+                   ) -> list[Placement]:
+        with self._db() as db:
+            return _TABLE.read(db.cursor(), robots, rays)
+
+    def placed_through(self, robot: str) -> int:
+        with self._db() as db:
+            return _TABLE.placed_through(db.cursor(), robot)
 
     def get(self, ids: Sequence[int], thumbnails: bool = False) -> list[MemoryRow]:
         out: list[MemoryRow] = []

@@ -3,7 +3,9 @@
 :class:`MemoryStore` is the contract the SQLite and the PostgreSQL stores share (the same
 contract tests run on both): one writer adds rows, any number of readers query them
 concurrently, and the store keeps itself under ``memory.max_mb`` by pruning thumbnails first,
-then the oldest rows. Rows are keyed by robot, so one server can hold a fleet.
+then the oldest rows. Rows are keyed by robot, so one server can hold a fleet. Beside the rows
+each store keeps the objects the writer placed from them (:class:`~embodied_r_ros.memory
+.placements.Placement`, one row per object), keyed by robot too.
 """
 
 from __future__ import annotations
@@ -24,14 +26,15 @@ from embodied_r_ros.core.perception_text import NOTHING_IN_VIEW
 from embodied_r_ros.core.poses import Pose
 from embodied_r_ros.core.records import FrameRecord, SeenObject
 from embodied_r_ros.memory.errors import BAD_ROW, READ_ONLY, SpatialMemoryError
+from embodied_r_ros.memory.placements import Placement
 
 #: where a row's pose came from: wheel/IMU odometry, or visual ego-motion integrated over time
 PoseSource = Literal["odometry", "visual"]
 POSE_SOURCES: tuple[str, ...] = ("odometry", "visual")
 #: bumped when the tables change; a store refuses a database of another version, except that
 #: its writer upgrades one of :data:`UPGRADABLE` in place (its rows keep their text)
-SCHEMA_VERSION = 2
-UPGRADABLE = (1,)
+SCHEMA_VERSION = 3
+UPGRADABLE = (1, 2)
 #: how long a description may be; longer ones are refused, not cut silently
 MAX_DESCRIPTION_CHARS = 8000
 MAX_OBJECTS = 32
@@ -225,7 +228,24 @@ class MemoryStore(ABC):
         operator's command (the memory's clear service): nothing else deletes rows but the
         bound."""
 
+    @abstractmethod
+    def save_placements(self, robot: str, placements: Sequence[Placement],
+                        gone: Sequence[int], through_id: int) -> None:
+        """Store ``robot``'s changed ``placements`` (replacing those of the same id), delete
+        those of ids ``gone`` (merged into others), and note that every row up to id
+        ``through_id`` is placed: one transaction."""
+
     # -- reading ---------------------------------------------------------------------------
+
+    @abstractmethod
+    def placements(self, robots: Sequence[str] | None = None, rays: bool = False
+                   ) -> list[Placement]:
+        """The placements of ``robots`` (None: every robot's), by robot and id; ``rays``:
+        with their rays (the writer's, to place more), else without (a reader's)."""
+
+    @abstractmethod
+    def placed_through(self, robot: str) -> int:
+        """The newest row id of ``robot`` whose objects its placements hold (0: none)."""
 
     @abstractmethod
     def get(self, ids: Sequence[int], thumbnails: bool = False) -> list[MemoryRow]:

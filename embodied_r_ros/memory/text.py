@@ -8,7 +8,9 @@ before each frame is therefore computed from the two rows' poses
 frame's age before the last one. The action the streaming perception wrote when the frame
 arrived is kept only where the previous selected row is also the previous stored one (it
 describes that pair, no other), and a frame without a pose on either side reads "an unknown
-motion": dead reckoning the text recomputes every pose it states.
+motion": dead reckoning the text recomputes every pose it states. Where the named objects are
+now is written after the frames from the memory's placements (:mod:`.places`), relative to the
+newest selected frame, at the newest pose among them.
 """
 
 from __future__ import annotations
@@ -16,10 +18,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import replace
 
-from embodied_r_ros.core.perception_text import UNKNOWN_MOTION, FrameLayout, stated_view
+from embodied_r_ros.core.perception_text import UNKNOWN_MOTION, FrameLayout
 from embodied_r_ros.core.poses import relative_motion
 from embodied_r_ros.core.records import FrameRecord, MotionSource, PerceptionRecord, TextStyle
-from embodied_r_ros.memory.places import place_notes
+from embodied_r_ros.memory.labels import LabelMatcher
+from embodied_r_ros.memory.placements import Placement, place_frames
+from embodied_r_ros.memory.places import Now, place_notes
 from embodied_r_ros.memory.store import MemoryRow
 
 
@@ -54,12 +58,34 @@ def records_from_rows(rows: Sequence[MemoryRow], adjacent: Sequence[bool] | None
     return tuple(out)
 
 
+def now_of(rows: Sequence[MemoryRow]) -> Now | None:
+    """The robot now as ``rows`` know it: the newest row's stamp, the newest pose among them
+    (None: no row has a pose)."""
+    if not rows:
+        return None
+    newest = max(rows, key=lambda r: r.stamp)
+    posed = [r for r in rows if r.pose is not None]
+    if not posed:
+        return None
+    pose = max(posed, key=lambda r: r.stamp).pose
+    assert pose is not None
+    return Now.at(newest.stamp, pose)
+
+
 def memory_record(rows: Sequence[MemoryRow], question: str, options: Sequence[str],
                   question_block: str, layout: FrameLayout = "timed",
-                  adjacent: Sequence[bool] | None = None) -> PerceptionRecord:
+                  adjacent: Sequence[bool] | None = None,
+                  placements: Sequence[Placement] | None = None,
+                  matcher: LabelMatcher | None = None) -> PerceptionRecord:
     """The record of the reasoner's user message for ``rows`` (see :func:`records_from_rows`),
-    with where the named objects are now (:func:`~embodied_r_ros.memory.places.place_notes`)
-    for the renderer to write after the frames."""
+    with where the named objects are now for the renderer to write after the frames
+    (:func:`~embodied_r_ros.memory.places.place_notes`): from ``placements`` (the store's),
+    else placed from ``rows`` themselves; none where no row has a pose."""
     record = PerceptionRecord(records_from_rows(rows, adjacent), question, tuple(options),
                               question_block, TextStyle(layout, True, UNKNOWN_MOTION))
-    return replace(record, places=place_notes(stated_view(record)))
+    now = now_of(rows)
+    if now is None:
+        return replace(record, places=())
+    if placements is None:
+        placements = place_frames((r.frame_record(), r.pose) for r in rows)
+    return replace(record, places=place_notes(placements, question, options, now, matcher))

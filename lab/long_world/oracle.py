@@ -1,25 +1,26 @@
-"""The long world's memory questions answered from their perception text alone: the ceiling.
+"""The long world's memory questions answered from their perception record alone: the ceiling.
 
-A memory question (``python -m lab.long_world``) is answered from the frames a memory retrieved,
-written as the robot route writes them: each frame's age before the last one, the whole motion
-from the previous selected frame, and what the frame shows. This reader uses exactly that text,
-never the world's ground truth: dead reckoning of the written motions, the
-stated ages, and the sightings of each colour. Its accuracy is what the text allows at best.
+A memory question (``python -m lab.long_world``) is answered from the frames a memory retrieved
+and the places block the memory writes after them: where each object the question names is now
+(distance, bearing, how sure), when it was seen, the spot it was last seen from, and the named
+objects nearest it, placed by the memory from the poses of every frame that showed it
+(:mod:`embodied_r_ros.memory.places`). This reader uses exactly those notes, the record's
+``places`` (a record without them, a window's, is placed from its own frames the same way:
+:func:`~embodied_r_ros.memory.places.record_places`), never the world's ground truth. Its
+accuracy is what the text allows at best.
 
-Its evidence states each step in the words of the memory text's places lines (where an object
-is now, how far, when it was last seen), then the comparison that picks the option, so a
-think text built on it is a chain a reasoner can copy and check. What the text cannot carry is
-answered ``None`` and says why in its evidence. The question
-generator (:mod:`lab.long_world.questions`) asks only what the text can decide; the
-reader still has to find it:
+Its evidence states each step in the words of the places lines (where an object is now, how
+far, when it was last seen), then the comparison that picks the option, so a think text built
+on it is a chain a reasoner can copy and check. What the notes cannot carry is answered
+``None`` and says why in its evidence. The question generator (:mod:`lab.long_world.questions`)
+asks only what the text can decide; the reader still has to find it:
 
 - the geometric perception names **colours**, not shapes: "the red box" is read as a red
-  object, placed as :class:`~embodied_r_ros.memory.places.ObjectMap` places each colour's
-  objects (the memory's own reading, the one its "relative to you now" lines state), where a
-  guess along one bearing is no ``next_to`` answer. The object meant is the one seen about the
-  time the question names ("the red box you saw about 20 minutes ago"), else the one seen last;
+  object, the one seen about the time the question names ("the red box you saw about 20
+  minutes ago"), else the one seen last; a guess along one bearing is no ``next_to`` answer
+  (the notes list only placed objects as nearest);
 - it names **no rooms and no doorways**: "the red box in room 3" reads as the red box, and the
-  route back is the first turn towards the pose of the frame that last showed the object.
+  route back is the first turn towards the spot the object was last seen from.
 """
 
 from __future__ import annotations
@@ -31,12 +32,13 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from embodied_r_ros.core.perception_text import PerceptionText, bearing_words, stated_view
+from embodied_r_ros.core.perception_text import bearing_words
 from embodied_r_ros.core.poses import quadrant
-from embodied_r_ros.core.records import PerceptionRecord
-from embodied_r_ros.memory.places import ObjectMap, Sighted
+from embodied_r_ros.core.reasoning import parse_options
+from embodied_r_ros.core.records import ColourNote, ObjectPlace, PerceptionRecord, PlaceNote
+from embodied_r_ros.memory.places import record_places
 from embodied_r_ros.sim.rule_reader import OracleAnswer, letter_where
-from embodied_r_training.data.row_records import perception_of
+from embodied_r_training.data.row_records import record_of
 from lab.long_world.question_rules import AGE_BANDS, DISTANCE_BANDS, nearest_turn
 
 #: "the red box", "the red box in room 3", "the red box you saw about 20 minutes ago"
@@ -71,76 +73,109 @@ def _band(number: float, written: str,
     return words, f"{written} is {' and '.join(e for e in edges if e)}, so {words}"
 
 
-def _placed(memory: ObjectMap, ref: Reference) -> tuple[Sighted | None, str]:
-    """The object ``ref`` means with a position, or None and why not."""
-    obj = memory.find(ref.colour, ref.minutes_ago)
+class Places:
+    """The places notes of a record (its question's named objects), as the reader looks
+    objects up in them."""
+
+    def __init__(self, record: PerceptionRecord) -> None:
+        self.notes: tuple[PlaceNote, ...] = record_places(record)
+        self.question = record.question.strip()
+        self.options = parse_options(list(record.options))
+
+    def objects(self, colour: str) -> list[ObjectPlace]:
+        return [n for n in self.notes if isinstance(n, ObjectPlace) and n.colour == colour]
+
+    def find(self, colour: str, minutes_ago: float | None = None) -> ObjectPlace | None:
+        """The object of ``colour`` seen about ``minutes_ago``, else the one seen last."""
+        found = self.objects(colour)
+        if not found:
+            return None
+        if minutes_ago is not None:
+            want = minutes_ago * 60.0
+            return min(found, key=lambda n: min(abs(a - want) for a in n.visits_s))
+        return min(found, key=lambda n: n.last_s)
+
+    def note(self, colour: str) -> ColourNote | None:
+        return next((n for n in self.notes if isinstance(n, ColourNote) and n.colour == colour),
+                    None)
+
+    def last_seen_s(self, colour: str) -> float | None:
+        """How long ago a frame last showed ``colour``."""
+        ages = [n.last_s for n in self.objects(colour)]
+        note = self.note(colour)
+        if note is not None and note.last_seen_s is not None:
+            ages.append(note.last_seen_s)
+        return min(ages) if ages else None
+
+
+def _placed(places: Places, ref: Reference) -> tuple[ObjectPlace | None, str]:
+    """The object ``ref`` means with a place, or None and why not."""
+    obj = places.find(ref.colour, ref.minutes_ago)
     if obj is None:
         return None, f"no {ref.colour} object in the text"
-    if obj.position is None:
+    if obj.now is None:
         return None, f"the {ref.colour} object cannot be placed from the text"
     return obj, ""
 
 
-def _first_ref(p: PerceptionText) -> Reference | None:
-    refs = references(p.question)
+def _first_ref(places: Places) -> Reference | None:
+    refs = references(places.question)
     return refs[0] if refs else None
 
 
-def solve_object_direction(p: PerceptionText) -> OracleAnswer:
-    ref = _first_ref(p)
+def solve_object_direction(places: Places) -> OracleAnswer:
+    ref = _first_ref(places)
     if ref is None:
         return OracleAnswer(None, "no object named")
-    memory = ObjectMap(p)
-    obj, why = _placed(memory, ref)
-    if obj is None or obj.position is None:
+    obj, why = _placed(places, ref)
+    if obj is None or obj.now is None:
         return OracleAnswer(None, why)
-    bearing = memory.bearing_now(obj.position)
+    bearing = obj.now[1]
     where = quadrant(bearing)
-    return OracleAnswer(letter_where(p.options, lambda t: t == where),
+    return OracleAnswer(letter_where(places.options, lambda t: t == where),
                         f"the {ref.colour} object is now {bearing_words(bearing)}")
 
 
-def solve_object_distance(p: PerceptionText) -> OracleAnswer:
-    ref = _first_ref(p)
+def solve_object_distance(places: Places) -> OracleAnswer:
+    ref = _first_ref(places)
     if ref is None:
         return OracleAnswer(None, "no object named")
-    memory = ObjectMap(p)
-    obj, why = _placed(memory, ref)
-    if obj is None or obj.position is None:
+    obj, why = _placed(places, ref)
+    if obj is None or obj.now is None:
         return OracleAnswer(None, why)
-    d = memory.distance_now(obj.position)
+    d = float(f"{obj.now[0]:.1f}")  # as the line writes it
     band, step = _band(d, f"{d:.1f}", DISTANCE_BANDS)
-    return OracleAnswer(letter_where(p.options, lambda t: t == band),
+    return OracleAnswer(letter_where(places.options, lambda t: t == band),
                         f"the {ref.colour} object is now {d:.1f} m away: {step}")
 
 
-def solve_last_seen(p: PerceptionText) -> OracleAnswer:
-    ref = _first_ref(p)
+def solve_last_seen(places: Places) -> OracleAnswer:
+    ref = _first_ref(places)
     if ref is None:
         return OracleAnswer(None, "no object named")
-    age = ObjectMap(p).last_seen_s(ref.colour)
+    age = places.last_seen_s(ref.colour)
     if age is None:
         return OracleAnswer(None, f"no {ref.colour} object in the text")
     band, step = _band(age, f"{age:.0f} s", AGE_BANDS)
-    return OracleAnswer(letter_where(p.options, lambda t: t == band),
+    return OracleAnswer(letter_where(places.options, lambda t: t == band),
                         f"the {ref.colour} object was last seen {age:.0f} s ago: {step}")
 
 
-def solve_next_to(p: PerceptionText) -> OracleAnswer:
-    ref = _first_ref(p)
+def solve_next_to(places: Places) -> OracleAnswer:
+    ref = _first_ref(places)
     if ref is None:
         return OracleAnswer(None, "no object named")
-    memory = ObjectMap(p)
-    obj, why = _placed(memory, ref)
-    if obj is None or obj.position is None:
+    obj, why = _placed(places, ref)
+    if obj is None:
         return OracleAnswer(None, why)
-    # one bearing places nothing: only triangulated objects are candidates
-    near = memory.nearby(obj, [text.split()[0] for _, text in p.options])
+    # one bearing places nothing: the notes list only triangulated objects as nearest
+    colours = {text.split()[0] for _, text in places.options}
+    near = [(name, d) for name, d in obj.nearby if name in colours]
     if not near:
         return OracleAnswer(None, "no option's object placed")
-    d, other = near[0]
-    letter = letter_where(p.options, lambda t: t.split()[0] == other.colour)
-    return OracleAnswer(letter, f"of the options' colours, {other.colour} is nearest the "
+    other, d = near[0]
+    letter = letter_where(places.options, lambda t: t.split()[0] == other)
+    return OracleAnswer(letter, f"of the options' colours, {other} is nearest the "
                                 f"{ref.colour} object: {d:.1f} m")
 
 
@@ -161,11 +196,11 @@ def asked_colour(question: str) -> str | None:
     return m.group(1) if m else None
 
 
-def solve_seen(p: PerceptionText) -> OracleAnswer:
-    window = window_s(p.question)
+def solve_seen(places: Places) -> OracleAnswer:
+    window = window_s(places.question)
     if window is None:
         return OracleAnswer(None, "no time window")
-    last_seen_s = functools.cache(ObjectMap(p).last_seen_s)  # the letter and its words
+    last_seen_s = functools.cache(places.last_seen_s)  # the letter and its words
 
     def seen(colour: str) -> bool:
         age = last_seen_s(colour)
@@ -180,50 +215,46 @@ def solve_seen(p: PerceptionText) -> OracleAnswer:
             f" ({age:.0f} is {'under' if age <= window else 'over'} {window:.0f})")
         return f"{colour} was last seen {age:.0f} s ago{edge}"
 
-    if p.question.startswith("Did you see"):
-        colour = asked_colour(p.question)
+    if places.question.startswith("Did you see"):
+        colour = asked_colour(places.question)
         if colour is None:
             return OracleAnswer(None, "no object named")
         word = "yes" if seen(colour) else "no"
-        return OracleAnswer(letter_where(p.options, lambda t: t == word),
+        return OracleAnswer(letter_where(places.options, lambda t: t == word),
                             f"{when(colour)}: {word}")
-    letter = letter_where(p.options, lambda t: seen(t.split()[0]))
-    shown = next((t.split()[0] for key, t in p.options if key == letter), None)
+    letter = letter_where(places.options, lambda t: seen(t.split()[0]))
+    shown = next((t.split()[0] for key, t in places.options if key == letter), None)
     return OracleAnswer(letter, when(shown) if shown else "no option's colour in the window")
 
 
-def solve_route_back(p: PerceptionText) -> OracleAnswer:
-    """The first turn towards where the camera was when it last saw the object (or saw it
-    about the time the question names): that frame's pose, dead reckoned from the text."""
-    ref = _first_ref(p)
+def solve_route_back(places: Places) -> OracleAnswer:
+    """The first turn towards the spot the camera last saw the object (the one the question
+    names) from."""
+    ref = _first_ref(places)
     if ref is None:
         return OracleAnswer(None, "no object named")
-    memory = ObjectMap(p)
-    obj = memory.find(ref.colour, ref.minutes_ago)
+    obj = places.find(ref.colour, ref.minutes_ago)
     if obj is None:
         return OracleAnswer(None, f"no {ref.colour} object in the text")
-    age = min(memory.visit_ages(obj, ref.minutes_ago))
-    spot = memory.pose_at(age)
-    if spot is None:
+    if obj.seen_from is None:
         return OracleAnswer(None, "the frame cannot be placed")
-    bearing = memory.bearing_now((spot.x, spot.y))
+    bearing = obj.seen_from[1]
     turn = nearest_turn(bearing)
-    return OracleAnswer(letter_where(p.options, lambda t: t.rstrip(".").lower() == turn),
-                        f"the spot the frame {age:.0f} s old was taken from is now "
+    return OracleAnswer(letter_where(places.options, lambda t: t.rstrip(".").lower() == turn),
+                        f"the spot the frame {obj.last_s:.0f} s old was taken from is now "
                         f"{bearing_words(bearing)}: {turn}")
 
 
-def solve_closer(p: PerceptionText) -> OracleAnswer:
-    memory = ObjectMap(p)
-    placed: list[tuple[float, str, str]] = []
-    for letter, text in p.options:
+def solve_closer(places: Places) -> OracleAnswer:
+    placed: list[tuple[float, str]] = []
+    for letter, text in places.options:
         refs = references(text)
         if not refs:
             continue
-        obj, _ = _placed(memory, refs[0])
-        if obj is None or obj.position is None:
+        obj, _ = _placed(places, refs[0])
+        if obj is None or obj.now is None:
             continue
-        placed.append((memory.distance_now(obj.position), letter))
+        placed.append((obj.now[0], letter))
     if not placed:
         return OracleAnswer(None, "neither object placed")
     # by letter, not colour: two options may name objects of one colour
@@ -232,7 +263,7 @@ def solve_closer(p: PerceptionText) -> OracleAnswer:
     return OracleAnswer(letter, f"{distances} away: {letter} is closer")
 
 
-SOLVERS: dict[str, Callable[[PerceptionText], OracleAnswer]] = {
+SOLVERS: dict[str, Callable[[Places], OracleAnswer]] = {
     "object_direction": solve_object_direction,
     "object_distance": solve_object_distance,
     "last_seen": solve_last_seen,
@@ -244,20 +275,17 @@ SOLVERS: dict[str, Callable[[PerceptionText], OracleAnswer]] = {
 
 
 def solve_record(category: str, record: PerceptionRecord) -> OracleAnswer:
-    """The oracle's answer to a long-world question of ``category`` from its record, read as
-    the text states it."""
+    """The oracle's answer to a long-world question of ``category`` from its record's
+    places."""
     solver = SOLVERS.get(category)
     if solver is None:
         return OracleAnswer(None, "unknown category")
-    return solver(stated_view(record))
+    return solver(Places(record))
 
 
 def solve(row: Mapping[str, Any]) -> OracleAnswer:
-    """The oracle's answer to a built dataset row of the long world (its user message only)."""
-    solver = SOLVERS.get(str(row.get("category")))
-    if solver is None:
-        return OracleAnswer(None, "unknown category")
-    return solver(perception_of(row))
+    """The oracle's answer to a built dataset row of the long world (from its record)."""
+    return solve_record(str(row.get("category")), record_of(row))
 
 
 def answer_letter(category: str, record: PerceptionRecord) -> str:
