@@ -12,17 +12,15 @@ accuracy per category measures what the text allows at best, and whether the tex
 category's information at all.
 
 Objects are named ``"<colour> <shape>"`` with one object per colour, so a sighting of a colour is
-a sighting of that object. :func:`reason_to_skip` keeps a question only where the reader reaches
-its answer away from the decision boundaries the question generators keep (a quadrant edge, two
-nearly equal distances): the synthetic world's generator asks only such questions, and a
-dataset's builder leaves the others out.
+a sighting of that object. Whether the text decides a question clearly is
+:mod:`embodied_r_ros.sim.text_margins`.
 """
 
 from __future__ import annotations
 
 import math
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,10 +30,6 @@ from embodied_r_ros.core.perception_text import FrameText, PerceptionText, Sight
 from embodied_r_ros.core.poses import heading_deg, quadrant, wrap_deg
 from embodied_r_ros.sim.question_rules import (
     DISTANCE_BANDS,
-    DISTANCE_MARGIN_M,
-    clear_quadrant,
-    side_of,
-    turn_of,
 )
 
 #: where the text gives no range and one viewpoint only, objects are put this far away
@@ -267,7 +261,7 @@ def solve_relative_direction(p: PerceptionText) -> OracleAnswer:
         where = quadrant(bearing)
         return OracleAnswer(letter_where(p.options, lambda t: t == where),
                             f"{colour} at about {bearing:.0f} degrees: {where}")
-    if not _ALLO_RE.match(q):
+    if not ALLOCENTRIC_RE.match(q):
         return OracleAnswer(None, "unknown question")
     angle = allocentric_angle(p, world)
     if angle is None:
@@ -277,9 +271,9 @@ def solve_relative_direction(p: PerceptionText) -> OracleAnswer:
                         f"turn {angle:.0f} degrees: {side}")
 
 
-_ALLO_RE = re.compile(r"If I am standing by the (\w+ \w+) and facing the (\w+ \w+), is the "
+ALLOCENTRIC_RE = re.compile(r"If I am standing by the (\w+ \w+) and facing the (\w+ \w+), is the "
                       r"(\w+ \w+)")
-_ROUTE_RE = re.compile(r"You are a robot beginning at the (\w+ \w+) and facing the (\w+ \w+)\..*"
+ROUTE_RE = re.compile(r"You are a robot beginning at the (\w+ \w+) and facing the (\w+ \w+)\..*"
                        r"Go forward until the (\w+ \w+) 4\..*Go forward until the (\w+ \w+)\.",
                        re.DOTALL)
 
@@ -287,7 +281,7 @@ _ROUTE_RE = re.compile(r"You are a robot beginning at the (\w+ \w+) and facing t
 def allocentric_angle(p: PerceptionText, world: Map) -> float | None:
     """Standing by the first object facing the second, the turn to the third (left > 0), as
     the text places them; None where one cannot be placed (or another question)."""
-    m = _ALLO_RE.match(p.question)
+    m = ALLOCENTRIC_RE.match(p.question)
     if m is None:
         return None
     pa, pb, pc = (world.position(colour_of(n)) for n in m.groups())
@@ -299,7 +293,7 @@ def allocentric_angle(p: PerceptionText, world: Map) -> float | None:
 def route_angles(p: PerceptionText, world: Map) -> tuple[float, float] | None:
     """The two turns of an object route (at its second and third waypoints, left > 0), as the
     text places the objects; None where one cannot be placed (or another question)."""
-    m = _ROUTE_RE.match(p.question)
+    m = ROUTE_RE.match(p.question)
     if m is None:
         return None
     pts = [world.position(colour_of(n)) for n in m.groups()]
@@ -385,7 +379,7 @@ def solve_route_planning(p: PerceptionText) -> OracleAnswer:
     on_path = solve_path_question(p)
     if on_path is not None:
         return on_path
-    if not _ROUTE_RE.match(p.question):
+    if not ROUTE_RE.match(p.question):
         return OracleAnswer(None, "unknown question")
     angles = route_angles(p, build_map(p))
     if angles is None:
@@ -461,61 +455,3 @@ def solve_text(category: str, p: PerceptionText) -> OracleAnswer:
     if solver is None:
         return OracleAnswer(None, "unknown category")
     return solver(p)
-
-
-# ------------------------------------------------------------- whether the text decides it
-
-UNDECIDED = "the text decides nothing"
-UNSEEN = "the text does not locate an object"
-NEAR = "near a boundary in the text"
-DISAGREES = "the text decides another answer"
-
-
-def _object_margin(category: str, p: PerceptionText) -> str | None:
-    """Near a decision boundary in the quantities the text states (objects' bearings,
-    distances and turns as the text places them: the margins of the generators' own rules),
-    or an object the text cannot place."""
-    q = p.question
-    if category == "relative_direction" and q.startswith("Where is the "):
-        colour = colour_of(q[len("Where is the "):])
-        bearing = build_map(p).bearing_now(colour)
-        if bearing is None:
-            return UNSEEN
-        return NEAR if clear_quadrant(bearing) is None else None
-    if category == "relative_direction" and _ALLO_RE.match(q):
-        angle = allocentric_angle(p, build_map(p))
-        if angle is None:
-            return UNSEEN
-        return NEAR if side_of(angle) is None else None
-    if category == "route_planning" and _ROUTE_RE.match(q):
-        angles = route_angles(p, build_map(p))
-        if angles is None:
-            return UNSEEN
-        return NEAR if any(turn_of(a) is None for a in angles) else None
-    if category == "relative_distance" and "is the closest to the" in q:
-        world = build_map(p)
-        target = world.position(colour_of(q.rsplit("closest to the ", 1)[1].rstrip("?")))
-        if target is None:
-            return UNSEEN
-        dist = sorted(math.dist(pos, target) for _, text in p.options
-                      if (pos := world.position(colour_of(text))) is not None)
-        if len(dist) < len(p.options):
-            return UNSEEN
-        return NEAR if dist[1] - dist[0] < DISTANCE_MARGIN_M else None
-    return None
-
-
-def reason_to_skip(category: str, p: PerceptionText, solution: str) -> str | None:
-    """None when the text decides the question's answer (``solution``, a letter) clearly:
-    the reader reaches it from the text alone, away from the boundaries the question's own
-    rules keep; otherwise why not (:data:`UNDECIDED`, :data:`DISAGREES`, :data:`NEAR`,
-    :data:`UNSEEN`)."""
-    solver: Callable[[PerceptionText], OracleAnswer] | None = SOLVERS.get(category)
-    if solver is None:
-        return UNDECIDED
-    answer = solver(p)
-    if answer.letter is None:
-        return UNDECIDED
-    if answer.letter != solution.strip()[:1].upper():
-        return DISAGREES
-    return _object_margin(category, p)

@@ -28,7 +28,7 @@ from embodied_r_ros.core.profiles import load_config
 from embodied_r_ros.core.reasoning import format_question
 from embodied_r_ros.core.records import FrameRecord, PerceptionRecord
 from embodied_r_ros.sim.question_rows import Draft
-from embodied_r_ros.sim.rule_reader import reason_to_skip
+from embodied_r_ros.sim.text_margins import reason_to_skip
 from embodied_r_ros.sim.world import World
 
 

@@ -28,15 +28,17 @@ from embodied_r_ros.sim.question_rules import (
     turn_of,
 )
 from embodied_r_ros.sim.rule_reader import (
+    bearing_from_last,
+    place_of,
+    progress_step,
+    solve_action_generation,
+)
+from embodied_r_ros.sim.text_margins import (
     DISAGREES,
     NEAR,
     UNDECIDED,
     UNSEEN,
-    bearing_from_last,
-    place_of,
-    progress_step,
     reason_to_skip,
-    solve_action_generation,
 )
 from embodied_r_training.data.bag_source import BagFrames
 from embodied_r_training.data.row_records import perception_of
