@@ -20,6 +20,7 @@ from embodied_r_ros.core.perception_text import (
     stated_view,
 )
 from embodied_r_ros.core.poses import heading_deg, quadrant, wrap_deg
+from embodied_r_ros.core.prompts import default_prompts
 from embodied_r_ros.core.reasoning import format_question
 from embodied_r_ros.core.records import FrameRecord, PerceptionRecord, SeenObject, TextStyle
 from embodied_r_ros.sim import question_rules
@@ -154,3 +155,27 @@ def test_headings() -> None:
     assert heading_deg((0, 0), (0, 2)) == 90.0
     assert heading_deg((1, 1), (0, 1)) == 180.0
     assert wrap_deg(heading_deg((0, 0), (0, -1)) - 180.0) == 90.0
+
+
+def test_a_dataset_row_built_before_records_is_read_and_shortened_only_by_a_rebuild() -> None:
+    """A row keeping only its prompt (and the per-frame parts datasets kept before records):
+    the rule reader still reads it, from its text; dropping its oldest frames to fit a token
+    budget needs the record, and stops with one line that says to rebuild the dataset."""
+    from old_texts import old_row
+
+    from embodied_r_training.data.dataset_files import BuildError
+    from embodied_r_training.data.prompt_budget import PromptLayout, fit_prompt
+    from embodied_r_training.data.row_records import perception_of
+
+    row = {**old_row([(None, describe_objects(OBJECTS)),
+                      ("rotate left about 30 degrees", describe_objects(OBJECTS[:1]))],
+                     QUESTION, list(OPTIONS), "relative_direction"),
+           "id": "old-1", "frames": [{"stamp": 0.0}, {"stamp": 1.0}]}
+    read = perception_of(row)
+    assert [f.action for f in read.frames] == [None, "rotate left"]
+    assert list(read.frames[0].sightings) == ["red", "blue", "green"]
+    count = len  # one "token" a message: any budget below two is over
+    layout = PromptLayout(default_prompts())
+    assert fit_prompt(row, count, 2, layout) == (row["prompt"], 0)  # it fits: untouched
+    with pytest.raises(BuildError, match=r"old-1 was built before .*rebuild the dataset"):
+        fit_prompt(row, count, 1, layout)
