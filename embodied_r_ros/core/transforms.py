@@ -247,13 +247,22 @@ class TfBuffer:
     def chain(self, target: str, source: str) -> list[str] | None:
         """The child frames of the edges between ``source`` and ``target`` (up to their
         common ancestor and down again), or None where the two are not connected."""
-        target, source = frame_name(target), frame_name(source)
         with self._lock:
-            up_source, up_target = self._up(source), self._up(target)
+            branches = self._branches(target, source)
+        if branches is None:
+            return None
+        up, down = branches
+        return up[:-1] + down[:-1]
+
+    def _branches(self, target: str, source: str) -> tuple[list[str], list[str]] | None:
+        """The frames from ``source`` and from ``target`` up to their common ancestor (both
+        ending in it), or None where the two are not connected; under the lock."""
+        up_source, up_target = self._up(frame_name(source)), self._up(frame_name(target))
         common = next((f for f in up_source if f in up_target), None)
         if common is None:
             return None
-        return up_source[: up_source.index(common)] + up_target[: up_target.index(common)]
+        return (up_source[: up_source.index(common) + 1],
+                up_target[: up_target.index(common) + 1])
 
     def moving_samples(self, children: Iterable[str]) -> int:
         """How many samples the moving edges to ``children`` hold."""
@@ -281,16 +290,12 @@ class TfBuffer:
         """Where ``source`` is in ``target`` at ``stamp`` (tf2's ``lookup_transform(target,
         source, stamp)``); None where the frames are not connected or a moving edge has no
         sample within ``tolerance_sec`` of ``stamp``."""
-        target, source = frame_name(target), frame_name(source)
         with self._lock:
-            up_source, up_target = self._up(source), self._up(target)
-            common = next((f for f in up_source if f in up_target), None)
-            if common is None:
+            branches = self._branches(target, source)
+            if branches is None:
                 return None
-            down = self._along(up_source[: up_source.index(common) + 1], stamp,
-                                   tolerance_sec)
-            across = self._along(up_target[: up_target.index(common) + 1], stamp,
-                                     tolerance_sec)
+            down = self._along(branches[0], stamp, tolerance_sec)
+            across = self._along(branches[1], stamp, tolerance_sec)
         if down is None or across is None:
             return None
         return across.inverse() * down
