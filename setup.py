@@ -67,6 +67,7 @@ setup(
             "ctranslate2>=4.5",  # the fast CPU engine when llama.cpp is not installed
             "safetensors>=0.4",  # adapters are read and written directly
             "filelock>=3.12",  # one build of an offline model at a time
+            "huggingface_hub>=0.30",  # a released checkpoint's folder is fetched alone
         ],
         # the offline profile's reasoning engine; compiles on install (see the Makefile's flags)
         "llamacpp": ["llama-cpp-python>=0.3.16"],

@@ -67,7 +67,7 @@ def test_a_pip_install_answers_from_another_directory(target: Path, tmp_path: Pa
         cwd=work, env=env, capture_output=True, text=True, timeout=60,
     )
     assert profiles.returncode == 2
-    assert "known: offline, server, tiny, workstation" in profiles.stderr
+    assert "known: jetson, offline, paper, server, tiny, workstation" in profiles.stderr
 
 
 @pytest.fixture(scope="module")

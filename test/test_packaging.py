@@ -49,6 +49,7 @@ ROSDEP: dict[str, str] = {
 OPTIONAL: dict[str, str] = {
     "torch": "ml", "transformers": "ml", "accelerate": "ml", "tokenizers": "ml", "gguf": "ml",
     "peft": "ml", "safetensors": "ml", "filelock": "ml", "ctranslate2": "ml",
+    "huggingface_hub": "ml",
     "llama_cpp": "llamacpp", "vllm": "vllm",
     "trl": "train", "datasets": "train", "matplotlib": "train", "pandas": "train",
     "tensorboard": "train",

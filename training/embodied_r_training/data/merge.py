@@ -137,10 +137,12 @@ def mix_datasets(parts: Sequence[tuple[str, Path]], out: Path, rows: int,
         raise BuildError(f"{out} already holds a dataset; mix into a new directory")
     manifests = _part_manifests(parts)
     rng = random.Random(seed)
-    taken = {label: balanced_rows(load_rows(path, "train"), rows, rng) for label, path in parts}
-    mixed = [r for part in taken.values() for r in part]
-    if len({r["id"] for r in mixed}) != len(mixed):
+    loaded = {label: load_rows(path, "train") for label, path in parts}
+    ids = [r["id"] for part in loaded.values() for r in part]
+    if len(set(ids)) != len(ids):  # of all rows, not of those drawn: the draw is by chance
         raise BuildError("row ids repeat across the datasets: mix datasets of distinct questions")
+    taken = {label: balanced_rows(part, rows, rng) for label, part in loaded.items()}
+    mixed = [r for part in taken.values() for r in part]
     rng.shuffle(mixed)
     manifest = {**_merged_manifest("mix", parts, manifests, [len(p) for p in taken.values()]),
                 "seed": seed}
