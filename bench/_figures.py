@@ -60,15 +60,18 @@ def without_json(argv: Sequence[str]) -> list[str]:
 
 
 def write_figures(path: Path | None, bench: str, argv: Sequence[str] | None,
-                  args: argparse.Namespace, figures: dict[str, Any]) -> None:
+                  args: argparse.Namespace, figures: dict[str, Any],
+                  headline: dict[str, Any] | None = None) -> None:
     """Writes ``figures`` with the command (``argv``: the benchmark's arguments, None for
-    ``sys.argv``), the settings and the machine to ``path``."""
+    ``sys.argv``), the settings and the machine to ``path``; ``headline``: the figures a
+    benchmark's targets are stated in, at the top level beside them."""
     if path is None:
         return
     argv = sys.argv[1:] if argv is None else argv
     settings = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()
                 if k != "json"}
     record = {"bench": bench, "command": shlex.join([f"bench/{bench}.py", *without_json(argv)]),
-              "settings": settings, "machine": machine(), "figures": figures}
+              **(headline or {}), "settings": settings, "machine": machine(),
+              "figures": figures}
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")

@@ -73,6 +73,10 @@ BENCHMARKS = (
     Benchmark("memory_horizons", "memory questions by horizon: window, memory, the text's "
               "ceiling, retrieval recall", full=("--reasoner", "10"),
               quick=("--small", "--reasoner", "0", "--no-embedder")),
+    Benchmark("vlm_object_map", "objects a grounding VLM names, placed in the memory from "
+              "stored poses: error against the truth by horizon, the rule reader, against the "
+              "geometric stand-in", full=("--reasoner", "10", "--also-wrong-label-rates", "0"),
+              quick=("--small", "--questions", "6", "--no-embedder")),
     Benchmark("label_match", "the embedder's cosine between a question's word and an "
               "object's label: where the memory's match threshold separates them",
               needs=("embedder",)),

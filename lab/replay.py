@@ -5,7 +5,10 @@ replay: the bag's frames in time order through the frame buffer's store
 (:class:`~embodied_r_ros.agent.frame_store.FrameStore`: key frames, odometry) and a profile's
 perception, whose question-agnostic description of each key frame goes into a memory
 (:class:`~embodied_r_ros.memory.MemoryRecorder`); each question is handed to the caller when the
-tour reaches its ask time, with the robot as it is then.
+tour reaches its ask time, with the robot as it is then. A VLM in ``streaming`` mode describes
+each key frame as the robot's background describer does (:meth:`Perceiver.prefetch
+<embodied_r_ros.core.perception.Perceiver.prefetch>`: alone and after the previous key frame,
+grounded where grounding is on), so the memory gets the records the robot's would.
 """
 
 from __future__ import annotations
@@ -80,6 +83,7 @@ class TourRobot:
         self.buffer.on_frame = self._on_frame
         self.ingest_sec = 0.0
         self.keyframes = 0
+        self._previous: np.ndarray | None = None  # the last key frame, for streaming
 
     def play(self, rows: Sequence[dict[str, Any]],
              ask: Callable[[dict[str, Any], TourRobot], T]) -> list[T]:
@@ -131,14 +135,20 @@ class TourRobot:
 
     def _on_frame(self, stamp: float, image: np.ndarray, keyframe: bool) -> None:
         """A key frame: described question-agnostically by the profile's perception (the
-        geometric one describes a frame alone) and recorded with its odometry pose."""
+        geometric one describes a frame alone; a streaming VLM as the robot's background
+        describer does) and recorded with its odometry pose."""
         if not keyframe:
             return
         t0 = time.perf_counter()
-        assert self.pipeline.perceiver is not None
-        described = self.pipeline.perceiver.describe([image], [stamp], "")
+        perceiver = self.pipeline.perceiver
+        assert perceiver is not None
+        if perceiver.streaming and perceiver.vlm is not None:
+            record = perceiver.prefetch(self._previous, image, stamp=stamp)
+            self._previous = image
+        else:
+            record = perceiver.describe([image], [stamp], "").frames[0]
         pose = self.pose(stamp)
-        self.recorder.record_frame(described.frames[0], pose=pose,
+        self.recorder.record_frame(record, pose=pose,
                                    pose_source="odometry" if pose else None, image=image)
         self.ingest_sec += time.perf_counter() - t0
         self.keyframes += 1

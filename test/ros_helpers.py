@@ -9,10 +9,14 @@ from __future__ import annotations
 
 import os
 import random
+import signal
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -360,3 +364,81 @@ class AllInOne:
 
     def stop(self) -> None:
         self.spinner.stop()
+
+
+class AllInOneProcess:
+    """``python -m embodied_r_ros`` with ``config`` and ``profile`` in the test module's
+    domain (``domain_id(module)``), reliable image subscriptions, stopped with SIGINT."""
+
+    def __init__(self, config: Path, module: str, profile: str = "offline") -> None:
+        env = {**os.environ, **LOCALHOST_ENV, "ROS_DOMAIN_ID": str(domain_id(module)),
+               "OMP_NUM_THREADS": "1"}
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "embodied_r_ros", "--ros-args", "-p", f"profile:={profile}",
+             "-p", f"config_file:={config}", "-p", "image_qos:=reliable"],
+            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+    def stop(self) -> str:
+        """Its output, after SIGINT (killed if it does not end within a minute)."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGINT)
+        try:
+            out, _ = self.proc.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            out, _ = self.proc.communicate()
+        return out
+
+
+class BagRobot:
+    """Plays a bag's ``topics`` into the all-in-one under ``/embodied_r`` (each ``/x/y`` as
+    ``/embodied_r/<last part>``: ``/camera/image_raw`` as ``image``) and asks it, from this
+    process; counts the key frames the frame buffer publishes."""
+
+    def __init__(self, ctx: Any, bag: Path, topics: Sequence[str], rate: float = 4.0) -> None:
+        import rclpy
+        from sensor_msgs.msg import Image
+
+        from embodied_r_interfaces.srv import MemoryStats, SpatialQuery
+        from embodied_r_ros.nodes.conversions import stamp_to_sec
+        from embodied_r_ros.nodes.transport import QUERY_QOS
+        from embodied_r_ros.ros_player import BagPlayer
+
+        self.node = rclpy.create_node("memory_tester", context=ctx)
+        self.keys: list[float] = []
+        self.node.create_subscription(Image, "/embodied_r/frame_buffer/key_frames",
+                                      lambda m: self.keys.append(stamp_to_sec(m.header.stamp)),
+                                      10)
+        self.query = self.node.create_client(SpatialQuery, "/embodied_r/query",
+                                             qos_profile=QUERY_QOS)
+        self.stats = self.node.create_client(MemoryStats, "/embodied_r/memory/stats")
+        self._stats_request = MemoryStats.Request
+        self.remap = {t: "/embodied_r/" + ("image" if t.endswith("image_raw")
+                                           else t.rsplit("/", 1)[-1]) for t in topics}
+        self.player = BagPlayer(self.node, bag, topics=list(topics), remap=self.remap, rate=rate)
+        self.spinner = Spinner(ctx, [self.node])
+
+    def play_into(self, process: AllInOneProcess, until: float | None) -> None:
+        """Play to ``until`` into a started process, then wait until the memory stored
+        every key frame the frame buffer published."""
+        assert self.query.wait_for_service(timeout_sec=180), process.stop()[-3000:]
+        for topic in self.remap.values():
+            assert self.player.wait_for_subscribers(topic, 30), topic
+        seen = len(self.keys)
+        self.player.play(until)
+        assert self.player.flush(10)
+        try:
+            wait_until(lambda: len(self.keys) > seen, 60, "key frames")
+            wait_until(lambda: self.memory().recorded == len(self.keys) - seen, 60,
+                       "every key frame in the memory")
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}; the process said: {process.stop()[-3000:]}") from None
+
+    def memory(self) -> Any:
+        r = call(self.stats, self._stats_request())
+        assert r.success, r.error
+        return r
+
+    def stop(self) -> None:
+        self.spinner.stop()
+        self.player.close()

@@ -7,7 +7,7 @@ import pytest
 from memory_rows import TWO_VISITS, memory_rec
 
 from embodied_r_ros.core.perception_text import render
-from embodied_r_ros.core.records import PerceptionRecord
+from embodied_r_ros.core.records import FrameRecord, ObjectPlace, PerceptionRecord
 from embodied_r_ros.memory.placements import place_frames
 from lab.long_world.oracle import (
     references,
@@ -117,3 +117,28 @@ def test_the_evidence_restates_the_places_line_and_compares_at_the_band_edges() 
     seen = solve_record("seen", _record("Did you see a blue box in the last 5 minutes?",
                                     ["A. yes", "B. no"]))
     assert seen.evidence.endswith("is over 300): no")
+
+
+def test_labelled_objects_are_found_by_label_not_by_colour_alone() -> None:
+    """A grounding VLM's places name labels: "the red box" is the red box, not the red
+    sphere seen since (colour records could not tell them apart), nor a blue box."""
+    notes = (ObjectPlace("red sphere", (30.0,), 30.0, now=(3.0, 40.0)),
+             ObjectPlace("red box", (600.0,), 600.0, now=(4.0, -120.0)),
+             ObjectPlace("blue box", (5.0,), 5.0, now=(8.0, 100.0)))
+
+    def solve(category: str, question: str, options: list[str]) -> tuple[str | None, str]:
+        record = PerceptionRecord((FrameRecord(1000.0),), question, tuple(options), "",
+                                  places=notes)
+        found = solve_record(category, record)
+        return found.letter, found.evidence
+
+    letter, evidence = solve("object_direction", "Where is the red box relative to you "
+                             "now?", QUADRANTS)
+    assert letter == "D" and evidence.startswith("the red box is now")  # behind, right
+    bands = ["A. less than 2 m", "B. between 2 and 5 m", "C. between 5 and 10 m",
+             "D. more than 10 m"]
+    assert solve("object_distance", "How far is the red box from you now?", bands)[0] == "B"
+    assert solve("object_distance", "How far is the blue box from you now?", bands)[0] == "C"
+    letter, evidence = solve("object_direction", "Where is the green box relative to you "
+                             "now?", QUADRANTS)
+    assert letter is None and "no green" in evidence

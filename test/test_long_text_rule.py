@@ -27,11 +27,12 @@ from lab.long_world.question_rules import (
     first_turn,
     nearest_turn,
 )
-from lab.long_world.questions import (
-    CATEGORIES,
+from lab.long_world.questions import CATEGORIES, generate_long_questions, long_questions
+from lab.long_world.references import (
     SHARED_COLOUR,
+    SHARED_LABEL,
     TIME_REF_SLACK_MIN,
-    generate_long_questions,
+    Perception,
 )
 from lab.long_world.sightings import Sightings
 from lab.long_world.world import LongWorld, LongWorldSpec
@@ -61,9 +62,10 @@ def _world(sighted: dict[int, tuple[int, int]]) -> tuple[LongWorld, Sightings]:
     return world, Sightings(Visibility(shares, 1.0))
 
 
-def _box_refs(sighted: dict[int, tuple[int, int]]) -> tuple[set[str], dict]:
+def _box_refs(sighted: dict[int, tuple[int, int]], perception: Perception = "colour"
+              ) -> tuple[set[str], dict]:
     world, sightings = _world(sighted)
-    rows, skipped = generate_long_questions(world, sightings, ALL)
+    rows, skipped = generate_long_questions(world, sightings, ALL, perception)
     refs = {t["reference"] for r in rows if r["frame"] == 240 and r["category"] != "last_seen"
             for t in r["targets"] if t["object"] == BOX and t["reference"]}
     return refs, skipped
@@ -81,6 +83,22 @@ def test_another_object_of_the_colour_seen_about_then_leaves_the_box_unnamed() -
 def test_a_time_the_text_states_tells_the_box_apart() -> None:
     refs, _ = _box_refs({BOX: (5, 10), SPHERE: (91, 95), BALL: (20, 25)})
     assert refs == {"the red box you saw about 4 minutes ago"}  # just outside the slack
+
+
+def test_labels_tell_apart_what_colours_cannot() -> None:
+    """The red sphere, seen about when the red box was, leaves the box unnamed in colour
+    records; a VLM's labels name it plainly, and make more of every kind decidable."""
+    sighted = {BOX: (5, 10), SPHERE: (90, 95), BALL: (20, 25)}
+    refs, skipped = _box_refs(sighted, "label")
+    assert refs == {"the red box"}
+    assert SHARED_LABEL not in skipped.get("object_direction", {})
+    world, sightings = _world(sighted)
+    colour = long_questions(world, sightings, ALL, "colour").decidable
+    label = long_questions(world, sightings, ALL, "label").decidable
+    assert all(label[c][h] >= colour[c][h] for c in CATEGORIES for h in colour[c])
+    assert sum(label["object_direction"].values()) > sum(colour["object_direction"].values())
+    with pytest.raises(ValueError, match="perception must be one of colour, label"):
+        long_questions(world, sightings, ALL, "shape")  # type: ignore[arg-type]
 
 
 def test_a_colour_alone_in_the_memory_is_named_plainly() -> None:

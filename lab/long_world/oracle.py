@@ -18,7 +18,9 @@ asks only what the text can decide; the reader still has to find it:
 - the geometric perception names **colours**, not shapes: "the red box" is read as a red
   object, the one seen about the time the question names ("the red box you saw about 20
   minutes ago"), else the one seen last; a guess along one bearing is no ``next_to`` answer
-  (the notes list only placed objects as nearest);
+  (the notes list only placed objects as nearest). A grounding VLM's objects are named by
+  their labels: "the red box" is an object whose label's head noun is "box" and whose colour,
+  where the label states one, is red (:func:`names`), chosen by time the same way;
 - it names **no rooms and no doorways**: "the red box in room 3" reads as the red box, and the
   route back is the first turn towards the spot the object was last seen from.
 """
@@ -32,10 +34,12 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from embodied_r_ros.core.colors import COLOUR_NAMES
 from embodied_r_ros.core.perception_text import bearing_words
 from embodied_r_ros.core.poses import quadrant
 from embodied_r_ros.core.reasoning import parse_options
 from embodied_r_ros.core.records import ColourNote, ObjectPlace, PerceptionRecord, PlaceNote
+from embodied_r_ros.memory.labels import head_word, label_words, singular
 from embodied_r_ros.memory.places import record_places
 from embodied_r_ros.sim.rule_reader import OracleAnswer, letter_where
 from embodied_r_training.data.row_records import record_of
@@ -73,6 +77,15 @@ def _band(number: float, written: str,
     return words, f"{written} is {' and '.join(e for e in edges if e)}, so {words}"
 
 
+def names(ref: Reference, note: ObjectPlace) -> bool:
+    """Whether ``note`` is of the object ``ref`` names: a colour region of its colour, or a
+    labelled object whose label's head noun is its shape and which states no other colour."""
+    if note.colour is not None:
+        return note.colour == ref.colour
+    stated = {w for w in label_words(note.name) if w in COLOUR_NAMES}
+    return head_word(note.name) == singular(ref.shape) and (not stated or ref.colour in stated)
+
+
 class Places:
     """The places notes of a record (its question's named objects), as the reader looks
     objects up in them."""
@@ -82,16 +95,17 @@ class Places:
         self.question = record.question.strip()
         self.options = parse_options(list(record.options))
 
-    def objects(self, colour: str) -> list[ObjectPlace]:
-        return [n for n in self.notes if isinstance(n, ObjectPlace) and n.colour == colour]
+    def objects(self, ref: Reference) -> list[ObjectPlace]:
+        return [n for n in self.notes if isinstance(n, ObjectPlace) and names(ref, n)]
 
-    def find(self, colour: str, minutes_ago: float | None = None) -> ObjectPlace | None:
-        """The object of ``colour`` seen about ``minutes_ago``, else the one seen last."""
-        found = self.objects(colour)
+    def find(self, ref: Reference) -> ObjectPlace | None:
+        """The object ``ref`` names seen about the minutes it states, else the one seen
+        last."""
+        found = self.objects(ref)
         if not found:
             return None
-        if minutes_ago is not None:
-            want = minutes_ago * 60.0
+        if ref.minutes_ago is not None:
+            want = ref.minutes_ago * 60.0
             return min(found, key=lambda n: min(abs(a - want) for a in n.visits_s))
         return min(found, key=lambda n: n.last_s)
 
@@ -99,10 +113,10 @@ class Places:
         return next((n for n in self.notes if isinstance(n, ColourNote) and n.colour == colour),
                     None)
 
-    def last_seen_s(self, colour: str) -> float | None:
-        """How long ago a frame last showed ``colour``."""
-        ages = [n.last_s for n in self.objects(colour)]
-        note = self.note(colour)
+    def last_seen_s(self, ref: Reference) -> float | None:
+        """How long ago a frame last showed the object ``ref`` names (or its colour)."""
+        ages = [n.last_s for n in self.objects(ref)]
+        note = self.note(ref.colour)
         if note is not None and note.last_seen_s is not None:
             ages.append(note.last_seen_s)
         return min(ages) if ages else None
@@ -110,11 +124,11 @@ class Places:
 
 def _placed(places: Places, ref: Reference) -> tuple[ObjectPlace | None, str]:
     """The object ``ref`` means with a place, or None and why not."""
-    obj = places.find(ref.colour, ref.minutes_ago)
+    obj = places.find(ref)
     if obj is None:
         return None, f"no {ref.colour} object in the text"
     if obj.now is None:
-        return None, f"the {ref.colour} object cannot be placed from the text"
+        return None, f"the {obj.name} cannot be placed from the text"
     return obj, ""
 
 
@@ -133,7 +147,7 @@ def solve_object_direction(places: Places) -> OracleAnswer:
     bearing = obj.now[1]
     where = quadrant(bearing)
     return OracleAnswer(letter_where(places.options, lambda t: t == where),
-                        f"the {ref.colour} object is now {bearing_words(bearing)}")
+                        f"the {obj.name} is now {bearing_words(bearing)}")
 
 
 def solve_object_distance(places: Places) -> OracleAnswer:
@@ -146,19 +160,22 @@ def solve_object_distance(places: Places) -> OracleAnswer:
     d = float(f"{obj.now[0]:.1f}")  # as the line writes it
     band, step = _band(d, f"{d:.1f}", DISTANCE_BANDS)
     return OracleAnswer(letter_where(places.options, lambda t: t == band),
-                        f"the {ref.colour} object is now {d:.1f} m away: {step}")
+                        f"the {obj.name} is now {d:.1f} m away: {step}")
 
 
 def solve_last_seen(places: Places) -> OracleAnswer:
     ref = _first_ref(places)
     if ref is None:
         return OracleAnswer(None, "no object named")
-    age = places.last_seen_s(ref.colour)
+    age = places.last_seen_s(ref)
     if age is None:
         return OracleAnswer(None, f"no {ref.colour} object in the text")
     band, step = _band(age, f"{age:.0f} s", AGE_BANDS)
+    found = places.objects(ref)
+    called = (f"the {ref.colour} {ref.shape}" if found and all(n.colour is None for n in found)
+              else f"the {ref.colour} object")
     return OracleAnswer(letter_where(places.options, lambda t: t == band),
-                        f"the {ref.colour} object was last seen {age:.0f} s ago: {step}")
+                        f"{called} was last seen {age:.0f} s ago: {step}")
 
 
 def solve_next_to(places: Places) -> OracleAnswer:
@@ -168,7 +185,17 @@ def solve_next_to(places: Places) -> OracleAnswer:
     obj, why = _placed(places, ref)
     if obj is None:
         return OracleAnswer(None, why)
-    # one bearing places nothing: the notes list only triangulated objects as nearest
+    # one bearing places nothing: the notes list only triangulated objects as nearest (a
+    # colour region by its colour, a labelled object by its label)
+    if obj.colour is None:
+        labels = {text for _, text in places.options}
+        near = [(name, d) for name, d in obj.nearby if name in labels]
+        if not near:
+            return OracleAnswer(None, "no option's object placed")
+        other, d = near[0]
+        return OracleAnswer(letter_where(places.options, lambda t: t == other),
+                            f"of the options, the {other} is nearest the {obj.name}: "
+                            f"{d:.1f} m")
     colours = {text.split()[0] for _, text in places.options}
     near = [(name, d) for name, d in obj.nearby if name in colours]
     if not near:
@@ -196,19 +223,27 @@ def asked_colour(question: str) -> str | None:
     return m.group(1) if m else None
 
 
+def _named(text: str) -> Reference:
+    """The object an option or a did-you-see question names ("red box")."""
+    words = text.split()
+    return Reference(words[0], words[1] if len(words) > 1 else "")
+
+
 def solve_seen(places: Places) -> OracleAnswer:
+    """Whether the object a question or an option names was last seen within the window
+    (a colour region by its colour: the evidence names the colour)."""
     window = window_s(places.question)
     if window is None:
         return OracleAnswer(None, "no time window")
-    last_seen_s = functools.cache(places.last_seen_s)  # the letter and its words
+    last_seen_s = functools.cache(lambda name: places.last_seen_s(_named(name)))
 
-    def seen(colour: str) -> bool:
-        age = last_seen_s(colour)
+    def seen(name: str) -> bool:
+        age = last_seen_s(name)
         return age is not None and age <= window
 
-    def when(colour: str) -> str:
-        """When ``colour`` was last seen, against the window's edge in seconds."""
-        age = last_seen_s(colour)
+    def when(name: str) -> str:
+        """When ``name``'s colour was last seen, against the window's edge in seconds."""
+        age, colour = last_seen_s(name), name.split()[0]
         if age is None:
             return f"{colour} is in none of these frames"
         edge = "" if math.isinf(window) else (
@@ -216,14 +251,14 @@ def solve_seen(places: Places) -> OracleAnswer:
         return f"{colour} was last seen {age:.0f} s ago{edge}"
 
     if places.question.startswith("Did you see"):
-        colour = asked_colour(places.question)
-        if colour is None:
+        asked = re.match(r"Did you see an? (\w+(?: \w+)?)", places.question)
+        if asked is None:
             return OracleAnswer(None, "no object named")
-        word = "yes" if seen(colour) else "no"
+        word = "yes" if seen(asked.group(1)) else "no"
         return OracleAnswer(letter_where(places.options, lambda t: t == word),
-                            f"{when(colour)}: {word}")
-    letter = letter_where(places.options, lambda t: seen(t.split()[0]))
-    shown = next((t.split()[0] for key, t in places.options if key == letter), None)
+                            f"{when(asked.group(1))}: {word}")
+    letter = letter_where(places.options, seen)
+    shown = next((t for key, t in places.options if key == letter), None)
     return OracleAnswer(letter, when(shown) if shown else "no option's colour in the window")
 
 
@@ -233,7 +268,7 @@ def solve_route_back(places: Places) -> OracleAnswer:
     ref = _first_ref(places)
     if ref is None:
         return OracleAnswer(None, "no object named")
-    obj = places.find(ref.colour, ref.minutes_ago)
+    obj = places.find(ref)
     if obj is None:
         return OracleAnswer(None, f"no {ref.colour} object in the text")
     if obj.seen_from is None:

@@ -17,7 +17,7 @@ from __future__ import annotations
 from embodied_r_ros.core.perception_text import place_line
 from embodied_r_ros.core.records import ColourNote, PerceptionRecord
 from embodied_r_ros.memory.places import named_colours
-from lab.long_world.oracle import SOLVERS, Places, asked_colour, references
+from lab.long_world.oracle import SOLVERS, Places, Reference, asked_colour, references
 
 
 def _option_colours(places: Places) -> list[str]:
@@ -34,21 +34,21 @@ def keyed_lines(places: Places, category: str) -> list[tuple[str, str]]:
     """:func:`answer_lines` with the option letter each line belongs to (a "which is
     closer": the line of each option's object, in option order; otherwise ``""``)."""
 
-    def line(colour: str, minutes_ago: float | None = None) -> str:
-        obj = places.find(colour, minutes_ago)
+    def line(ref: Reference) -> str:
+        obj = places.find(ref)
         if obj is not None:
             return place_line(obj)
-        return place_line(places.note(colour) or ColourNote(colour))
+        return place_line(places.note(ref.colour) or ColourNote(ref.colour))
 
     if category == "closer":
         options = [(key, references(text)[:1]) for key, text in places.options]
-        return [(key, line(r[0].colour, r[0].minutes_ago)) for key, r in options if r]
+        return [(key, line(r[0])) for key, r in options if r]
     if category == "seen":
         if (asked := asked_colour(places.question)) is not None:
-            return [("", line(asked))]
-        return [("", line(c)) for c in _option_colours(places)]
+            return [("", line(Reference(asked, "")))]
+        return [("", line(Reference(c, ""))) for c in _option_colours(places)]
     refs = references(places.question)
-    return [("", line(refs[0].colour, refs[0].minutes_ago))] if refs else []
+    return [("", line(refs[0]))] if refs else []
 
 
 def rule_reading(category: str, record: PerceptionRecord) -> dict[str, str | None]:

@@ -1,0 +1,293 @@
+"""The object-map benchmark's outcomes (``bench/vlm_object_map.py``), summed up and written:
+per perception, placement error and reader accuracy by horizon, every placement at the end,
+retrieval times; the targets, the Markdown report and the figure."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from embodied_r_ros.core.intervals import bootstrap_ci
+from lab.long_world.question_rules import HORIZONS as HORIZON_SPANS
+from lab.long_world.questions import CATEGORIES as ALL_CATEGORIES
+
+HORIZONS = tuple(h[0] for h in HORIZON_SPANS)
+PERCEPTIONS = ("vlm", "geometric")
+#: the question set each perception's records decide
+OWN_SET = {"vlm": "label", "geometric": "colour"}
+SETS = ("label", "colour")
+CATEGORIES = ("object_direction", "object_distance")
+MEDIAN_TARGET_M = 1.0
+READER_TARGET = 0.90
+RETRIEVAL_TARGET_MS = 100.0
+
+
+@dataclass
+class Asked:
+    """One question answered from one perception's memory."""
+
+    row: dict[str, Any]
+    letter: str | None = None
+    evidence: str = ""
+    #: per object the question names: its placement's error in metres (None: unplaced)
+    errors: list[float | None] = field(default_factory=list)
+    retrieval_ms: float = 0.0
+    #: the 135M readers' letters, where they read it
+    readers: dict[str, str | None] = field(default_factory=dict)
+
+    def hit(self) -> bool:
+        return self.letter is not None and self.letter == self.row["answer"]
+
+
+@dataclass
+class Played:
+    """What one perception's tour gave."""
+
+    perception: str
+    asked: list[Asked]
+    ingest: dict[str, Any]
+    all_placements: list[tuple[float, float, bool]]  # error m, age s, triangulated
+    unmatched: int
+    hour_ms: list[float]
+
+
+def horizon_of_age(age_s: float) -> str:
+    """The horizon of a sighting ``age_s`` old (no margin at the edges)."""
+    return next(label for label, lo, hi in HORIZON_SPANS if lo <= age_s < hi)
+
+
+# -- figures --------------------------------------------------------------------------------
+
+def spread(values: Sequence[float], unplaced: int = 0) -> dict[str, Any]:
+    """Median and 90th percentile of placement errors (m), how many, and how many unplaced."""
+    v = np.asarray(values, dtype=np.float64)
+    return {"n": int(len(v)), "unplaced": unplaced,
+            "median": round(float(np.median(v)), 3) if len(v) else None,
+            "p90": round(float(np.percentile(v, 90)), 3) if len(v) else None}
+
+
+def accuracy(group: Sequence[Asked]) -> dict[str, Any]:
+    hits = [float(a.hit()) for a in group]
+    lo, hi = bootstrap_ci(hits)
+    return {"n": len(hits), "accuracy": round(float(np.mean(hits)), 4) if hits else None,
+            "ci95": [round(lo, 4), round(hi, 4)],
+            "undecided": sum(a.letter is None for a in group)}
+
+
+def reader_figures(group: Sequence[Asked]) -> dict[str, Any]:
+    """The 135M readers' accuracy on the questions they read."""
+    out: dict[str, Any] = {}
+    for reader in ("memory_reader", "shipped"):
+        hits = [float(a.readers[reader] == a.row["answer"]) for a in group if reader in a.readers]
+        out[reader] = {"n": len(hits), "accuracy": round(float(np.mean(hits)), 4)
+                       if hits else None}
+    return out
+
+
+def summarise(played: Played) -> dict[str, Any]:
+    """One perception's figures: placement error, reader accuracy per set, the 135M readers
+    on its own set, every placement at the end, retrieval."""
+    asked = played.asked
+    figs: dict[str, Any] = {"ingest": played.ingest, "placement_error_m": {},
+                            "reader_accuracy": {s: {} for s in SETS}, "readers_135m": {},
+                            "all_placements": {}}
+    for horizon in (*HORIZONS, "all"):
+        group = [a for a in asked if horizon == "all" or a.row["horizon"] == horizon]
+        errors = [e for a in group for e in a.errors]
+        figs["placement_error_m"][horizon] = spread([e for e in errors if e is not None],
+                                                    sum(e is None for e in errors))
+        for s in SETS:
+            figs["reader_accuracy"][s][horizon] = accuracy(
+                [a for a in group if a.row["question_set"] == s])
+        figs["readers_135m"][horizon] = reader_figures(
+            [a for a in group if a.row["question_set"] == OWN_SET[played.perception]])
+        ends = [e for e, age, _ in played.all_placements
+                if horizon == "all" or horizon_of_age(age) == horizon]
+        figs["all_placements"][horizon] = spread(ends)
+    figs["all_placements"]["unmatched"] = played.unmatched
+    figs["all_placements"]["triangulated"] = sum(t for _, _, t in played.all_placements)
+    figs["by_category"] = {
+        c: {s: accuracy([a for a in asked if a.row["category"] == c
+                         and a.row["question_set"] == s]) for s in SETS} for c in CATEGORIES}
+    tour = [a.retrieval_ms for a in asked]
+    figs["retrieval_ms"] = {
+        "tour": {"p50": round(float(np.median(tour)), 2), "p90": round(float(
+            np.percentile(tour, 90)), 2), "n": len(tour)} if tour else {},
+        "one_hour": {"p50": round(float(np.median(played.hour_ms)), 2), "p90": round(float(
+            np.percentile(played.hour_ms, 90)), 2), "n": len(played.hour_ms)}
+        if played.hour_ms else {}}
+    return figs
+
+
+def sensitivity(figs: Mapping[str, Any]) -> dict[str, Any]:
+    """The figures of a tour at another noise setting: placement error and the rule reader
+    on the labelled set by horizon, and how many placements the memory held at the end."""
+    return {"placement_error_m": figs["placement_error_m"],
+            "reader_accuracy": {h: figs["reader_accuracy"]["label"][h]["accuracy"]
+                                for h in (*HORIZONS, "all")},
+            "placements": figs["ingest"]["placements"]}
+
+
+def headline(figs: Mapping[str, Any]) -> dict[str, Any]:
+    """The figures the targets are stated in (the VLM's): the JSON file's top-level keys."""
+    vlm = figs.get("vlm")
+    if vlm is None:
+        return {}
+    return {
+        "placement_error_m": {h: {k: vlm["placement_error_m"][h][k]
+                                  for k in ("median", "p90", "n", "unplaced")}
+                              for h in (*HORIZONS, "all")},
+        "reader_accuracy": {h: vlm["reader_accuracy"]["label"][h]["accuracy"]
+                            for h in (*HORIZONS, "all")},
+        "retrieval_p50_ms": vlm["retrieval_ms"]["one_hour"].get("p50")}
+
+
+def targets(figs: Mapping[str, Any]) -> list[str]:
+    """The targets the VLM's figures miss, each with by how much."""
+    head = headline(figs)
+    if not head:
+        return []
+    missed = []
+    for h in HORIZONS:
+        median = head["placement_error_m"][h]["median"]
+        if median is None:
+            missed.append(f"median placement error {h}: no named object placed")
+        elif median > MEDIAN_TARGET_M:
+            missed.append(f"median placement error {h}: {median} m > {MEDIAN_TARGET_M} m")
+        acc = head["reader_accuracy"][h]
+        if acc is None:
+            missed.append(f"rule reader {h}: no question of the labelled set")
+        elif acc < READER_TARGET:
+            missed.append(f"rule reader {h}: {pct(acc)} % < {100 * READER_TARGET:.0f} %")
+    p50 = head["retrieval_p50_ms"]
+    if p50 is None or p50 > RETRIEVAL_TARGET_MS:
+        missed.append(f"retrieval p50 over one hour: {p50} ms > {RETRIEVAL_TARGET_MS:.0f} ms")
+    return missed
+
+
+def pct(x: float | None) -> str:
+    return "-" if x is None else f"{100 * x:.1f}"
+
+
+def markdown(figs: Mapping[str, Any], missed: Sequence[str], meta: Mapping[str, Any]) -> str:
+    done = [p for p in PERCEPTIONS if p in figs]
+    lines = ["# Where things are, with a grounding VLM", "",
+             f"World: {meta['world']}. Scripted VLM: box noise {meta['noise']['box_noise']:g} "
+             f"of the box's size, miss rate {meta['noise']['miss_rate']:g}, wrong-label rate "
+             f"{meta['noise']['wrong_label_rate']:g}; grounding `{meta['grounding']}`. "
+             f"{meta['seconds']:.0f} s in all.", "",
+             "Placement error (m) of the objects the questions name, by the question's horizon "
+             "(median / 90th percentile, placed / unplaced):", "",
+             "| horizon | " + " | ".join(done) + " |", "|---|" + "---|" * len(done)]
+    for h in (*HORIZONS, "all"):
+        cells = [(f"{e['median']} / {e['p90']} ({e['n']} / {e['unplaced']})"
+                  if e["n"] else f"- ({e['unplaced']} unplaced)")
+                 for e in (figs[p]["placement_error_m"][h] for p in done)]
+        lines.append(f"| {h} | " + " | ".join(cells) + " |")
+    lines += ["", "The rule reader on the memory text, % right [95 % interval] (n, undecided):",
+              "", "| horizon | " + " | ".join(f"{p}, {s} set" for p in done for s in SETS)
+              + " |", "|---|" + "---|" * (len(done) * len(SETS))]
+    for h in (*HORIZONS, "all"):
+        cells = []
+        for p in done:
+            for s in SETS:
+                a = figs[p]["reader_accuracy"][s][h]
+                cells.append(f"{pct(a['accuracy'])} [{pct(a['ci95'][0])}, {pct(a['ci95'][1])}]"
+                             f" ({a['n']}, {a['undecided']})" if a["n"] else "-")
+        lines.append(f"| {h} | " + " | ".join(cells) + " |")
+    lines += ["", "The 135M readers on each perception's own set (no target), % right (n):", "",
+              "| horizon | " + " | ".join(f"{p}: memory reader | {p}: shipped reasoner"
+                                         for p in done) + " |",
+              "|---|" + "---|" * (2 * len(done))]
+    for h in (*HORIZONS, "all"):
+        cells = [f"{pct(r[k]['accuracy'])} ({r[k]['n']})"
+                 for p in done for r in [figs[p]["readers_135m"][h]]
+                 for k in ("memory_reader", "shipped")]
+        lines.append(f"| {h} | " + " | ".join(cells) + " |")
+    dec = meta["decidable"]
+    lines += ["", "Questions decidable (every candidate kept), by the records' kind: colour "
+              "records (geometric) / labelled records (VLM):", "",
+              "| category | " + " | ".join(HORIZONS) + " |", "|---|" + "---|" * len(HORIZONS)]
+    for c in ALL_CATEGORIES:
+        lines.append(f"| {c} | " + " | ".join(
+            f"{dec['colour'][c][h]} / {dec['label'][c][h]}" for h in HORIZONS) + " |")
+    lines += ["", "Every placement at the end of the tour against its matched object, by how "
+              "long ago it was seen last (median / p90 m, n): " + "; ".join(
+                  f"{p}: " + ", ".join(
+                      f"{h} {figs[p]['all_placements'][h]['median']} / "
+                      f"{figs[p]['all_placements'][h]['p90']} ({figs[p]['all_placements'][h]['n']})"
+                      for h in HORIZONS)
+                  + f"; {figs[p]['all_placements']['unmatched']} matched no object"
+                  for p in done) + ".", "",
+              "Retrieval (selection and places block), p50 / p90 ms: " + "; ".join(
+                  f"{p}: {figs[p]['retrieval_ms']['tour'].get('p50')} / "
+                  f"{figs[p]['retrieval_ms']['tour'].get('p90')} during the tour, "
+                  f"{figs[p]['retrieval_ms']['one_hour'].get('p50')} / "
+                  f"{figs[p]['retrieval_ms']['one_hour'].get('p90')} over one hour"
+                  for p in done) + ".", ""]
+    others = figs.get("vlm_wrong_label_rates") or {}
+    if others:
+        lines += ["The VLM's tour at other wrong-label rates (no target): median / p90 "
+                  "placement error (m) and the rule reader on the labelled set, by horizon:", "",
+                  "| wrong-label rate | placements at the end | " + " | ".join(HORIZONS)
+                  + " |", "|---|---|" + "---|" * len(HORIZONS)]
+        for rate, f in others.items():
+            cells = [f"{f['placement_error_m'][h]['median']} / {f['placement_error_m'][h]['p90']}"
+                     f"; {pct(f['reader_accuracy'][h])} %" for h in HORIZONS]
+            lines.append(f"| {rate} | {f['placements']} | " + " | ".join(cells) + " |")
+        lines.append("")
+    lines += ["Targets missed:" if missed else "Every target met.", ""]
+    lines += [f"- {m}" for m in missed]
+    return "\n".join(lines) + "\n"
+
+
+def plot(figs: Mapping[str, Any], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    done = [p for p in PERCEPTIONS if p in figs]
+    fig, (ax, bx) = plt.subplots(1, 2, figsize=(11, 4))
+    x = np.arange(len(HORIZONS))
+    width = 0.8 / max(len(done), 1)
+    for k, p in enumerate(done):
+        e = [figs[p]["placement_error_m"][h] for h in HORIZONS]
+        med = np.array([v["median"] if v["median"] is not None else np.nan for v in e])
+        p90 = np.array([v["p90"] if v["p90"] is not None else np.nan for v in e])
+        at = x + (k - (len(done) - 1) / 2) * width
+        ax.bar(at, med, width, label=f"{p}: median")
+        ax.plot(at, p90, "k_", markersize=14, label="90th percentile" if k == 0 else None)
+        for s, style in zip(SETS, ("o-", "s--"), strict=True):
+            acc = [figs[p]["reader_accuracy"][s][h]["accuracy"] for h in HORIZONS]
+            bx.plot(x, [100 * a if a is not None else np.nan for a in acc], style,
+                    label=f"{p}, {s} set")
+    ax.axhline(MEDIAN_TARGET_M, color="grey", lw=0.8, ls=":")
+    ax.set_xticks(x, HORIZONS)
+    ax.set_ylabel("placement error, m")
+    ax.set_title("Named objects' placement error by horizon")
+    ax.legend(fontsize=7)
+    bx.axhline(100 * READER_TARGET, color="grey", lw=0.8, ls=":")
+    bx.set_xticks(x, HORIZONS)
+    bx.set_ylim(0, 105)
+    bx.set_ylabel("% right (rule reader, memory text)")
+    bx.set_title("Where is X now / how far")
+    bx.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def row_record(perception: str, a: Asked) -> dict[str, Any]:
+    r = a.row
+    return {"perception": perception, "id": r["id"], "set": r["question_set"],
+            "category": r["category"], "horizon": r["horizon"], "t_ask": r["t_ask"],
+            "question": r["question"], "answer": r["answer"], "letter": a.letter,
+            "evidence": a.evidence, "readers": a.readers,
+            "errors_m": [None if e is None else round(e, 3) for e in a.errors],
+            "objects": [t["name"] for t in r["targets"]],
+            "retrieval_ms": round(a.retrieval_ms, 2)}
