@@ -22,7 +22,12 @@ from embodied_r_ros.core.egomotion import (
     motion_between,
     pairs_motion,
 )
-from embodied_r_ros.core.keyframes import KeyframeExtractor, KeyframeSelection, select_keyframes
+from embodied_r_ros.core.keyframes import (
+    KeyframeExtractor,
+    KeyframeSelection,
+    MatchPairs,
+    select_keyframes,
+)
 from embodied_r_ros.core.perception_text import describe_motion
 
 W, H = 640, 480
@@ -71,6 +76,20 @@ def test_camera_matrix_defaults_and_overrides() -> None:
     k = camera_matrix(CameraConfig(fx=500.0, fy=510.0, cx=300.0, cy=200.0), 640, 480)
     np.testing.assert_allclose(k, [[500, 0, 300], [0, 510, 200], [0, 0, 1]])
     assert camera_matrix(CameraConfig(fx=400.0), 640, 480)[1, 1] == 400.0
+
+
+def test_intrinsics_calibrated_at_another_size_are_scaled_to_the_frame() -> None:
+    # CameraInfo of a 1280 x 960 calibration; the key frames are 640 x 480
+    info = CameraConfig(fx=K[0, 0] * 2, cx=(K[0, 2] + 0.5) * 2 - 0.5,
+                        cy=(K[1, 2] + 0.5) * 2 - 0.5, width=1280, height=960)
+    np.testing.assert_allclose(camera_matrix(info, W, H), K)
+    a, b = project_scene(camera_rotation(25.0, 0.0), np.zeros(3))
+    pairs = MatchPairs(a.astype(np.float32), b.astype(np.float32))
+    motion = pairs_motion(pairs, info, W, H)
+    assert motion is not None and motion.yaw_deg == pytest.approx(25.0, abs=0.5)
+    # the same numbers taken as the frame's own intrinsics halve the field of view, and the turn
+    unscaled = pairs_motion(pairs, info.model_copy(update={"width": None, "height": None}), W, H)
+    assert unscaled is not None and abs(unscaled.yaw_deg - 25.0) > 5.0
 
 
 # --- point correspondences from a known 3-D scene -----------------------------------------

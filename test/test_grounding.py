@@ -20,10 +20,10 @@ from embodied_r_ros.core.backends.base import ChatBackend, ImageGrid
 from embodied_r_ros.core.bags import CameraInfo
 from embodied_r_ros.core.cache import ReplyCache
 from embodied_r_ros.core.config import CameraConfig, ConfigError, ModelConfig, PerceptionConfig
+from embodied_r_ros.core.egomotion import camera_matrix
 from embodied_r_ros.core.grounding import (
     GroundingError,
     grounded_objects,
-    intrinsics,
     model_image_size,
     smart_resize,
     split_boxes,
@@ -78,7 +78,7 @@ def test_a_box_maps_back_through_both_resizes() -> None:
     # a 1280 x 720 camera image, sent at 640 px, seen by Qwen2.5-VL as 644 x 364
     assert model_image_size(1280, 720, 640, QWEN25) == (644, 364)
     assert model_image_size(640, 480, 0, QWEN25) == (644, 476)
-    k = intrinsics(CameraConfig(hfov_deg=90.0), 1280, 720)
+    k = camera_matrix(CameraConfig(hfov_deg=90.0), 1280, 720)
     (right,) = grounded_objects('[{"bbox_2d": [322, 0, 644, 364], "label": "door"}]',
                                 (1280, 720), (644, 364), k, 8)
     assert right.box == (640.0, 0.0, 1280.0, 720.0)  # the right half of the camera's image
@@ -87,7 +87,7 @@ def test_a_box_maps_back_through_both_resizes() -> None:
 
 
 def test_bearings_at_the_centre_and_the_edges_of_the_image() -> None:
-    k = intrinsics(CameraConfig(hfov_deg=90.0), 640, 480)  # fx 320, cx 319.5
+    k = camera_matrix(CameraConfig(hfov_deg=90.0), 640, 480)  # fx 320, cx 319.5
 
     def one(box: list[float]) -> Any:
         text = f'[{{"bbox_2d": {box}, "label": "x", "confidence": 0.75}}]'
@@ -106,7 +106,7 @@ def test_bearings_at_the_centre_and_the_edges_of_the_image() -> None:
     edge = one([0, 0, 1, 480])  # one pixel wide at the left edge: just inside 45 degrees
     assert 44.9 < edge.bearing_deg < 45.0 and 0.0 < edge.extent_deg < 0.2
     # the principal point where the calibration puts it, not the image centre
-    off = intrinsics(CameraConfig(fx=500.0, cx=200.0), 640, 480)
+    off = camera_matrix(CameraConfig(fx=500.0, cx=200.0), 640, 480)
     (at_cx,) = grounded_objects('[{"bbox_2d": [190.5, 0, 210.5, 9], "label": "x"}]',
                                 (640, 480), (640, 480), off, 8)
     assert at_cx.bearing_deg == pytest.approx(0.0, abs=1e-9)
@@ -119,10 +119,10 @@ def test_intrinsics_from_camera_info_against_the_field_of_view_fallback() -> Non
     info = CameraInfo(width=1280, height=720, fx=fx, fy=fx, cx=639.5, cy=359.5)
     camera = info.to_config()
     assert (camera.width, camera.height) == (1280, 720)
-    k = intrinsics(camera, 640, 360)
+    k = camera_matrix(camera, 640, 360)
     assert k[0, 0] == pytest.approx(fx / 2) and k[0, 2] == pytest.approx(319.5)
     assert k[1, 2] == pytest.approx(179.5)
-    fallback = intrinsics(CameraConfig(), 640, 360)  # 70 degrees, from the width alone
+    fallback = camera_matrix(CameraConfig(), 640, 360)  # 70 degrees, from the width alone
     whole = '[{"bbox_2d": [0, 0, 644, 364], "label": "wall"}]'
     (calibrated,) = grounded_objects(whole, (640, 360), (644, 364), k, 8)
     (guessed,) = grounded_objects(whole, (640, 360), (644, 364), fallback, 8)
@@ -133,7 +133,7 @@ def test_intrinsics_from_camera_info_against_the_field_of_view_fallback() -> Non
     assert calibrated.bearing_deg == pytest.approx(
         math.degrees(math.atan(math.tan(math.radians(30)) / 2)))
     # intrinsics without the size they are for are taken as the image's own
-    assert intrinsics(CameraConfig(fx=300.0), 640, 360)[0, 0] == 300.0
+    assert camera_matrix(CameraConfig(fx=300.0), 640, 360)[0, 0] == 300.0
 
 
 @pytest.mark.parametrize(("reply", "why"), [
@@ -151,7 +151,7 @@ def test_intrinsics_from_camera_info_against_the_field_of_view_fallback() -> Non
     ('[1, 2]', "not a JSON list of objects"),
 ])
 def test_a_malformed_reply_is_refused_with_its_reason(reply: str, why: str) -> None:
-    k = intrinsics(CameraConfig(), 640, 480)
+    k = camera_matrix(CameraConfig(), 640, 480)
     with pytest.raises(GroundingError, match=why):
         grounded_objects(reply, (640, 480), (644, 476), k, 8)
 
@@ -166,7 +166,7 @@ def test_the_boxes_are_taken_out_of_a_perception_reply() -> None:
     cut = "1. move forward\n2. a door\n```json\n[{\"bbox_2d\": [1, 2,"  # cut at the token limit
     assert split_boxes(cut)[0] == "1. move forward\n2. a door"
     assert split_boxes("1. stop\n2. [see above]") == ("1. stop\n2. [see above]", None)
-    assert grounded_objects("[]", (64, 48), (56, 56), intrinsics(CameraConfig(), 64, 48), 8) \
+    assert grounded_objects("[]", (64, 48), (56, 56), camera_matrix(CameraConfig(), 64, 48), 8) \
         == ()
 
 

@@ -158,7 +158,8 @@ class ModelConfig(StrictModel):
 
 
 class CameraConfig(StrictModel):
-    """Pinhole intrinsics for visual ego-motion; unset values fall back to a guess from hfov."""
+    """Pinhole intrinsics of visual ego-motion, colour bearings and grounding; unset values
+    fall back to a guess from hfov."""
 
     fx: float | None = Field(None, gt=0.0)
     fy: float | None = Field(None, gt=0.0)
@@ -166,7 +167,7 @@ class CameraConfig(StrictModel):
     cy: float | None = None
     hfov_deg: float = Field(70.0, gt=1.0, lt=179.0, description="used when fx is unset")
     width: int | None = Field(None, ge=1, description="image width fx and cx are for (a "
-                              "CameraInfo's); grounding scales them to the image it reads")
+                              "CameraInfo's); they are scaled to the image read")
     height: int | None = Field(None, ge=1, description="image height fy and cy are for")
 
 

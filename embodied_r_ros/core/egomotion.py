@@ -53,15 +53,25 @@ _PARALLAX_SHARE = 0.3
 
 
 def camera_matrix(cam: CameraConfig, width: int, height: int) -> np.ndarray:
-    """Pinhole K for an image of ``width`` x ``height``.
+    """Pinhole K for an image of ``width`` x ``height``: the one intrinsics rule of visual
+    motion, colour bearings and grounding.
 
-    Unset ``fx`` comes from the horizontal field of view, unset ``fy`` equals ``fx``, and the
-    principal point defaults to the image centre in pixel-index coordinates ((w - 1) / 2).
+    Intrinsics calibrated at another size (``cam.width``/``height``, a CameraInfo's) are
+    scaled to this one, principal point by pixel-index coordinates ((c + 0.5) * s - 0.5);
+    without that size they are taken as given. Unset ``fx`` comes from the horizontal field of
+    view at this width, unset ``fy`` equals ``fx``, and an unset principal point is the image
+    centre in pixel-index coordinates ((w - 1) / 2).
     """
-    fx = cam.fx if cam.fx is not None else (width / 2.0) / math.tan(math.radians(cam.hfov_deg) / 2)
-    fy = cam.fy if cam.fy is not None else fx
-    cx = cam.cx if cam.cx is not None else (width - 1) / 2.0
-    cy = cam.cy if cam.cy is not None else (height - 1) / 2.0
+    sx = width / cam.width if cam.width else 1.0
+    sy = height / cam.height if cam.height else sx
+    if cam.fx is None:
+        fx = (width / 2.0) / math.tan(math.radians(cam.hfov_deg) / 2)
+        fy = fx if cam.fy is None else cam.fy * sy
+    else:
+        fx = cam.fx * sx
+        fy = (cam.fy if cam.fy is not None else cam.fx) * sy
+    cx = (cam.cx + 0.5) * sx - 0.5 if cam.cx is not None else (width - 1) / 2.0
+    cy = (cam.cy + 0.5) * sy - 0.5 if cam.cy is not None else (height - 1) / 2.0
     return np.array([[fx, 0.0, cx], [0.0, fy, cy], [0.0, 0.0, 1.0]])
 
 

@@ -29,7 +29,7 @@ import numpy as np
 
 from embodied_r_ros.core.backends.base import Conversation, ImageGrid
 from embodied_r_ros.core.backends.images import max_side_size
-from embodied_r_ros.core.config import CameraConfig, GroundingConfig
+from embodied_r_ros.core.config import GroundingConfig
 from embodied_r_ros.core.prompts import PromptSet
 from embodied_r_ros.core.records import SeenObject
 
@@ -75,26 +75,6 @@ def model_image_size(width: int, height: int, max_side: int, grid: ImageGrid
     w, h = max_side_size(width, height, max_side)
     h_bar, w_bar = smart_resize(h, w, grid)
     return w_bar, h_bar
-
-
-def intrinsics(camera: CameraConfig, width: int, height: int) -> np.ndarray:
-    """K of an image of ``width`` x ``height``: the camera's intrinsics, scaled from the size
-    they were calibrated at (``camera.width``/``height``, a CameraInfo's) where it is known,
-    else as given; without ``fx``, the field of view's guess at this width."""
-    from embodied_r_ros.core.egomotion import camera_matrix
-
-    if camera.fx is None or camera.width is None:
-        return camera_matrix(camera, width, height)
-    sx = width / camera.width
-    sy = height / camera.height if camera.height else sx
-    fy = camera.fy if camera.fy is not None else camera.fx
-    k = camera_matrix(camera, width, height)  # unset cx, cy: this image's centre
-    k[0, 0], k[1, 1] = camera.fx * sx, fy * sy
-    if camera.cx is not None:
-        k[0, 2] = (camera.cx + 0.5) * sx - 0.5
-    if camera.cy is not None:
-        k[1, 2] = (camera.cy + 0.5) * sy - 0.5
-    return k
 
 
 def box_angles(box: Sequence[float], k: np.ndarray) -> tuple[float, float]:

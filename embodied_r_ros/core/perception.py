@@ -47,13 +47,13 @@ from embodied_r_ros.core.cache import ReplyCache, digest
 from embodied_r_ros.core.cancel import CancelToken
 from embodied_r_ros.core.colors import colour_objects
 from embodied_r_ros.core.config import CameraConfig, ModelConfig, PerceptionConfig
+from embodied_r_ros.core.egomotion import camera_matrix
 from embodied_r_ros.core.grounding import (
     GroundingError,
     asking_boxes,
     configured_grid,
     grounded_objects,
     grounding_conversation,
-    intrinsics,
     model_image_size,
     split_boxes,
 )
@@ -298,7 +298,7 @@ class Perceiver:
                 raise GroundingError("the reply has no JSON list of boxes")
             grid = self.vlm.image_grid or configured_grid(g)
             max_side = self.cfg.vlm.image_max_side if self.cfg.vlm is not None else 0
-            k = intrinsics(camera or self.camera or self.cfg.camera, width, height)
+            k = camera_matrix(camera or self.camera or self.cfg.camera, width, height)
             return grounded_objects(boxes, (width, height),
                                     model_image_size(width, height, max_side, grid), k,
                                     g.max_objects)
