@@ -113,6 +113,21 @@ def generate(seed: int, minutes: float, out: Path, small: bool = False) -> Path:
     return out
 
 
+def add_world_options(parser: argparse.ArgumentParser) -> None:
+    """The long world a benchmark plays: a folder, or one generated from a seed."""
+    parser.add_argument("--world", type=Path, default=None,
+                        help="a long world's folder (default: generate one with --seed)")
+    parser.add_argument("--seed", type=int, default=23)
+    parser.add_argument("--minutes", type=float, default=30.0)
+    parser.add_argument("--small", action="store_true",
+                        help="the three-minute, two-room world of the tests (a quick check)")
+
+
+def world_of(args: argparse.Namespace, work: Path) -> Path:
+    """The ``--world`` folder, else a world generated under ``work`` (:func:`add_world_options`)."""
+    return args.world or generate(args.seed, args.minutes, work / "world", args.small)
+
+
 def covered(stamps: Sequence[float], targets: Sequence[Mapping[str, Any]]) -> list[bool]:
     """Per target with frames: whether one of ``stamps`` is a frame showing it."""
     have = {round(s * 1e3) for s in stamps}
@@ -427,12 +442,7 @@ def write_all(out: Path, figs: Mapping[str, Any], missed: Sequence[str],
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--world", type=Path, default=None,
-                        help="a long world's folder (default: generate one with --seed)")
-    parser.add_argument("--seed", type=int, default=23)
-    parser.add_argument("--minutes", type=float, default=30.0)
-    parser.add_argument("--small", action="store_true",
-                        help="the three-minute, two-room world of the tests (a quick check)")
+    add_world_options(parser)
     parser.add_argument("--limit", type=int, default=0,
                         help="ask only this many questions, spread over the tour (0: all)")
     parser.add_argument("--reasoner", type=reasoner_counts, default="-1",
@@ -448,8 +458,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     started = time.perf_counter()
     work = Path(tempfile.mkdtemp(prefix="memory-horizons-"))
     try:
-        world = args.world or generate(args.seed, args.minutes, work / "world",
-                                           args.small)
+        world = world_of(args, work)
         done, ingest = run(args, world, work)
         built = json.loads((world / "world.json").read_text())
         spec = built["spec"]

@@ -81,7 +81,7 @@ from _object_map_figures import (
     summarise,
     targets,
 )
-from memory_horizons import generate, reasoner_counts, reasoner_subset
+from memory_horizons import add_world_options, reasoner_counts, reasoner_subset, world_of
 
 from embodied_r_ros.core.backends.factory import create_backend
 from embodied_r_ros.core.perception_text import render
@@ -299,12 +299,7 @@ def rates(spec: str) -> list[float]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--world", type=Path, default=None,
-                        help="a long world's folder (default: generate one with --seed)")
-    parser.add_argument("--seed", type=int, default=23)
-    parser.add_argument("--minutes", type=float, default=30.0)
-    parser.add_argument("--small", action="store_true",
-                        help="the three-minute, two-room world of the tests (a quick check)")
+    add_world_options(parser)
     parser.add_argument("--questions", type=int, default=60,
                         help="questions per category in each set (spread over the horizons)")
     parser.add_argument("--box-noise", type=float, default=0.05,
@@ -343,7 +338,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     rows_out: list[dict[str, Any]] = []
     missed: list[str] = []
     try:
-        world_dir = args.world or generate(args.seed, args.minutes, work / "world", args.small)
+        world_dir = world_of(args, work)
         truth = load_world(world_dir)
         spec = json.loads((world_dir / "world.json").read_text())["spec"]
         world = build_long_world(LongWorldSpec(**spec))

@@ -10,7 +10,6 @@ import json
 import logging
 import math
 import os
-import signal
 import sys
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -191,11 +190,8 @@ def serve_model(
     server.backend = backend
     log.info("serving %s at %s", backend.model_id, server.url)
     try:
-        signum = server.serve_until_signalled()
-        if signum is not None:
-            log.info("%s: shutting down", signal.Signals(signum).name)
+        server.serve_until_stopped()
     finally:
-        server.shutdown()
         backend.close()
 
 

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import logging
-import signal
 import sys
 from collections.abc import Sequence
 from dataclasses import fields
@@ -211,12 +210,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"{PROG}: error: {' '.join(str(exc).split())}", file=sys.stderr)
         return 2
     log.info("serving the scripted VLM of %s at %s", args.world, server.url)
-    try:
-        signum = server.serve_until_signalled()
-        if signum is not None:
-            log.info("%s: shutting down", signal.Signals(signum).name)
-    finally:
-        server.shutdown()
+    server.serve_until_stopped()
     return 0
 
 

@@ -240,6 +240,16 @@ class OpenAIServer:
                 signal.signal(sig, handler)
         return received[0] if received else None
 
+    def serve_until_stopped(self) -> None:
+        """A command's server: :meth:`serve_until_signalled`, the signal logged, then
+        :meth:`shutdown` whatever ended the loop."""
+        try:
+            signum = self.serve_until_signalled()
+            if signum is not None:
+                logger.info("%s: shutting down", signal.Signals(signum).name)
+        finally:
+            self.shutdown()
+
     def start(self) -> OpenAIServer:
         """Serve from a daemon thread and return at once."""
         if self._thread is None:
