@@ -33,16 +33,15 @@ def test_the_adapter_ships_small_with_its_card() -> None:
     tables = _tables(card)
     assert tables == _tables((adapter / "EVAL.md").read_text())[:2]
     (id_rows, ood_rows) = tables
-    # what the card and the README claim from it: above the untrained model and chance in
-    # distribution, intervals apart from both out of distribution, nearly every answer in the
-    # format
-    shipped, untrained, chance = (id_rows[k] for k in ("SFT->GRPO (shipped)", "untrained",
-                                                       "chance"))
-    assert shipped["overall"] > untrained["overall"] and shipped["low"] > chance["high"]
+    # what the card and the README claim from it: above the untrained model and chance on
+    # both test sets, nearly every answer in the format where the untrained model writes none
+    for rows in (id_rows, ood_rows):
+        shipped, untrained, chance = (rows[k] for k in ("SFT->GRPO (shipped)", "untrained",
+                                                        "chance"))
+        assert shipped["overall"] > max(untrained["overall"], chance["overall"])
+        assert untrained["format"] == 0.0
+    shipped = id_rows["SFT->GRPO (shipped)"]
     assert shipped["format"] is not None and shipped["format"] >= 95.0
-    assert untrained["format"] == 0.0
-    ood = ood_rows["SFT->GRPO (shipped)"]
-    assert ood["low"] > ood_rows["untrained"]["high"] and ood["low"] > ood_rows["chance"]["high"]
     readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
     assert f"answers {shipped['overall']} % of 180 questions" in readme
     # the test world of this module (seed 13) and the demo's (seed 7) are no training data
