@@ -31,14 +31,16 @@ from pathlib import Path
 from typing import Any
 
 from _figures import add_json_option, without_json, write_figures
+from _reasoner_latency import TEXT_3B
 
 BUILDS = ("float16", "int8", "q4_k_m", "q4_0")
 CONTEXTS = (4096, 8192)
+#: the released checkpoint's text model (the latency check's shape) as a plain Qwen2: tied
+#: embeddings, rope without the multimodal sections
 QWEN25_3B_TEXT = {
-    "hidden_size": 2048, "num_hidden_layers": 36, "num_attention_heads": 16,
-    "num_key_value_heads": 2, "intermediate_size": 11008, "vocab_size": 151936,
-    "max_position_embeddings": 128000, "rms_norm_eps": 1e-6, "tie_word_embeddings": True,
-    "rope_parameters": {"rope_type": "default", "rope_theta": 1000000.0},
+    **TEXT_3B, "tie_word_embeddings": True,
+    "rope_parameters": {k: v for k, v in TEXT_3B["rope_parameters"].items()
+                        if k != "mrope_section"},
 }
 TINY_TEXT = {**QWEN25_3B_TEXT, "hidden_size": 256, "num_hidden_layers": 2,
              "num_attention_heads": 4, "num_key_value_heads": 2, "intermediate_size": 512,
