@@ -123,6 +123,9 @@ class Placement:
     seen_from: tuple[float, float]
     rays: tuple[Ray, ...] = field(default=(), repr=False)
     sightings: int = 1
+    #: how many sightings named the object by each label (labels the matcher joins counted as
+    #: one), the best-supported first
+    votes: tuple[tuple[str, int], ...] = ()
 
     @property
     def position(self) -> tuple[float, float]:
