@@ -8,12 +8,14 @@ whole memory (:class:`Retriever`) and :func:`memory_record` makes the perception
 reasoner's text is rendered from, with every frame's age, the motion between the selected
 frames from their poses, and where the objects the question names are now (:mod:`.places`),
 from the objects the writer placed as it stored the frames (:mod:`.placements`: bearing rays
-crossed from the stored poses, kept in the store). The layer stands on ``core`` alone and
-imports no ROS.
+crossed from the stored poses, kept in the store); :func:`locate` answers where the objects
+some words name were placed, with a pose to approach each from (:mod:`.locate`). The layer
+stands on ``core`` alone and imports no ROS.
 """
 
 from embodied_r_ros.memory.errors import SpatialMemoryError
 from embodied_r_ros.memory.factory import open_store
+from embodied_r_ros.memory.locate import Located, LocateRequest, locate
 from embodied_r_ros.memory.placements import Placement, Placer
 from embodied_r_ros.memory.recorder import MemoryRecorder
 from embodied_r_ros.memory.retrieval import Retriever, Selection
@@ -23,6 +25,8 @@ from embodied_r_ros.memory.text import memory_record, records_from_rows
 from embodied_r_ros.memory.time_phrases import TimeRange, TimeSpec, parse_time_phrases
 
 __all__ = [
+    "LocateRequest",
+    "Located",
     "MemoryRecorder",
     "MemoryRow",
     "MemoryStore",
@@ -36,6 +40,7 @@ __all__ = [
     "TextHit",
     "TimeRange",
     "TimeSpec",
+    "locate",
     "memory_record",
     "open_store",
     "parse_time_phrases",

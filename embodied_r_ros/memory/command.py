@@ -1,10 +1,13 @@
-"""``embodied-r memory stats | search | plot | export DB``: look into a memory from a shell.
+"""``embodied-r memory stats | search | locate | plot | export DB``: look into a memory from a
+shell.
 
 ``DB`` is a SQLite memory file, or a PostgreSQL connection string (``postgresql://...`` or
 ``host=... dbname=...``, with ``--robot``). Every command opens it for reading, so it runs beside
 the robot that writes it. A missing or damaged database, or a time phrase that cannot be read,
 is one line on stderr and exit code 2 (the ``SpatialMemoryError`` code first). ``search`` also
 lists the placed objects its question names and the places lines the reasoner would read;
+``locate`` lists where the objects some words name were placed and where to approach them from
+(what the ``memory/locate`` service answers);
 ``plot`` draws the placed objects on the path; ``export`` writes them as scene entities.
 """
 
@@ -17,9 +20,13 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from embodied_r_ros.core.config import MemoryConfig
 from embodied_r_ros.core.perception_text import place_line
 from embodied_r_ros.core.reasoning import format_question
+from embodied_r_ros.memory.embedder import load_embedder
 from embodied_r_ros.memory.errors import DB_MISSING, SpatialMemoryError
+from embodied_r_ros.memory.labels import LabelMatcher
+from embodied_r_ros.memory.locate import Located, LocateRequest, locate
 from embodied_r_ros.memory.placements import Placement
 from embodied_r_ros.memory.places import named_things
 from embodied_r_ros.memory.retrieval import Retriever, Selection
@@ -140,6 +147,38 @@ def cmd_search(args: argparse.Namespace) -> int:
     return 0
 
 
+def located_json(found: Located) -> dict[str, Any]:
+    """One located object as ``locate --json`` prints it."""
+    p, a = found.placement, found.approach
+    return {**placement_json(p, None), "votes": [[label, n] for label, n in p.votes],
+            "approach": {"x": round(a.x, 3), "y": round(a.y, 3),
+                         "yaw_deg": round(a.yaw_deg, 2)}}
+
+
+def cmd_locate(args: argparse.Namespace) -> int:
+    request = LocateRequest.checked(args.words, args.time or "", args.start, args.end,
+                                    args.fleet, args.max)
+    with open_reader(args.db, args.robot) as store:
+        robot = pick_robot(store, args.robot)
+        found = locate(store, robot, request, LabelMatcher(load_embedder(args.embedder)))
+    if args.json:
+        print(json.dumps({"robot": robot, "terms": list(request.terms),
+                          "objects": [located_json(f) for f in found]}))
+        return 0
+    whose = "the fleet's" if request.fleet else f"{robot}'s"
+    print(f'{len(found)} placed object(s) named "{args.words}" in {whose} placements '
+          "(odometry frame, m):")
+    for f in found:
+        p, a = f.placement, f.approach
+        how = f"crossed from {p.sightings} sightings" if p.triangulated else \
+            f"a guess from {p.sightings} sighting(s)"
+        votes = ", ".join(f"{label} {n}" for label, n in p.votes) or "-"
+        print(f"  {p.label} [{p.robot} #{p.id}] at ({p.x:.2f}, {p.y:.2f}) within "
+              f"{p.uncertainty_m:.2f}, {how}, seen {p.first:.1f} .. {p.last:.1f} s; approach "
+              f"from ({a.x:.2f}, {a.y:.2f}) facing {a.yaw_deg:.0f} deg; votes: {votes}")
+    return 0
+
+
 def cmd_plot(args: argparse.Namespace) -> int:
     import matplotlib
 
@@ -239,8 +278,8 @@ def _budget(text: str) -> int:
 
 def add_memory_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     """Register ``memory`` and its commands on the main CLI."""
-    p = subparsers.add_parser("memory", help="look into a spatial memory (stats, search, plot, "
-                              "export)", description=__doc__.splitlines()[0])
+    p = subparsers.add_parser("memory", help="look into a spatial memory (stats, search, "
+                              "locate, plot, export)", description=__doc__.splitlines()[0])
     sub = p.add_subparsers(dest="memory_command", required=True, parser_class=type(p))
 
     def command(name: str, help_: str, func: Any, question: bool = False
@@ -266,6 +305,20 @@ def add_memory_parser(subparsers: argparse._SubParsersAction) -> argparse.Argume
     search.add_argument("question", help='a question or terms: "where was the red chair 10 '
                         'minutes ago?"')
     search.add_argument("--json", action="store_true", help="print one JSON object")
+    find = command("locate", "where the objects some words name were placed, and the pose "
+                   "to approach each from (as the memory/locate service answers)", cmd_locate)
+    find.add_argument("words", help='the object words: "red chair"')
+    find.add_argument("--time", help='only objects seen then: "10 minutes ago", "in the last '
+                      '5 minutes" (not with --start/--end)')
+    find.add_argument("--start", type=float, help="only objects seen at or after this stamp (s)")
+    find.add_argument("--end", type=float, help="only objects seen at or before this stamp (s)")
+    find.add_argument("--fleet", action="store_true", help="every robot's placed objects of "
+                      "the store, not only this robot's (memory.share_placements)")
+    find.add_argument("--max", type=int, help="the most objects to list (default 10)")
+    find.add_argument("--embedder", choices=("auto", "off", "required"),
+                      default=MemoryConfig().embedder, help="match labels in other words with "
+                      "the embedder too (memory.embedder)")
+    find.add_argument("--json", action="store_true", help="print one JSON object")
     plot = command("plot", "a PNG of the path, its key frames, the placed objects and the "
                    "frames retrieved for --question", cmd_plot, question=True)
     plot.add_argument("--question", "-q", help="circle the frames selected for it")

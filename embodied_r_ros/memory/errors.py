@@ -8,6 +8,8 @@ from __future__ import annotations
 
 #: a time phrase in the question or its options that cannot be read
 BAD_TIME_PHRASE = "BAD_TIME_PHRASE"
+#: a lookup's request that cannot be answered as asked (words naming no object, bad stamps)
+BAD_REQUEST = "BAD_REQUEST"
 #: a reader was pointed at a database file that does not exist
 DB_MISSING = "DB_MISSING"
 #: the file is not a memory database, or is damaged

@@ -30,6 +30,8 @@ from embodied_r_ros.core.reasoning import format_question
 from embodied_r_ros.core.streaming import KeyFrameNote
 from embodied_r_ros.memory.errors import BAD_TIME_PHRASE, SpatialMemoryError
 from embodied_r_ros.memory.factory import embedder_for, open_store, recorder_for, retriever_for
+from embodied_r_ros.memory.labels import LabelMatcher
+from embodied_r_ros.memory.locate import Located, LocateRequest, locate
 from embodied_r_ros.memory.retrieval import Retriever, Selection
 from embodied_r_ros.memory.store import MemoryStore
 
@@ -173,6 +175,7 @@ class MemoryWriter:
         except BaseException:
             self.store.close()
             raise
+        self.matcher = LabelMatcher(self.recorder.embedder)
         self.queue_size = queue_size
         self.failed = 0
         self.dropped = 0
@@ -243,6 +246,12 @@ class MemoryWriter:
         with self._io:
             s = read_stats(self.store, self.robot, self.location)
         return replace(s, recorded=self.recorded, failed=self.failed, dropped=self.dropped)
+
+    def locate(self, request: LocateRequest) -> list[Located]:
+        """The placed objects ``request`` names (:func:`~embodied_r_ros.memory.locate
+        .locate`); raises :class:`SpatialMemoryError` when the store cannot be read."""
+        with self._io:
+            return locate(self.store, self.robot, request, self.matcher)
 
     def clear(self, before: float | None = None) -> tuple[int, int]:
         """Delete this robot's rows (those before ``before``): ``(deleted, rows left)``.

@@ -1,5 +1,6 @@
 """The spatial memory's ROS side in the process that writes it: the writer, the
-``memory/stats`` and ``memory/clear`` services, and the writer's diagnostics values.
+``memory/stats``, ``memory/clear`` and ``memory/locate`` services, and the writer's diagnostics
+values.
 
 One process writes a memory. In the all-in-one that is the query server's process; in separate
 processes it is the perception node's, which describes the key frames the memory stores and
@@ -17,8 +18,10 @@ from rclpy.node import Node
 
 from embodied_r_ros.agent.guard import fail, guard_service
 from embodied_r_ros.core.config import Config
-from embodied_r_ros.core.error_codes import BAD_REQUEST, MEMORY_UNAVAILABLE
+from embodied_r_ros.core.error_codes import BAD_REQUEST, BAD_TIME_PHRASE, MEMORY_UNAVAILABLE
+from embodied_r_ros.memory import errors
 from embodied_r_ros.memory.errors import SpatialMemoryError
+from embodied_r_ros.memory.locate import Located, LocateRequest
 from embodied_r_ros.memory.service import MemoryWriter
 from embodied_r_ros.nodes.conversions import sec_to_stamp, stamp_to_sec
 
@@ -37,12 +40,45 @@ def open_writer(config: Config, logger: Any) -> tuple[MemoryWriter | None, str]:
     return writer, ""
 
 
+def answer_code(err: SpatialMemoryError) -> str:
+    """The response's code for a memory error: the asker's ``BAD_TIME_PHRASE`` or
+    ``BAD_REQUEST``, else ``MEMORY_UNAVAILABLE`` (the memory's own code stays in the line)."""
+    return {errors.BAD_TIME_PHRASE: BAD_TIME_PHRASE,
+            errors.BAD_REQUEST: BAD_REQUEST}.get(err.code, MEMORY_UNAVAILABLE)
+
+
+def _optional_sec(stamp: Any) -> float | None:
+    """A request's stamp in seconds, None where it is zero (unset)."""
+    return None if stamp.sec == 0 and stamp.nanosec == 0 else stamp_to_sec(stamp)
+
+
+def placed_object_msg(found: Located, frame_id: str) -> Any:
+    """``found`` as a ``PlacedObject``: its centre and approach pose in ``frame_id`` (the
+    odometry frame its poses were stored in), stamped at its last sighting."""
+    from embodied_r_interfaces.msg import LabelVote, PlacedObject
+
+    p, pose = found.placement, found.approach
+    msg = PlacedObject(label=p.label, colour=p.colour or "", robot=p.robot, id=p.id,
+                       uncertainty_m=float(p.uncertainty_m), sightings=p.sightings,
+                       triangulated=p.triangulated, first_stamp=sec_to_stamp(p.first),
+                       last_stamp=sec_to_stamp(p.last))
+    msg.votes = [LabelVote(label=label, count=count) for label, count in p.votes]
+    for header in (msg.position.header, msg.approach.header):
+        header.frame_id, header.stamp = frame_id, msg.last_stamp
+    msg.position.point.x, msg.position.point.y = float(p.x), float(p.y)
+    msg.approach.pose.position.x, msg.approach.pose.position.y = pose.x, pose.y
+    q = msg.approach.pose.orientation
+    q.x, q.y, q.z, q.w = pose.quaternion()
+    return msg
+
+
 class MemoryServices:
-    """``memory/stats`` and ``memory/clear`` on ``node`` for ``writer`` (None: both answer
-    ``MEMORY_UNAVAILABLE`` with ``why_not``); :meth:`close` closes the writer."""
+    """``memory/stats``, ``memory/clear`` and ``memory/locate`` on ``node`` for ``writer``
+    (None: each answers ``MEMORY_UNAVAILABLE`` with ``why_not``); :meth:`close` closes the
+    writer."""
 
     def __init__(self, node: Node, writer: MemoryWriter | None, why_not: str) -> None:
-        from embodied_r_interfaces.srv import MemoryClear, MemoryStats
+        from embodied_r_interfaces.srv import MemoryClear, MemoryLocate, MemoryStats
 
         self.writer = writer
         self.why_not = why_not
@@ -53,6 +89,9 @@ class MemoryServices:
                             callback_group=group)
         node.create_service(MemoryClear, "memory/clear",
                             guard_service(self._log, "memory clear", self._on_clear),
+                            callback_group=group)
+        node.create_service(MemoryLocate, "memory/locate",
+                            guard_service(self._log, "memory locate", self._on_locate),
                             callback_group=group)
 
     def _on_stats(self, _request: Any, response: Any) -> Any:
@@ -85,6 +124,21 @@ class MemoryServices:
         except SpatialMemoryError as err:
             return fail(response, MEMORY_UNAVAILABLE, str(err))
         self._log.info(f"memory cleared: {response.deleted} rows deleted, {response.rows} left")
+        response.success = True
+        return response
+
+    def _on_locate(self, request: Any, response: Any) -> Any:
+        if self.writer is None:
+            return fail(response, MEMORY_UNAVAILABLE, self.why_not)
+        try:
+            wanted = LocateRequest.checked(
+                request.object, request.time_phrase, _optional_sec(request.start_stamp),
+                _optional_sec(request.end_stamp), request.fleet, request.max_results or None)
+            found = self.writer.locate(wanted)
+        except SpatialMemoryError as err:
+            return fail(response, answer_code(err), str(err))
+        frame = self.writer.config.perception.tf.odom_frame
+        response.objects = [placed_object_msg(f, frame) for f in found]
         response.success = True
         return response
 
