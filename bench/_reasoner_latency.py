@@ -168,6 +168,8 @@ def transformers_latency(checkpoint: Path, ids: list[int], repeats: int, gpu: bo
 
     cfg = ModelConfig(model=str(checkpoint), dtype="bfloat16" if gpu else "float32",
                       device="cuda" if gpu else "cpu", max_new_tokens=new_tokens, batch_size=1)
+    if gpu:
+        torch.cuda.reset_peak_memory_stats()  # the checkpoint's writing is not the engine's
     t0 = time.perf_counter()
     lm = create_backend(cfg, text_only=True)
     load_s = time.perf_counter() - t0
