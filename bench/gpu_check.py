@@ -150,9 +150,15 @@ class GpuChecks:
                 root, tiny=not self.gpu, device="cuda" if self.gpu else "cpu")
         return self._checkpoint
 
+    @property
+    def vllm_interpreter(self) -> str:
+        """The interpreter meant to have vLLM: ``--vllm-python``, else this one."""
+        return self.args.vllm_python or sys.executable
+
     def vllm_python(self, details: dict[str, Any]) -> str:
-        """The interpreter that has vLLM (``--vllm-python``, else this one)."""
-        python = self.args.vllm_python or sys.executable
+        """:attr:`vllm_interpreter` once it is known to import vLLM; else :class:`Unavailable`
+        with ``details`` (what was prepared)."""
+        python = self.vllm_interpreter
         if self._vllm_python != python:
             if not Path(python).exists() or not vllm.has_vllm(python, self.env):
                 raise Unavailable(f"vLLM is not installed on this machine ({python} cannot "
@@ -170,10 +176,9 @@ class GpuChecks:
                 "bound_met": reasoner.meets_bound(result, len(ids))}
 
     def reasoning_vllm(self) -> dict[str, Any]:
-        python = self.args.vllm_python or sys.executable
         checkpoint = self.checkpoint()
         port = self.args.port + 1
-        cmd = reasoner.vllm_serve_command(python, checkpoint, port, 0.3)
+        cmd = reasoner.vllm_serve_command(self.vllm_interpreter, checkpoint, port, 0.3)
         self.vllm_python({"serve": cmd})
         if not self.gpu:
             return {"serve": cmd, "bound_met": True}
@@ -193,8 +198,8 @@ class GpuChecks:
                 *([] if self.gpu else ["--dry-run"])]
         python = sys.executable
         if mode == "colocate":
-            python = self.vllm_python({"command": [self.args.vllm_python or python, *args]})
-        cmd = [python, *interpreter_flags(), *args]
+            python = self.vllm_python({"command": [self.vllm_interpreter, *args]})
+        cmd = [python, *(interpreter_flags() if python == sys.executable else []), *args]
         with log_file.open("w") as fh:
             rc = subprocess.run(cmd, stdout=fh, stderr=subprocess.STDOUT, env=self.env).returncode
         if not out.is_file():
@@ -214,8 +219,7 @@ class GpuChecks:
             raise RuntimeError(f"the served model directory: {'; '.join(problems)}")
         vllm.validate_perception_configs(self.args.port, self.args.vlm_tokens,
                                          self.work / "cache")
-        python = self.args.vllm_python or sys.executable
-        cmd = vllm.serve_command(python, Path(model["dir"]), self.args.port,
+        cmd = vllm.serve_command(self.vllm_interpreter, Path(model["dir"]), self.args.port,
                                  self.args.vllm_memory)
         self.vllm_python({"model": model, "serve": cmd})
         if not self.gpu:
