@@ -158,3 +158,17 @@ def test_an_incomplete_bundle_is_named() -> None:
     assert bundle.closure_problems([w for w in lock if w["name"] != "dill"], image) == [
         "datasets needs dill<0.4.2,>=0.3.0: in neither bundle nor image",
         "multiprocess needs dill>=0.4.1: in neither bundle nor image"]
+
+
+def test_the_script_stops_with_one_line_without_a_bundle_or_a_report_path(
+        tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if k != "OUT"}
+    cases = {("--dry-run",): "give --json PATH (or set OUT)",
+             ("--dry-run", "--json", str(tmp_path / "r.json")): "no wheels in"}
+    for argv, message in cases.items():
+        proc = subprocess.run(["bash", "bench/gpu_check.sh", *argv], cwd=ROOT, text=True,
+                              env={**env, "GPU_BUNDLE": str(tmp_path / "none")},
+                              capture_output=True, timeout=30)
+        assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
+        assert message in proc.stderr
+    assert not (tmp_path / "r.json").exists()
