@@ -20,7 +20,7 @@ IFACES := $(wildcard embodied_r_interfaces/*/*) embodied_r_interfaces/CMakeLists
           embodied_r_interfaces/package.xml $(wildcard tools/tf2_msgs/*/*) \
           tools/tf2_msgs/CMakeLists.txt tools/tf2_msgs/package.xml
 
-.PHONY: setup test demo lint bench train-demo clean
+.PHONY: setup test demo lint bench train-demo gpu-bundle clean
 
 setup: $(STAMP)
 
@@ -73,6 +73,13 @@ lint: setup
 # those that need a CUDA GPU (or ROS 2) are skipped with a line saying so
 bench: setup
 	$(PY) bench/run_all.py
+
+# the wheels a lent GPU machine's image lacks for bench/gpu_check.sh (CPython 3.12, x86_64), as
+# tools/gpu-bundle.lock.json pins them; checked complete over tools/gpu-image-packages.txt
+# (pip and the packaging library are all it needs: the project's venv where there is one)
+gpu-bundle:
+	rm -rf build/gpu-bundle
+	$(if $(wildcard $(PY)),$(PY),$(PYTHON)) bench/_gpu_bundle.py build build/gpu-bundle
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache

@@ -5,8 +5,10 @@ average, Python), so a reader can rerun it and judge how comparable two files ar
 ``make bench`` writes each benchmark's file to ``results/bench/<name>.json``
 (``bench/run_all.py``); a benchmark run by hand writes one only when given ``--json``.
 
-Importing this module puts the checkout's root on the path: the lab (``lab/``: the long world,
-benchmark replays) is never installed, and the benchmarks that use it import it from there.
+Importing this module puts the checkout's root and ``training/`` on the path: the lab (``lab/``:
+the long world, benchmark replays) is never installed, and the benchmarks that use it import it
+from there; where the project is not installed either (a lent GPU machine, ``bench/gpu_check.sh``)
+its packages are found there too.
 """
 
 from __future__ import annotations
@@ -23,8 +25,9 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "results" / "bench"
-if str(ROOT) not in sys.path:
-    sys.path.append(str(ROOT))
+for _path in (str(ROOT), str(ROOT / "training")):
+    if _path not in sys.path:
+        sys.path.append(_path)
 
 
 def add_json_option(parser: argparse.ArgumentParser) -> None:

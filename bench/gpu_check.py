@@ -1,474 +1,352 @@
-"""One GPU check, side by side in one run, on a fresh GPU box with no hub.
+"""One GPU check for a lent GPU machine as it is: the released reasoner's latency at its 3B shape
+and GRPO steps of the ``paper`` recipe's shape, each reported as ran, failed or unavailable.
 
-  (a) perception latency against ``vllm serve`` of a Qwen2.5-VL-7B-shaped model with dummy
-      weights (``--load-format dummy``) instead of the emulated endpoint of
-      ``bench/perception_latency.py``: the same question over 8, 16 and 32 key frames, the
-      VLM calls one after another and all at once, and the re-ask after one new key frame;
-  (b) three GRPO steps of the ``paper`` recipe's shape (``bench/grpo_gpu.py``: Qwen2.5-3B
-      shape, group size 8, 32 completions a step, fp32 master weights with bf16 autocast), with
-      TRL's generation and with vLLM colocated rollouts, steps per minute each;
-  (c) whether GRPO moves the weights on CUDA: the fraction of sampled weights each step at lr
-      5e-7 changed (>= 99 %), and peak GPU memory, from the runs of (b);
-  (d) the released reasoner's reasoning latency (p50, a 700-token prompt and 160 new tokens) at
-      its 3B shape with random weights: transformers bf16, llama.cpp CUDA with every layer
-      offloaded, and vLLM where it is installed (``bench/_reasoner_latency.py``).
+The default checks need only the image's torch and transformers and the bundle's TRL
+(``bench/gpu_check.sh`` installs it; no index, no hub):
 
-``--parts`` picks the checks (default all); ``--parts reasoning`` is (d) alone, one run of well
-under 8 minutes on an H100 or H200 with no set-up and no hub (vLLM is used where this
-interpreter, ``--vllm-python`` or an earlier run's environment has it).
+  reasoning/transformers  the released reasoner's reasoning latency at its 3B shape with random
+                          weights, transformers bf16: p50 of a 700-token prompt and 160 new
+                          tokens (``_reasoner_latency.py``); bound: 160 tokens made from 700
+                          with no vision weights loaded
+  grpo/trl-generate       three GRPO steps of the ``paper`` recipe's shape with TRL's own
+                          generation (``grpo_gpu.py``): steps per minute, the share of sampled
+                          weights each step changes (bound: >= 99 % every step, all three
+                          steps run), peak GPU memory
 
-Everything the check needs is built here: the 7B-shaped VL model directory (config, the
-project's offline BPE tokenizer with the Qwen special tokens and a VL chat template, an image
-processor config; no weights, vLLM draws dummy ones), and, since vLLM pins its own torch, a
-separate virtual environment for vLLM (``--vllm-python`` reuses one; ``--wheelhouse`` installs
-from a local wheel folder on a box without an index). The first creation of that environment
-(minutes of downloads) is reported apart and is not counted in the 8-minute bound.
+``--vllm`` adds, for machines that have vLLM (``_gpu_vllm.py``): reasoning/vllm,
+grpo/vllm-colocate and perception/vllm. llama.cpp with CUDA is not part of the check (its source
+cannot travel; docs/installation.md builds it on a workstation or a Jetson).
 
-Bounds (exit 1 when one is missed): 32 key frames all at once <= 2 x the mean single VLM call;
-every GRPO step changes >= 99 % of the sampled weights; every engine of (d) that ran made 160
-tokens from 700 with no vision weights loaded; the checks run (without the first environment
-set-up) <= ``--budget-s`` (480 s).
+Each check is reported ``ran`` (its figures, and whether it met its bound), ``failed`` (the
+error) or ``unavailable`` (why this machine cannot run it). ``ok`` is true only when every check
+asked for ran and met its bound, and the checks took at most ``--budget-s`` (300 s). Exit 0 when
+ok, 1 when not, 2 on bad usage or a full run without CUDA.
 
-  python bench/gpu_check.py [--workdir /tmp/gpu-check] [--vllm-python PATH] [--json OUT]
-  python bench/gpu_check.py --parts reasoning [--json OUT]     # (d) alone
-  python bench/gpu_check.py --dry-run    # CPU: build every config and command; (d) on a tiny
-                                         # checkpoint of the same layout, on the CPU
+  bash bench/gpu_check.sh [--dry-run] [--json PATH]   # as the GPU machine runs it
+  python bench/gpu_check.py --dry-run                 # CPU: each check in its small form
+  python bench/gpu_check.py --parts reasoning --vllm  # a subset, the vLLM engines too
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
-import io
 import json
+import logging
 import os
-import shutil
 import subprocess
 import sys
 import time
-import urllib.request
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 BENCH = REPO / "bench"
 sys.path.insert(0, str(BENCH))
-import _reasoner_latency as reasoner  # noqa: E402 - a helper module of this folder
+import _figures  # noqa: E402, F401 - puts the project on the path where it is not installed
+import _gpu_bundle  # noqa: E402 - helper modules of this folder
+import _gpu_vllm as vllm  # noqa: E402
+import _reasoner_latency as reasoner  # noqa: E402
 
-PARTS = ("perception", "grpo", "reasoning")
-SERVED_NAME = "qwen2.5-vl-7b-dummy"
-VLLM_SPEC = "vllm>=0.22,<0.31.1"  # what TRL 1.16 accepts for use_vllm (trl/import_utils.py)
-#: the vLLM environment: vLLM with its own torch, and what the project and TRL need beside it
-VENV_PACKAGES = (VLLM_SPEC, "trl==1.16.0", "datasets>=5", "peft>=0.21", "accelerate>=1.0",
-                 "pydantic>=2", "pyyaml", "opencv-python-headless", "openai>=2", "tqdm",
-                 "pillow", "numpy", "pandas", "tensorboard", "matplotlib", "rosbags",
-                 "gguf")
-BUDGET_S = 480.0
-FRAMES = (8, 16, 32)
+log = logging.getLogger("gpu_check")
 
-# Qwen2.5-VL-7B-Instruct's shape (its config.json)
-TEXT_7B = {
-    "vocab_size": 152064, "hidden_size": 3584, "intermediate_size": 18944,
-    "num_hidden_layers": 28, "num_attention_heads": 28, "num_key_value_heads": 4,
-    "max_position_embeddings": 128000, "rms_norm_eps": 1e-6,
-    "rope_parameters": {"rope_type": "default", "rope_theta": 1000000.0,
-                        "mrope_section": [16, 24, 24]},
-}
-VISION_7B = {
-    "depth": 32, "hidden_size": 1280, "intermediate_size": 3420, "num_heads": 16,
-    "patch_size": 14, "spatial_merge_size": 2, "temporal_patch_size": 2, "window_size": 112,
-    "out_hidden_size": 3584, "fullatt_block_indexes": [7, 15, 23, 31], "hidden_act": "silu",
-}
-# a Qwen2-VL style template: image parts become <|vision_start|><|image_pad|><|vision_end|>
-VL_TEMPLATE = (
-    "{% for message in messages %}"
-    "{% if loop.first and message['role'] != 'system' %}"
-    "<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n{% endif %}"
-    "<|im_start|>{{ message['role'] }}\n"
-    "{% if message['content'] is string %}{{ message['content'] }}"
-    "{% else %}{% for part in message['content'] %}"
-    "{% if part['type'] in ('image', 'image_url') %}<|vision_start|><|image_pad|><|vision_end|>"
-    "{% elif part['type'] == 'text' %}{{ part['text'] }}{% endif %}"
-    "{% endfor %}{% endif %}<|im_end|>\n{% endfor %}"
-    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
-)
+#: every check, and whether it needs vLLM
+CHECKS = {"reasoning/transformers": False, "grpo/trl-generate": False,
+          "reasoning/vllm": True, "grpo/vllm-colocate": True, "perception/vllm": True}
+PARTS = ("reasoning", "grpo", "perception")
+BUDGET_S = 300.0
+GRPO_STEPS = 3
+LOG_TAIL = 2000  # characters of a failed subprocess's log kept in the report
+
+Runner = Callable[[], dict[str, Any]]
 
 
-def build_vl_model_dir(dest: Path) -> dict[str, Any]:
-    """The 7B-shaped Qwen2.5-VL directory vLLM serves with dummy weights (no weight files)."""
-    from transformers import Qwen2_5_VLConfig
+class Unavailable(Exception):  # noqa: N818 - a status, not an error
+    """A check this machine cannot run: the message says why; ``details`` what was prepared."""
 
-    from embodied_r_ros.core.backends.offline import build_tokenizer
-
-    dest.mkdir(parents=True, exist_ok=True)
-    tokenizer = build_tokenizer()
-    tokenizer.chat_template = VL_TEMPLATE
-    tid = tokenizer.convert_tokens_to_ids
-    config = Qwen2_5_VLConfig(
-        text_config={**TEXT_7B, "bos_token_id": None, "eos_token_id": tid("<|im_end|>"),
-                     "pad_token_id": tid("<|endoftext|>")},
-        vision_config=VISION_7B,
-        image_token_id=tid("<|image_pad|>"),
-        video_token_id=tid("<|video_pad|>"),
-        vision_start_token_id=tid("<|vision_start|>"),
-        vision_end_token_id=tid("<|vision_end|>"),
-        tie_word_embeddings=False,
-        dtype="bfloat16",
-        architectures=["Qwen2_5_VLForConditionalGeneration"],
-    )
-    config.save_pretrained(dest)
-    tokenizer.save_pretrained(dest)
-    processor = {
-        "image_processor_type": "Qwen2VLImageProcessor", "processor_class": "Qwen2_5_VLProcessor",
-        "do_resize": True, "do_rescale": True, "do_normalize": True, "do_convert_rgb": True,
-        "rescale_factor": 1 / 255, "patch_size": 14, "temporal_patch_size": 2, "merge_size": 2,
-        "min_pixels": 3136, "max_pixels": 12845056,
-        "image_mean": [0.48145466, 0.4578275, 0.40821073],
-        "image_std": [0.26862954, 0.26130258, 0.27577711],
-    }
-    (dest / "preprocessor_config.json").write_text(json.dumps(processor, indent=1))
-    return {"dir": str(dest), "vocab": len(tokenizer), "image_token_id": tid("<|image_pad|>")}
+    def __init__(self, reason: str, details: dict[str, Any] | None = None) -> None:
+        super().__init__(reason)
+        self.details = details or {}
 
 
-def check_vl_model_dir(path: Path) -> list[str]:
-    """What is wrong with a built model directory (empty: nothing)."""
-    from transformers import AutoConfig, AutoTokenizer
-
-    problems = []
-    config = AutoConfig.from_pretrained(path)
-    text = config.text_config
-    if (text.hidden_size, text.num_hidden_layers, config.vision_config.out_hidden_size) != (
-            3584, 28, 3584):
-        problems.append("not the Qwen2.5-VL-7B shape")
-    tokenizer = AutoTokenizer.from_pretrained(path)
-    if len(tokenizer) > text.vocab_size:
-        problems.append("tokenizer larger than the vocabulary")
-    message = [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}},
-                                            {"type": "text", "text": "what?"}]}]
-    rendered = tokenizer.apply_chat_template(message, tokenize=False, add_generation_prompt=True)
-    pad = tokenizer.convert_tokens_to_ids("<|image_pad|>")
-    if rendered.count("<|image_pad|>") != 1 or config.image_token_id != pad:
-        problems.append("chat template / image token do not match")
-    return problems
+def attempt(run: Runner) -> dict[str, Any]:
+    """One check's entry: ``ran`` with its figures (``bound_met`` among them), ``failed`` with
+    the error, or ``unavailable`` with the reason. A failure never stops the other checks."""
+    t0 = time.perf_counter()
+    try:
+        figures = run()
+    except Unavailable as exc:
+        return {"status": "unavailable", "reason": str(exc), **exc.details}
+    except Exception as exc:  # noqa: BLE001 - any failure is this check's result
+        log.exception("check failed")
+        return {"status": "failed", "error": f"{type(exc).__name__}: {exc}",
+                "seconds": round(time.perf_counter() - t0, 1)}
+    return {"status": "ran", **figures, "seconds": round(time.perf_counter() - t0, 1)}
 
 
-def venv_commands(venv: Path, wheelhouse: Path | None) -> list[list[str]]:
-    pip = [str(venv / "bin" / "python"), "-m", "pip", "install", "--quiet"]
-    if wheelhouse:
-        pip += ["--no-index", "--find-links", str(wheelhouse)]
-    return [[sys.executable, "-m", "venv", str(venv)], [*pip, *VENV_PACKAGES]]
+def run_checks(runners: dict[str, Runner]) -> dict[str, dict[str, Any]]:
+    return {name: attempt(run) for name, run in runners.items()}
 
 
-def serve_command(python: str, model_dir: Path, port: int, memory: float) -> list[str]:
-    return [python, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model_dir),
-            "--load-format", "dummy", "--served-model-name", SERVED_NAME, "--port", str(port),
-            "--host", "127.0.0.1", "--dtype", "bfloat16", "--max-model-len", "8192",
-            "--gpu-memory-utilization", str(memory), "--limit-mm-per-prompt",
-            json.dumps({"image": 2}), "--enforce-eager", "--seed", "0"]
+def all_met(checks: dict[str, dict[str, Any]]) -> bool:
+    """Every check asked for ran and met its bound (and at least one was asked for)."""
+    return bool(checks) and all(c["status"] == "ran" and c.get("bound_met") is True
+                                for c in checks.values())
 
 
-def grpo_command(python: str, mode: str, out: Path, extra: Sequence[str] = ()) -> list[str]:
-    return [python, str(BENCH / "grpo_gpu.py"), "--steps", "3", "--vllm", mode,
-            "--json", str(out), *extra]
+def asked(parts: list[str], with_vllm: bool) -> list[str]:
+    return [name for name, needs_vllm in CHECKS.items()
+            if name.split("/")[0] in parts and (with_vllm or not needs_vllm)]
 
 
-def _env(python: str) -> dict[str, str]:
-    """The project on the path of another interpreter (the vLLM environment)."""
+def project_env() -> dict[str, str]:
+    """The environment of the check's subprocesses: the project on ``PYTHONPATH`` (where it is
+    not installed), the hub offline (nothing can be fetched; a lookup would only wait)."""
     env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([str(REPO), str(REPO / "training"),
-                                         env.get("PYTHONPATH", "")])
+    paths = [str(REPO), str(REPO / "training")]
+    env["PYTHONPATH"] = os.pathsep.join(
+        [*(env.get("PYTHONPATH") or "").split(os.pathsep), *paths]).strip(os.pathsep)
     env.setdefault("HF_HUB_OFFLINE", "1")
     return env
 
 
-@contextlib.contextmanager
-def vllm_server(cmd: list[str], env: dict[str, str], port: int, log: Path,
-                timeout_s: float = 300.0) -> Iterator[str]:
-    """``vllm serve`` in the background until ``/v1/models`` answers; stopped on exit."""
-    with log.open("w") as fh:
-        proc = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, env=env)
-        url = f"http://127.0.0.1:{port}/v1"
+def interpreter_flags() -> list[str]:
+    """This interpreter's isolation flags, for the check's subprocesses to run as it does."""
+    return [flag for flag, on in (("-S", sys.flags.no_site), ("-s", sys.flags.no_user_site))
+            if on]
+
+
+def _tail(path: Path) -> str:
+    return path.read_text(errors="replace")[-LOG_TAIL:] if path.is_file() else ""
+
+
+class GpuChecks:
+    """The checks' runners, on the GPU (``gpu``) or in their small CPU form (the dry run)."""
+
+    def __init__(self, args: argparse.Namespace, gpu: bool) -> None:
+        self.args = args
+        self.gpu = gpu
+        self.work: Path = args.workdir
+        self.work.mkdir(parents=True, exist_ok=True)
+        self.env = project_env()
+        self._checkpoint: Path | None = None
+        self._vllm_python: str | None = None
+
+    def runners(self, names: list[str]) -> dict[str, Runner]:
+        table: dict[str, Runner] = {
+            "reasoning/transformers": self.reasoning_transformers,
+            "reasoning/vllm": self.reasoning_vllm,
+            "grpo/trl-generate": lambda: self.grpo("none"),
+            "grpo/vllm-colocate": lambda: self.grpo("colocate"),
+            "perception/vllm": self.perception,
+        }
+        return {name: table[name] for name in names}
+
+    def checkpoint(self) -> Path:
+        """The released layout's random checkpoint: 3B on the GPU, tiny on the CPU; once."""
+        if self._checkpoint is None:
+            root = self.work / ("embodied-r-3b" if self.gpu else "embodied-r-tiny")
+            self._checkpoint = reasoner.write_checkpoint(
+                root, tiny=not self.gpu, device="cuda" if self.gpu else "cpu")
+        return self._checkpoint
+
+    @property
+    def vllm_interpreter(self) -> str:
+        """The interpreter meant to have vLLM: ``--vllm-python``, else this one."""
+        return self.args.vllm_python or sys.executable
+
+    def vllm_python(self, details: dict[str, Any]) -> str:
+        """:attr:`vllm_interpreter` once it is known to import vLLM; else :class:`Unavailable`
+        with ``details`` (what was prepared)."""
+        python = self.vllm_interpreter
+        if self._vllm_python != python:
+            if not Path(python).exists() or not vllm.has_vllm(python, self.env):
+                raise Unavailable(f"vLLM is not installed on this machine ({python} cannot "
+                                  "import it; --vllm-python names one that can)", details)
+            self._vllm_python = python
+        return python
+
+    def reasoning_transformers(self) -> dict[str, Any]:
+        checkpoint = self.checkpoint()
+        ids = reasoner.prompt_ids(checkpoint)
+        repeats = self.args.repeats if self.gpu else 1
+        result = reasoner.transformers_latency(checkpoint, ids, repeats, self.gpu)
+        return {**result, "checkpoint": str(checkpoint), "prompt_tokens": len(ids),
+                "shape": reasoner.shape_counts(),  # the 3B shape's, also in the dry run
+                "bound_met": reasoner.meets_bound(result, len(ids))}
+
+    def reasoning_vllm(self) -> dict[str, Any]:
+        checkpoint = self.checkpoint()
+        port = self.args.port + 1
+        cmd = reasoner.vllm_serve_command(self.vllm_interpreter, checkpoint, port, 0.3)
+        self.vllm_python({"serve": cmd})
+        if not self.gpu:
+            return {"serve": cmd, "bound_met": True}
+        ids = reasoner.prompt_ids(checkpoint)
+        with vllm.vllm_server(cmd, self.env, port, self.work / "vllm-3b.log") as url:
+            result = reasoner.vllm_latency(url, ids, self.args.repeats)
+        return {**result, "prompt_tokens": len(ids),
+                "bound_met": reasoner.meets_bound(result, len(ids))}
+
+    def grpo(self, mode: str) -> dict[str, Any]:
+        """``grpo_gpu.py`` in its own process (``--dry-run`` on the CPU: the trainer's arguments
+        and imports), as the run would start it."""
+        out, log_file = self.work / f"grpo-{mode}.json", self.work / f"grpo-{mode}.log"
+        out.unlink(missing_ok=True)
+        args = [str(BENCH / "grpo_gpu.py"), "--steps", str(GRPO_STEPS), "--vllm", mode,
+                "--min-steps-per-minute", "0", "--json", str(out),
+                *([] if self.gpu else ["--dry-run"])]
+        python = sys.executable
+        if mode == "colocate":
+            python = self.vllm_python({"command": [self.vllm_interpreter, *args]})
+        cmd = [python, *(interpreter_flags() if python == sys.executable else []), *args]
+        with log_file.open("w") as fh:
+            rc = subprocess.run(cmd, stdout=fh, stderr=subprocess.STDOUT, env=self.env).returncode
+        if not out.is_file():
+            raise RuntimeError(f"grpo_gpu.py exited {rc} with no result; its log ends: "
+                               f"{_tail(log_file)}")
+        result = json.loads(out.read_text())
+        if not self.gpu:
+            return {"command": cmd, "unknown": result["unknown"], "kwargs": result["kwargs"],
+                    "bound_met": rc == 0 and not result["unknown"]}
+        changed = result.get("weights_changed_per_step", [])
+        return {**result, "command": cmd, "rc": rc,
+                "bound_met": bool(result["bound"]["ok"]) and len(changed) == GRPO_STEPS}
+
+    def perception(self) -> dict[str, Any]:
+        model = vllm.build_vl_model_dir(self.work / vllm.SERVED_NAME)
+        if problems := vllm.check_vl_model_dir(Path(model["dir"])):
+            raise RuntimeError(f"the served model directory: {'; '.join(problems)}")
+        vllm.validate_perception_configs(self.args.port, self.args.vlm_tokens,
+                                         self.work / "cache")
+        cmd = vllm.serve_command(self.vllm_interpreter, Path(model["dir"]), self.args.port,
+                                 self.args.vllm_memory)
+        self.vllm_python({"model": model, "serve": cmd})
+        if not self.gpu:
+            return {"model": model, "serve": cmd, "bound_met": True}
+        with vllm.vllm_server(cmd, self.env, self.args.port,
+                              self.work / "vllm-serve.log") as url:
+            result = vllm.perception_latency(url, self.args.vlm_tokens, 0.5, self.work / "cache")
+        return {**result, "model": model, "serve": cmd, "bound_met": result["ok"]}
+
+
+def environment() -> dict[str, Any]:
+    """What ran the check: the interpreter, the versions that matter, where the project was
+    imported from (and whether it is installed), and where the environment misses the
+    bundle's requirements."""
+    import importlib.metadata
+
+    import embodied_r_ros
+    import embodied_r_training
+
+    def version(name: str) -> str | None:
         try:
-            deadline = time.monotonic() + timeout_s
-            while True:
-                if proc.poll() is not None:
-                    raise RuntimeError(f"vllm serve exited {proc.returncode}; see {log}")
-                try:
-                    with urllib.request.urlopen(f"{url}/models", timeout=2):
-                        break
-                except OSError:
-                    if time.monotonic() > deadline:
-                        raise RuntimeError(
-                            f"vllm serve not up after {timeout_s:.0f} s; see {log}") from None
-                    time.sleep(2)
-            yield url
-        finally:
-            proc.terminate()
-            try:
-                proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
+            return importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            return None
 
-
-def perception_config(url: str, vlm_tokens: int, cache: Path, **perception: Any) -> dict:
-    """The pipeline config of (a): the served model over the OpenAI API, greedy."""
+    hooks = [getattr(f, "__module__", type(f).__module__) for f in sys.meta_path]
+    project = {m.__name__: str(Path(m.__file__ or "").parent)
+               for m in (embodied_r_ros, embodied_r_training)}
     return {
-        "perception": {"backend": "vlm", **perception,
-                       "vlm": {"backend": "openai", "model": SERVED_NAME, "base_url": url,
-                               "max_concurrency": 64, "timeout_s": 300, "retries": 0,
-                               "max_new_tokens": vlm_tokens, "temperature": 0.0}},
-        "reasoning": {"model": {"model": "timed-lm"}},
-        "cache": {"dir": str(cache)},
+        "python": sys.version.split()[0], "executable": sys.executable,
+        "versions": {name: version(name) for name in (
+            "torch", "transformers", "trl", "datasets", "accelerate", "peft", "pydantic",
+            "huggingface-hub", "tokenizers")},
+        "project": project,
+        "project_installed": any("__editable__" in h for h in hooks) or any(
+            not Path(p).is_relative_to(REPO) for p in project.values()),
+        "bundle_problems": _gpu_bundle.installed_problems(_gpu_bundle.read_lock()),
     }
 
 
-def perception_latency(url: str, vlm_tokens: int, lm_latency: float, cache: Path) -> dict:
-    """(a): ``bench/perception_latency.py``'s timings against the served model."""
-    sys.path.insert(0, str(BENCH))
-    import perception_latency as pl
-
-    from embodied_r_ros.core.backends.factory import create_backend
-    from embodied_r_ros.core.pipeline import EmbodiedR
-    from embodied_r_ros.core.profiles import config_from_dict
-
-    def pipeline(name: str, **perception: Any) -> EmbodiedR:
-        cfg = config_from_dict(perception_config(url, vlm_tokens, cache / name, **perception))
-        assert cfg.perception.vlm is not None
-        return EmbodiedR(cfg, vlm=create_backend(cfg.perception.vlm),
-                         lm=pl.TimedLM(lm_latency), load_models=False)
-
-    rows = []
-    for n in FRAMES:
-        images = pl.frames(n + 1, seed=n)
-        stamps = [float(i) for i in range(n + 1)]
-        t_seq, _ = pl.ask(pipeline(f"seq{n}", concurrency=1), images[:n], stamps[:n])
-        conc = pipeline(f"conc{n}")
-        t_conc, _ = pl.ask(conc, images[:n], stamps[:n])
-        t_slide, _ = pl.ask(conc, images[1:], stamps[1:])
-        per_call = (t_seq - lm_latency) / n
-        rows.append({"key_frames": n, "sequential_s": round(t_seq, 2),
-                     "concurrent_s": round(t_conc, 2), "reask_s": round(t_slide, 2),
-                     "single_call_s": round(per_call, 3),
-                     "concurrent_over_single_call": round((t_conc - lm_latency) / per_call, 2)})
-    return {"rows": rows, "ok": rows[-1]["concurrent_over_single_call"] <= 2.0}
-
-
-def _run_json(cmd: list[str], env: dict[str, str], out: Path, log: Path) -> dict[str, Any]:
-    with log.open("w") as fh:
-        rc = subprocess.run(cmd, stdout=fh, stderr=subprocess.STDOUT, env=env).returncode
-    result = json.loads(out.read_text()) if out.is_file() else {"error": f"no result; see {log}"}
-    result["rc"] = rc
-    return result
-
-
-def plan(args: argparse.Namespace) -> dict[str, Any]:
-    work = args.workdir
-    venv = work / "vllm-env"
-    python = args.vllm_python or str(venv / "bin" / "python")
-    needs_venv = not args.vllm_python and ({"perception", "grpo"} & set(args.parts))
-    checkpoint = work / "embodied-r-3b" / "Weight_1"
-    return {
-        "model_dir": str(work / "qwen2.5-vl-7b-dummy"),
-        "setup": venv_commands(venv, args.wheelhouse) if needs_venv else [],
-        "serve": serve_command(python, work / "qwen2.5-vl-7b-dummy", args.port, args.vllm_memory),
-        "grpo": {"trl-generate": grpo_command(sys.executable, "none", work / "grpo-trl.json"),
-                 "vllm-colocate": grpo_command(python, "colocate", work / "grpo-vllm.json")},
-        "reasoning": {"checkpoint": str(checkpoint),
-                      "vllm_serve": reasoner.vllm_serve_command(python, checkpoint,
-                                                                args.port + 1, 0.3)},
-    }
-
-
-def _has_vllm(python: str) -> bool:
-    code = "import importlib.util, sys; sys.exit(importlib.util.find_spec('vllm') is None)"
-    return subprocess.run([python, "-c", code], capture_output=True).returncode == 0
-
-
-def reasoning_latency(args: argparse.Namespace, gpu: bool) -> dict[str, Any]:
-    """(d); on the CPU (the dry run) on a tiny checkpoint of the released layout, 1 repeat."""
-    work = args.workdir
-    checkpoint = reasoner.write_checkpoint(work / ("embodied-r-3b" if gpu else "embodied-r-tiny"),
-                                           tiny=not gpu, device="cuda" if gpu else "cpu")
-    ids = reasoner.prompt_ids(checkpoint)
-    repeats = args.repeats if gpu else 1
-    out: dict[str, Any] = {"checkpoint": str(checkpoint), "prompt_tokens": len(ids),
-                           "engines": {}}
-    engines = out["engines"]
-    engines["transformers"] = reasoner.transformers_latency(checkpoint, ids, repeats, gpu)
-    engines["llamacpp"] = reasoner.llamacpp_latency(checkpoint, ids, repeats, gpu,
-                                                    work / "llamacpp-cache")
-    python = reasoner.vllm_python(args.vllm_python, work / "vllm-env", _has_vllm)
-    if not gpu:
-        engines["vllm"] = {"skipped": "dry run", "installed": python is not None}
-    elif python is None:
-        engines["vllm"] = {"skipped": "vLLM is not installed (--vllm-python names one)"}
-    else:
-        cmd = reasoner.vllm_serve_command(python, checkpoint, args.port + 1, 0.3)
-        try:
-            with vllm_server(cmd, _env(python), args.port + 1, work / "vllm-3b.log") as url:
-                engines["vllm"] = reasoner.vllm_latency(url, ids, repeats)
-        except RuntimeError as exc:
-            engines["vllm"] = {"error": str(exc)}
-    ran = [r for r in engines.values() if "p50_s" in r]
-    lengths = len(ids) == reasoner.PROMPT_TOKENS and all(
-        r["new_tokens"] == reasoner.NEW_TOKENS for r in ran)
-    text_only = engines["transformers"].get("visual_params") == 0
-    failed = any("error" in r for r in engines.values())
-    out["ok"] = bool(ran) and lengths and text_only and not failed
-    return out
-
-
-def dry_run(args: argparse.Namespace) -> dict[str, Any]:
-    """Build every config and command; check what can be checked without a GPU."""
-    sys.path.insert(0, str(BENCH))
-    import grpo_gpu
-
-    from embodied_r_ros.core.profiles import config_from_dict
-
-    steps = plan(args)
-    model = build_vl_model_dir(Path(steps["model_dir"]))
-    problems = check_vl_model_dir(Path(steps["model_dir"]))
-    url = f"http://127.0.0.1:{args.port}/v1"
-    for mode in ({"concurrency": 1}, {}):  # validated as the full run builds them
-        config_from_dict(perception_config(url, args.vlm_tokens, args.workdir / "cache", **mode))
-    reasoning: dict[str, Any] = {"shape": reasoner.shape_counts()}
-    if "reasoning" in args.parts:
-        reasoning.update(reasoning_latency(args, gpu=False))
-        if not reasoning["ok"]:
-            problems.append(f"reasoning latency: {reasoning['engines']}")
-    grpo: dict[str, Any] = {}
-    for mode, cmd in steps["grpo"].items():
-        buf = io.StringIO()
-        with contextlib.redirect_stdout(buf):
-            rc = grpo_gpu.main([*cmd[2:], "--dry-run"])
-        checked = json.loads(buf.getvalue().strip().splitlines()[-1])
-        grpo[mode] = {"rc": rc, "unknown": checked["unknown"], "kwargs": checked["kwargs"]}
-        if rc:
-            problems.append(f"grpo {mode}: GRPOConfig has no {checked['unknown']}")
-    return {"check": "gpu_check", "dry_run": True, "plan": steps, "model": model,
-            "grpo": grpo, "reasoning": reasoning, "problems": problems, "ok": not problems}
-
-
-def full_run(args: argparse.Namespace) -> dict[str, Any]:
+def run(args: argparse.Namespace, names: list[str]) -> dict[str, Any]:
     import torch
 
-    if not torch.cuda.is_available():
-        raise RuntimeError("no CUDA device (use --dry-run on a machine without one)")
-    work = args.workdir
-    work.mkdir(parents=True, exist_ok=True)
-    steps = plan(args)
-    report: dict[str, Any] = {"check": "gpu_check", "device": torch.cuda.get_device_name(0)}
-    t0 = time.perf_counter()
-    for cmd in steps["setup"]:
-        if cmd[1:3] == ["-m", "venv"] and Path(cmd[-1], "bin", "python").exists():
-            continue  # made by an earlier run
-        subprocess.run(cmd, check=True)
-    report["setup_s"] = round(time.perf_counter() - t0, 1)
+    gpu = not args.dry_run
+    report: dict[str, Any] = {"check": "gpu_check", "dry_run": args.dry_run,
+                              "asked": names, "environment": environment()}
+    if gpu and not torch.cuda.is_available():
+        report.update(error="no CUDA device (--dry-run checks on the CPU)", ok=False)
+        return report
+    report["device"] = torch.cuda.get_device_name(0) if gpu else "cpu"
     start = time.perf_counter()
-    python = steps["serve"][0]
-    env = _env(python)
-    oks = []
-    if "perception" in args.parts:
-        build_vl_model_dir(Path(steps["model_dir"]))
-        try:
-            with vllm_server(steps["serve"], env, args.port, work / "vllm-serve.log") as url:
-                report["perception"] = perception_latency(url, args.vlm_tokens, 0.5,
-                                                          work / "cache")
-        except RuntimeError as exc:
-            report["perception"] = {"error": str(exc), "ok": False}
-        oks.append(bool(report["perception"].get("ok")))
-    if "grpo" in args.parts:
-        grpo = {}
-        for mode, cmd in steps["grpo"].items():
-            cmd_env = env if cmd[0] == python else dict(os.environ)
-            grpo[mode] = _run_json(cmd, cmd_env, Path(cmd[cmd.index("--json") + 1]),
-                                   work / f"grpo-{mode}.log")
-        report["grpo"] = grpo
-        oks.append(all(r.get("bound", {}).get("ok") for r in grpo.values()))
-    if "reasoning" in args.parts:
-        report["reasoning"] = reasoning_latency(args, gpu=True)
-        oks.append(report["reasoning"]["ok"])
+    report["checks"] = run_checks(GpuChecks(args, gpu).runners(names))
     report["check_s"] = round(time.perf_counter() - start, 1)
-    report["ok"] = all(oks) and report["check_s"] <= args.budget_s
+    report["budget_s"] = args.budget_s
+    within = args.dry_run or report["check_s"] <= args.budget_s
+    report["ok"] = all_met(report["checks"]) and within
     return report
 
 
+def summary(name: str, r: dict[str, Any]) -> str:
+    if r["status"] == "unavailable":
+        return r["reason"]
+    if r["status"] == "failed":
+        return r["error"].splitlines()[0][:150]
+    if "p50_s" in r:
+        return (f"p50 {r['p50_s']} s, {r['new_tokens']} tokens from {r['prompt_tokens']}"
+                + (f", peak {r['peak_gpu_gib']} GiB" if "peak_gpu_gib" in r else ""))
+    if "steps_per_minute" in r:
+        changed = r.get("weights_changed_per_step") or [0.0]
+        return (f"{r['steps_per_minute']} steps/min, weights changed >= {min(changed):.4f} a "
+                f"step, peak {r.get('peak_gpu_memory_gib')} GiB")
+    if "rows" in r:
+        last = r["rows"][-1]
+        return (f"{last['key_frames']} key frames at once: {last['concurrent_over_single_call']}"
+                " x one call (<= 2)")
+    if "unknown" in r:
+        return f"GRPOConfig takes every argument: {not r['unknown']}"
+    return "prepared"
+
+
 def print_table(report: dict[str, Any]) -> None:
-    print(f"GPU check on {report.get('device')}: setup {report.get('setup_s')} s (not counted), "
-          f"checks {report.get('check_s')} s (bound {BUDGET_S:g} s)")
-    perception = report.get("perception", {})
-    if not perception:
-        pass
-    elif "rows" in perception:
-        print("(a) perception against vllm serve (Qwen2.5-VL-7B shape, dummy weights)")
-        print(" | ".join(f"{h:>16s}" for h in ("key frames", "sequential", "concurrent",
-                                               "re-ask", "one call", "conc / one call")))
-        for r in perception["rows"]:
-            print(" | ".join(f"{c:>16s}" for c in (
-                str(r["key_frames"]), f"{r['sequential_s']} s", f"{r['concurrent_s']} s",
-                f"{r['reask_s']} s", f"{r['single_call_s']} s",
-                f"{r['concurrent_over_single_call']} (<= 2)")))
-    else:
-        print(f"(a) perception: {perception.get('error')}")
-    if "grpo" in report:
-        print("(b)+(c) GRPO, paper shape, 3 steps")
-        print(" | ".join(f"{h:>18s}" for h in ("rollouts", "steps / min", "weights changed",
-                                               "peak GiB", "status")))
-    for mode, r in report.get("grpo", {}).items():
-        changed = r.get("weights_changed_per_step") or []
-        print(" | ".join(f"{c:>18s}" for c in (
-            mode, str(r.get("steps_per_minute")), f"min {min(changed):.4f}" if changed else "-",
-            str(r.get("peak_gpu_memory_gib")), "ok" if r.get("bound", {}).get("ok") else
-            f"FAILED rc {r.get('rc')} {r.get('error', '')}")))
-    reasoning = report.get("reasoning", {})
-    if reasoning:
-        print(f"(d) reasoning latency, released reasoner's 3B shape, random weights: "
-              f"{reasoning['prompt_tokens']} prompt tokens, {reasoner.NEW_TOKENS} new")
-        for engine, r in reasoning["engines"].items():
-            status = (f"p50 {r['p50_s']} s ({r['new_tokens']} tokens)" if "p50_s" in r
-                      else r.get("skipped") or r.get("error"))
-            print(f"{engine:>14s} | {status}")
-    print("OK" if report.get("ok") else "MISSED")
+    if "error" in report:
+        print(f"gpu_check: {report['error']}")
+        return
+    print(f"GPU check on {report['device']}{' (dry run)' if report['dry_run'] else ''}: "
+          f"{report['check_s']} s (budget {report['budget_s']:g} s)")
+    for name, r in report["checks"].items():
+        status = r["status"] + ("" if r["status"] != "ran" else
+                                ", met" if r.get("bound_met") else ", MISSED")
+        print(f"{name:>22s} | {status:<12s} | {summary(name, r)}")
+    print("OK" if report["ok"] else "NOT OK")
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--dry-run", action="store_true",
-                   help="build every config and command and check them; run nothing (CPU)")
+                   help="each check in its small CPU form: a tiny checkpoint, the trainer's "
+                        "arguments and imports, the vLLM plans")
     p.add_argument("--workdir", type=Path, default=Path("/tmp/gpu-check"))
-    p.add_argument("--vllm-python", help="the python of an environment that has vLLM already")
-    p.add_argument("--wheelhouse", type=Path, help="install vLLM from this wheel folder")
+    p.add_argument("--parts", type=lambda text: text.split(","), default=list(PARTS),
+                   help=f"the parts to check, comma-separated (default {','.join(PARTS)})")
+    p.add_argument("--vllm", action="store_true",
+                   help="also the vLLM engines (reasoning, GRPO rollouts, perception)")
+    p.add_argument("--vllm-python", help="the python of an environment that has vLLM")
     p.add_argument("--port", type=int, default=8765)
     p.add_argument("--vllm-memory", type=float, default=0.5,
-                   help="vllm serve's share of GPU memory for (a)")
+                   help="vllm serve's share of GPU memory for the perception part")
     p.add_argument("--vlm-tokens", type=int, default=64, help="new tokens per VLM reply")
     p.add_argument("--budget-s", type=float, default=BUDGET_S)
-    p.add_argument("--parts", type=lambda text: text.split(","), default=list(PARTS),
-                   help=f"the checks to run, comma-separated (default {','.join(PARTS)})")
-    p.add_argument("--repeats", type=int, default=5, help="timed runs per engine in (d)")
+    p.add_argument("--repeats", type=int, default=5, help="timed runs per reasoning engine")
     p.add_argument("--json", type=Path, help="also write the report here")
     args = p.parse_args(argv)
     if unknown := sorted(set(args.parts) - set(PARTS)):
         p.error(f"--parts: unknown {', '.join(unknown)} (known: {', '.join(PARTS)})")
-    if args.dry_run:
-        report = dry_run(args)
-        print(json.dumps(report, default=str))
-    else:
-        try:
-            report = full_run(args)
-        except (RuntimeError, subprocess.CalledProcessError) as exc:
-            print(f"gpu_check: {exc}", file=sys.stderr)
-            return 2
-        print_table(report)
+    names = asked(args.parts, args.vllm)
+    if not names:
+        p.error(f"--parts {','.join(args.parts)}: no check without --vllm")
+    logging.basicConfig(level=logging.INFO, format="%(name)s: %(message)s")
+    report = run(args, names)
+    print_table(report)
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(report, indent=1, default=str))
+    if "error" in report:
+        return 2
     return 0 if report["ok"] else 1
 
 
 if __name__ == "__main__":
-    if shutil.which("nvidia-smi") is None and "--dry-run" not in sys.argv:
-        print("gpu_check: no nvidia-smi on this machine; --dry-run checks the plan on CPU",
-              file=sys.stderr)
     sys.exit(main())

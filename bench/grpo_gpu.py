@@ -16,7 +16,7 @@ never stop early, so every completion runs to its length limit (a worst case for
 The rewards are the core's format and accuracy rewards plus a dense length reward (random
 models earn no format or accuracy reward, and a zero reward would skip the backward pass).
 ``--vllm colocate`` generates the rollouts with vLLM inside the trainer (needs vLLM 0.22-0.31
-beside TRL 1.16; ``bench/gpu_check.py`` builds that environment).
+beside TRL 1.16; ``bench/gpu_check.py --vllm`` runs it where vLLM is installed).
 
 After every optimizer step the fraction of sampled weights (the first 65,536 elements of every
 parameter) that changed is recorded: the bound is >= 99 %; the exit status is 1 when a step
@@ -24,7 +24,8 @@ misses it.
 
 Run on a GPU machine:  ``python bench/grpo_gpu.py [--steps 3] [--vllm colocate] [--json OUT]``
 Tiny CPU mode (tests, and machines without CUDA): ``python bench/grpo_gpu.py --tiny``
-``--dry-run`` builds and checks the trainer arguments only (no model, no device).
+``--dry-run`` builds and checks the trainer arguments only (no model, no device), importing
+what the run imports.
 Prints one JSON object: steps per minute over the timed steps (the first is warm-up). Bounds:
 every step changes at least 99 % of the sampled weights, and at least
 ``--min-steps-per-minute`` (2.0 on the GPU, measured 2.4 on an H200; 0 in tiny mode) with
@@ -42,6 +43,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from _figures import ROOT  # noqa: F401 - puts the project on the path where it is not installed
 from transformers import Qwen2Config, Qwen2ForCausalLM, TrainerCallback
 
 from embodied_r_ros.core.backends.offline import build_tokenizer
@@ -181,10 +183,12 @@ def trainer_kwargs(args: argparse.Namespace, model_dir: Path, out: Path) -> dict
 
 
 def check_kwargs(kwargs: dict[str, Any]) -> list[str]:
-    """Argument names GRPOConfig does not have (empty: it accepts them all)."""
+    """Argument names GRPOConfig does not have (empty: it accepts them all). Imports what the
+    run imports (the trainer, ``datasets``), so a missing package shows here too."""
     import dataclasses
 
-    from trl import GRPOConfig
+    from datasets import Dataset  # noqa: F401 - imported as the run imports it
+    from trl import GRPOConfig, GRPOTrainer  # noqa: F401
 
     fields = {f.name for f in dataclasses.fields(GRPOConfig)}
     return sorted(set(kwargs) - fields)
@@ -288,7 +292,11 @@ def main(argv: list[str] | None = None) -> int:
         unknown = check_kwargs(kwargs)
         result: dict[str, Any] = {"bench": "grpo_gpu", "dry_run": True, "unknown": unknown,
                                   "kwargs": kwargs}
-        print(json.dumps(result, default=str))
+        text = json.dumps(result, default=str)
+        print(text)
+        if args.json:
+            args.json.parent.mkdir(parents=True, exist_ok=True)
+            args.json.write_text(text + "\n")
         return 1 if unknown else 0
     if not args.tiny and not torch.cuda.is_available():
         print("grpo_gpu: no CUDA device, running the tiny CPU mode instead", file=sys.stderr)

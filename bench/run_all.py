@@ -82,8 +82,8 @@ BENCHMARKS = (
               needs=("embedder",)),
     Benchmark("grpo_gpu", "GRPO steps per minute of a Qwen2.5-3B-shaped policy",
               needs=("cuda",), quick=("--steps", "2")),
-    Benchmark("gpu_check", "vLLM serving a 7B-shaped VLM, GRPO with vLLM rollouts, and the "
-              "released reasoner's latency on each engine",
+    Benchmark("gpu_check", "the released reasoner's latency at its 3B shape and three GRPO "
+              "steps of the paper recipe's shape (bash bench/gpu_check.sh on a lent GPU machine)",
               needs=("cuda",), quick=("--dry-run",)),
 )
 

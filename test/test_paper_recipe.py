@@ -178,54 +178,6 @@ def test_trl_is_used_through_its_public_api_within_a_tested_bound() -> None:
         assert "_metrics" not in source and ".reward_weights =" not in source
 
 
-def test_the_gpu_check_builds_every_config_and_command(tmp_path: Path) -> None:
-    """The GPU check's configs and commands, on a machine without a GPU:
-    ``bench/gpu_check.py --dry-run``."""
-    import importlib.util
-
-    path = ROOT / "bench" / "gpu_check.py"
-    spec = importlib.util.spec_from_file_location("gpu_check_bench", path)
-    assert spec is not None and spec.loader is not None
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
-    out = tmp_path / "report.json"
-    assert bench.main(["--dry-run", "--workdir", str(tmp_path / "w"), "--json", str(out)]) == 0
-    report = json.loads(out.read_text())
-    assert report["ok"] and report["problems"] == []
-    serve = report["plan"]["serve"]
-    assert serve[serve.index("--load-format") + 1] == "dummy"
-    assert serve[serve.index("--model") + 1] == report["model"]["dir"]
-    config = json.loads((Path(report["model"]["dir"]) / "config.json").read_text())
-    assert config["text_config"]["hidden_size"] == 3584  # Qwen2.5-VL-7B's shape
-    assert not list(Path(report["model"]["dir"]).glob("*.safetensors"))  # dummy: no weights
-    venv, install = report["plan"]["setup"]
-    assert venv[1:3] == ["-m", "venv"] and "vllm>=0.22,<0.31.1" in install
-    for mode, use_vllm in (("trl-generate", False), ("vllm-colocate", True)):
-        kwargs = report["grpo"][mode]["kwargs"]
-        assert report["grpo"][mode]["unknown"] == []  # GRPOConfig takes every argument
-        assert kwargs.get("use_vllm", False) is use_vllm
-        assert (kwargs["bf16"], kwargs["learning_rate"], kwargs["weight_decay"]) == (
-            True, 5e-7, 0.1)
-        assert (kwargs["num_generations"], kwargs["gradient_accumulation_steps"]) == (8, 4)
-        assert kwargs["warmup_steps"] == 0.0 and kwargs["max_steps"] == 3
-    # (d): the released reasoner's shape, and its latency code run on a tiny checkpoint of the
-    # released layout: 700 prompt tokens, 160 new ones, no vision weights, on both CPU engines
-    reasoning = report["reasoning"]
-    assert reasoning["shape"] == {"text_params": 3_085_938_688, "vision_params": 668_684_288}
-    assert reasoning["ok"] and reasoning["prompt_tokens"] == 700
-    assert Path(reasoning["checkpoint"]).name == "Weight_1"
-    for engine in ("transformers", "llamacpp"):
-        assert reasoning["engines"][engine]["new_tokens"] == 160, engine
-    assert reasoning["engines"]["transformers"]["visual_params"] == 0
-    vllm = report["plan"]["reasoning"]["vllm_serve"]
-    assert json.loads(vllm[vllm.index("--limit-mm-per-prompt") + 1]) == {"image": 0, "video": 0}
-    assert "--no-enable-prefix-caching" in vllm and vllm[vllm.index("--model") + 1] == (
-        report["plan"]["reasoning"]["checkpoint"])
-    with pytest.raises(SystemExit) as exit_:
-        bench.main(["--dry-run", "--parts", "bogus"])
-    assert exit_.value.code == 2
-
-
 def test_sft_trains_on_left_truncated_text_prompts(dataset: Path, tmp_path: Path,
                                                    tiny_models_dir: Path) -> None:
     from embodied_r_training.rl.sft import run_sft, sft_rows

@@ -376,10 +376,11 @@ def test_the_consistency_rate_reads_answers_as_the_headline_does(dataset: Path) 
     assert result.consistency_rate == 1.0
 
 
-def test_gpu_bench_runs_in_tiny_cpu_mode(tmp_path: Path) -> None:
+def test_gpu_bench_runs_in_tiny_cpu_mode(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import importlib.util
 
     path = Path(__file__).resolve().parents[1] / "bench" / "grpo_gpu.py"
+    monkeypatch.syspath_prepend(str(path.parent))  # as the script runs: its folder on the path
     spec = importlib.util.spec_from_file_location("grpo_gpu_bench", path)
     assert spec is not None and spec.loader is not None
     bench = importlib.util.module_from_spec(spec)

@@ -36,6 +36,7 @@ from embodied_r_training.data.splits import seeded_draw
 from embodied_r_training.recipe import TrainConfig, device_name, world_size
 from embodied_r_training.rl.policy import (
     check_adapter,
+    checkpointing_flag,
     load_policy,
     lora_config,
     policy_precision,
@@ -187,7 +188,7 @@ def grpo_kwargs(
         max_grad_norm=g.max_grad_norm,
         seed=g.seed,
         data_seed=g.seed,
-        activation_checkpointing=cfg.policy.gradient_checkpointing,
+        **checkpointing_flag(cfg),
         reward_weights=[1.0] * len(REWARD_NAMES),  # the StagedRewards weigh themselves
         logging_steps=o.logging_steps,
         save_strategy="steps",

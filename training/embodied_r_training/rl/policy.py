@@ -35,6 +35,20 @@ def policy_precision(cfg: TrainConfig, device: str) -> Precision:
     return training_precision(cfg.policy.dtype, device, adapters_only=adapters_only)
 
 
+def checkpointing_flag(cfg: TrainConfig) -> dict[str, bool]:
+    """The trainer argument for ``policy.gradient_checkpointing``, under this transformers' name:
+    ``activation_checkpointing`` since it was renamed (``gradient_checkpointing`` stays as a
+    deprecated alias), ``gradient_checkpointing`` before (5.17, the GPU machines' image)."""
+    import dataclasses
+
+    from transformers import TrainingArguments
+
+    fields = {f.name for f in dataclasses.fields(TrainingArguments)}
+    name = ("activation_checkpointing" if "activation_checkpointing" in fields
+            else "gradient_checkpointing")
+    return {name: cfg.policy.gradient_checkpointing}
+
+
 def load_tokenizer(path: str) -> Any:
     from transformers import AutoTokenizer
 

@@ -24,6 +24,7 @@ from embodied_r_training.data.splits import seeded_draw
 from embodied_r_training.recipe import SFTSettings, TrainConfig, device_name
 from embodied_r_training.rl.policy import (
     check_adapter,
+    checkpointing_flag,
     load_policy,
     lora_config,
     policy_precision,
@@ -143,7 +144,7 @@ def run_sft(
         seed=s.seed,
         max_length=cfg.data.max_prompt_tokens + 512,  # prompts fit already; 512 for the target
         completion_only_loss=True,
-        activation_checkpointing=cfg.policy.gradient_checkpointing,
+        **checkpointing_flag(cfg),
         logging_steps=cfg.output.logging_steps,
         save_strategy="steps",
         save_steps=cfg.output.save_steps,
