@@ -14,7 +14,9 @@ default; the script fails when the build named by ``--default`` (the one the ``j
 ``offline`` profiles ship, float16) is such a build.
 
 Run: ``.venv/bin/python bench/quantization.py [--threads 2] [--json PATH --md PATH]``;
-``--from-json FILE --md PATH`` writes the report of a figures file again.
+``--from-json FILE --md PATH`` writes the report of a figures file again. With ``--json`` the
+figures of the questions answered so far are written after each question (``complete``: false
+until the last), so a run stopped early keeps what it measured.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -37,7 +39,10 @@ LABELS = {"float16": "F16", "int8": "Q8_0", "q4_k_m": "Q4_K_M", "q4_0": "Q4_0"}
 MAX_NEW = 320  # the offline profile's
 
 
-def measure(args: argparse.Namespace) -> dict[str, Any]:
+def measure(args: argparse.Namespace,
+            checkpoint: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
+    """Every build answers the demo's questions in turn; ``checkpoint`` gets the figures of
+    the questions answered so far after each one."""
     from embodied_r_ros.core.backends import llamacpp_backend
     from embodied_r_ros.core.backends.factory import create_backend
     from embodied_r_ros.core.backends.offline import ensure_offline_model
@@ -69,8 +74,16 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
                 out[build]["new_tokens"].append(reply.completion_tokens or 0)
                 out[build]["answers"].append(parse_reasoning(reply.text, row["options"]).answer)
             print(f"question {i + 1}/{len(rows)}", flush=True)
+            if checkpoint is not None and i + 1 < len(rows):
+                checkpoint(summarise(out, builds, rows[: i + 1], args))
         for backend in backends.values():
             backend.close()
+    return summarise(out, builds, rows, args)
+
+
+def summarise(out: dict[str, dict[str, Any]], builds: list[str], rows: list[dict[str, Any]],
+              args: argparse.Namespace) -> dict[str, Any]:
+    """The figures of ``rows`` (the questions answered so far), added to each build's."""
     truth = [row["solution"] for row in rows]
     base = out[builds[0]]
     for r in out.values():
@@ -154,7 +167,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             args.md.write_text(text)
         return 0
     args.data.mkdir(parents=True, exist_ok=True)
-    figures = measure(args)
+    def checkpoint(partial: dict[str, Any]) -> None:
+        write_figures(args.json, "quantization", argv, args, {**partial, "complete": False})
+
+    figures = measure(args, checkpoint)
+    figures["complete"] = True
     text = table(figures)
     print(f"\n{figures['questions']} demo questions, greedy, {MAX_NEW} new tokens max, "
           f"{args.threads} threads a reply\n{text}")

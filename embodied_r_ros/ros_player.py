@@ -6,7 +6,8 @@ this: messages are read with ``rosbags`` and published as their stored CDR bytes
 deserialisation, so a 30 Hz HD stream costs little; a ROS 1 bag's messages are converted to CDR
 on the way, as ``rosbags-convert`` converts them), paced at ``rate`` times real time by the
 bag's receive timestamps. A topic recorded from a latched or transient-local publisher
-(``/tf_static``) is offered transient-local, so subscribers that join late still get it.
+(``/tf_static``) is offered transient-local, so subscribers that join late still get it; so is
+a ``/tf_static`` whose bag records no durability, as tf's convention has it.
 Playback can run in segments (``play(until=...)``) so a caller can pause at a moment of the
 recording, ask questions, and go on.
 
@@ -30,7 +31,7 @@ import rclpy
 from rclpy.node import Node
 from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
 
-from embodied_r_ros.core.bags import BagError, BagReader
+from embodied_r_ros.core.bags import TF_TYPE, BagError, BagReader
 from embodied_r_ros.nodes.signal_stop import await_signal_shutdown
 from embodied_r_ros.nodes.transport import use_large_frame_transport
 
@@ -57,6 +58,19 @@ def parse_remaps(items: Sequence[str]) -> dict[str, str]:
             raise ValueError(f"remap {item!r} must look like /from:=/to")
         out[src] = dst
     return out
+
+
+def offered_latched(conn: Any, recorded: bool | None) -> bool:
+    """Whether to offer ``conn`` transient-local: as recorded, or, where the bag records no
+    durability (bags written by other tools often do not), as tf's convention has
+    ``/tf_static``, so that tf listeners, which subscribe it transient-local, match at all."""
+    if recorded is not None:
+        return recorded
+    static = conn.msgtype == TF_TYPE and conn.topic.rsplit("/", 1)[-1] == "tf_static"
+    if static:
+        log.info("%s: the bag records no durability; offered transient-local, as tf's "
+                 "static transforms are", conn.topic)
+    return static
 
 
 @dataclass(frozen=True)
@@ -103,7 +117,7 @@ class BagPlayer:
             for conn in conns:
                 name = remap.get(conn.topic, conn.topic)
                 if name not in by_topic:
-                    latched = self._bag.latched(conn)
+                    latched = offered_latched(conn, self._bag.latched(conn))
                     qos = QoSProfile(depth=qos_depth, reliability=ReliabilityPolicy.RELIABLE,
                                      durability=DurabilityPolicy.TRANSIENT_LOCAL if latched
                                      else DurabilityPolicy.VOLATILE)

@@ -3,11 +3,12 @@
 :func:`rewrite_as_ros1` turns a generated world's rosbag2 into the bag a robot that publishes
 its pose only as transforms records: the camera's images (``rgb8``, or ``mono8``), its
 CameraInfo, and in place of ``/odom`` the tf tree, ``odom -> base_link`` on ``/tf`` and the
-camera's mount on ``/tf_static`` (latched): ``base_link -> camera_link``, turned 90 degrees to
-the left and set off from the base, then ``camera_link -> camera_optical_frame`` (REP 103 optical
-axes), the frame the images' headers name. The base's poses are placed so that the camera is
-exactly where the world's odometry put it: read right, the tf tree gives the same camera motion
-as ``/odom``, while the base itself moves sideways to the camera.
+camera's mount on ``/tf_static`` (latched; ``static_latching=None``: a connection that records no
+durability, as bags written by other tools often have it): ``base_link -> camera_link``, turned
+90 degrees to the left and set off from the base, then ``camera_link -> camera_optical_frame``
+(REP 103 optical axes), the frame the images' headers name. The base's poses are placed so that
+the camera is exactly where the world's odometry put it: read right, the tf tree gives the same
+camera motion as ``/odom``, while the base itself moves sideways to the camera.
 """
 
 from __future__ import annotations
@@ -103,7 +104,8 @@ class _Ros1:
 
 def rewrite_as_ros1(src: Path, dst: Path, *, mono: bool = False,
                     image_topic: str = "/camera/image_raw", odom_topic: str = "/odom",
-                    info_topic: str = "/camera/camera_info") -> Path:
+                    info_topic: str = "/camera/camera_info",
+                    static_latching: int | None = 1) -> Path:
     """``src`` (a generated world's rosbag2) as a ROS 1 bag at ``dst`` with tf in place of
     odometry; every message keeps its recording time."""
     from rosbags.highlevel import AnyReader
@@ -117,7 +119,7 @@ def rewrite_as_ros1(src: Path, dst: Path, *, mono: bool = False,
         info = writer.add_connection(info_topic, "sensor_msgs/msg/CameraInfo", typestore=ts)
         tf = writer.add_connection("/tf", "tf2_msgs/msg/TFMessage", typestore=ts)
         static = writer.add_connection("/tf_static", "tf2_msgs/msg/TFMessage", typestore=ts,
-                                       latching=1)
+                                       latching=static_latching)
         wanted = [c for c in reader.connections if c.topic in (image_topic, odom_topic,
                                                                info_topic)]
         first = True

@@ -136,3 +136,21 @@ def test_grounding_cost_bench_counts_each_way_of_asking(
     assert modes["reply"]["images_sent"] == modes["off"]["images_sent"]
     assert modes["off"]["longest_reply_tokens"] < modes["reply"]["longest_reply_tokens"]
     assert figures["image_tokens"] == {"tiny": 54, "qwen25": 391} and figures["ok"]
+
+
+def test_the_quantisation_bench_sums_up_the_questions_answered_so_far(
+        bench_module: Loader) -> None:
+    import argparse
+
+    bench = bench_module("quantization")
+    rows = [{"solution": s} for s in "ABC"]
+    out = {"float16": {"gguf": "F16", "latency_s": [1.0, 3.0], "answers": ["A", "B"]},
+           "q4_0": {"gguf": "Q4_0", "latency_s": [0.5, 0.5], "answers": ["A", "C"]}}
+    args = argparse.Namespace(max_lost=0, default="float16", threads=1)
+    figures = bench.summarise(out, ["float16", "q4_0"], rows[:2], args)
+    assert figures["questions"] == 2
+    q4 = figures["builds"]["q4_0"]
+    assert (q4["same_answers"], q4["lost"], q4["correct"], q4["fit_for_default"]) == (
+        1, 1, 1, False)
+    assert q4["p50_ratio"] == pytest.approx(0.25)
+    assert figures["builds"]["float16"]["fit_for_default"] is True

@@ -1,6 +1,8 @@
 """Over real DDS: a ROS 1 bag with only tf poses played by the project's player into a frame
-buffer reading the tf tree gives the camera's motions the bag gives ``build``; ``/tf_static``
-reaches a subscriber that joins late; a frame buffer that gets no frame says so once."""
+buffer reading the tf tree gives the camera's motions the bag gives ``build``, also where the
+bag records no durability for ``/tf_static``; ``/tf_static`` reaches a subscriber that joins
+late; a frame buffer that gets no frame says so once, and one whose camera chain never
+completes names the frames the tree lacks, once."""
 
 from __future__ import annotations
 
@@ -41,20 +43,38 @@ def ctx() -> Iterator[Any]:
 
 
 @pytest.fixture(scope="module")
-def bag(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The synthetic world as a ROS 1 bag: mono8 images, poses only on /tf and /tf_static."""
-    root = tmp_path_factory.mktemp("tfbag")
-    paths = generate_world(SPEC, root / "world", 0, video=False)
+def world(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The synthetic world's rosbag2."""
+    paths = generate_world(SPEC, tmp_path_factory.mktemp("tfworld"), 0, video=False)
     assert paths.bag is not None
-    return rewrite_as_ros1(paths.bag, root / "robot.bag", mono=True)
+    return paths.bag
+
+
+@pytest.fixture(scope="module")
+def bag(world: Path) -> Path:
+    """The synthetic world as a ROS 1 bag: mono8 images, poses only on /tf and /tf_static
+    (latched)."""
+    return rewrite_as_ros1(world, world.parent / "robot.bag", mono=True)
+
+
+@pytest.fixture(scope="module")
+def unrecorded_bag(world: Path) -> Path:
+    """The same with a /tf_static connection that records no durability (no latching field)."""
+    return rewrite_as_ros1(world, world.parent / "other-tool.bag", mono=True,
+                           static_latching=None)
 
 
 def _env() -> dict[str, str]:
     return {**os.environ, **LOCALHOST_ENV, "ROS_DOMAIN_ID": str(domain_id(__name__))}
 
 
-def test_the_player_feeds_a_frame_buffer_that_reads_the_camera_from_tf(ctx: Any, bag: Path
-                                                                      ) -> None:
+@pytest.mark.parametrize("recorded", ["latched", "no durability"])
+def test_the_player_feeds_a_frame_buffer_that_reads_the_camera_from_tf(
+        ctx: Any, recorded: str, request: pytest.FixtureRequest) -> None:
+    bag: Path = request.getfixturevalue("bag" if recorded == "latched" else "unrecorded_bag")
+    with BagReader(bag) as reader:
+        (static,) = [c for c in reader.reader.connections if c.topic == "/tf_static"]
+        assert reader.latched(static) is (True if recorded == "latched" else None)
     node = FrameBufferNode(context=ctx, namespace="/tfw", parameter_overrides=[
         Parameter("profile", value="offline"), Parameter("pose_source", value="tf")])
     spinner = Spinner(ctx, [node])
@@ -131,3 +151,53 @@ def test_a_frame_buffer_that_gets_no_frame_says_once_where_it_listens(ctx: Any) 
     assert line.startswith("no camera frame in 0.5 s on /unmapped/image or "
                            "/unmapped/image/compressed")
     assert "-r image:=" in line
+
+
+def test_a_camera_chain_that_never_completes_is_one_warning_naming_what_the_tree_lacks(
+        ctx: Any) -> None:
+    from tf2_msgs.msg import TFMessage
+
+    from embodied_r_ros.core.profiles import load_config
+
+    config = load_config(profile="offline", overrides={
+        "perception": {"tf": {"camera_frame": "camera_optical_frame"}}})
+    publisher = rclpy.create_node("tf_publisher", context=ctx)
+    moving = publisher.create_publisher(TFMessage, "/tf", 10)
+    static = publisher.create_publisher(TFMessage, "/tf_static", QoSProfile(
+        depth=1, reliability=ReliabilityPolicy.RELIABLE,
+        durability=DurabilityPolicy.TRANSIENT_LOCAL))
+
+    def edge(parent: str, child: str) -> Any:
+        from geometry_msgs.msg import TransformStamped
+
+        ts = TransformStamped()
+        ts.header.frame_id, ts.child_frame_id = parent, child
+        ts.header.stamp = publisher.get_clock().now().to_msg()
+        ts.transform.rotation.w = 1.0
+        return ts
+
+    # the optical frame's own edge, but never the mount (base_link -> camera_link)
+    static.publish(TFMessage(transforms=[edge("camera_link", "camera_optical_frame")]))
+    publisher.create_timer(0.05, lambda: moving.publish(
+        TFMessage(transforms=[edge("odom", "base_link")])))
+    listener = rclpy.create_node("tf_rosout_listener", context=ctx)
+    records: list[Log] = []
+    listener.create_subscription(Log, "/rosout", records.append, 100)
+    node = FrameBufferNode(context=ctx, namespace="/mountless", config=config,
+                           parameter_overrides=[Parameter("pose_source", value="tf"),
+                                                Parameter("no_tf_warning_sec", value=2.0)])
+    spinner = Spinner(ctx, [publisher, listener, node])
+
+    def warnings() -> list[str]:
+        return [r.msg for r in records if r.name == "mountless.frame_buffer"
+                and r.level == Log.WARN and "tf" in r.msg]
+    try:
+        wait_until(warnings, timeout=20, what="the missing-chain warning")
+        time.sleep(2.5)  # past another period: still the one warning
+    finally:
+        spinner.stop()
+    (line,) = warnings()
+    assert "no transform chain from 'odom' to 'camera_optical_frame'" in line
+    assert "no transform joins 'camera_link' (above 'camera_optical_frame') to 'odom'" in line
+    assert "(frames: base_link, camera_link, camera_optical_frame, odom)" in line
+    assert "\n" not in line

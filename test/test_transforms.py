@@ -104,6 +104,24 @@ def test_frames_are_compared_without_a_leading_slash_and_unconnected_chains_give
     assert len(ChainTrack(tf, "odom", "")) == 0 and ChainTrack(tf, "odom", "").at(1.0, 1) is None
 
 
+def test_a_missing_chain_names_the_frames_the_tree_lacks_or_the_roots_nothing_joins() -> None:
+    tf = robot(0.0, steps=2)
+    assert tf.missing_chain("odom", "camera_optical_frame") is None
+    assert tf.missing_chain("map", "/camera_optical_frame") == (
+        "missing from the tree: 'map' (frames: base_link, camera_link, camera_optical_frame, "
+        "odom)")
+    mountless = TfBuffer()  # the mount never came: /tf only, and the optical edge alone
+    mountless.add("odom", "base_link", 0.0, Transform())
+    assert mountless.missing_chain("odom", "camera_optical_frame") == (
+        "missing from the tree: 'camera_optical_frame' (frames: base_link, odom)")
+    mountless.add("camera_link", "camera_optical_frame", 0.0, OPTICAL, static=True)
+    assert mountless.missing_chain("odom", "camera_optical_frame") == (
+        "no transform joins 'camera_link' (above 'camera_optical_frame') to 'odom' (frames: "
+        "base_link, camera_link, camera_optical_frame, odom)")
+    assert TfBuffer().missing_chain("odom", "cam") == "missing from the tree: 'odom', 'cam' " \
+        "(frames: none)"
+
+
 def test_bad_transforms_are_refused_and_counted() -> None:
     with pytest.raises(ValueError, match="zero length"):
         Transform.of((0, 0, 0), (0, 0, 0, 0))

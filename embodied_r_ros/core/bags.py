@@ -233,17 +233,21 @@ class BagReader:
                                           conn.msgtype, {}, src_is2=False, dst_is2=True)
 
     @staticmethod
-    def latched(conn: Any) -> bool:
+    def latched(conn: Any) -> bool | None:
         """Whether ``conn`` was recorded from a latched (ROS 1) or transient-local (ROS 2)
         publisher, as ``/tf_static`` is: a player must offer it the same way, or a late
-        subscriber (tf's static listener) never gets it."""
+        subscriber (tf's static listener) never gets it. None where the bag does not say (no
+        ``latching`` field, no offered QoS profiles: bags written by other tools)."""
         from rosbags.interfaces import QosDurability
 
         if hasattr(conn.ext, "latching"):
-            return bool(conn.ext.latching)
-        profiles = getattr(conn.ext, "offered_qos_profiles", None) or []
+            return None if conn.ext.latching is None else bool(conn.ext.latching)
+        profiles = [q for q in getattr(conn.ext, "offered_qos_profiles", None) or []
+                    if not isinstance(q, str)]
+        if not profiles:
+            return None
         return any(getattr(q, "durability", None) == QosDurability.TRANSIENT_LOCAL
-                   for q in profiles if not isinstance(q, str))
+                   for q in profiles)
 
     def require_topic(self, topic: str, types: Sequence[str] = IMAGE_TYPES) -> TopicInfo:
         """The topic's info; BagError when it is missing or of another type."""
@@ -411,10 +415,9 @@ class BagReader:
         tree = self.read_tf(topic, tree=True)
         chain = tree.chain(tf.odom_frame, camera)
         if chain is None:
-            frames = ", ".join(sorted(tree.frames())) or "none"
             raise BagError(
                 f"bag {self.path}: no transform chain from {tf.odom_frame!r} to {camera!r} on "
-                f"{topic} and {topic}_static (frames: {frames}); set perception.tf.odom_frame "
-                "and perception.tf.camera_frame")
+                f"{topic} and {topic}_static ({tree.missing_chain(tf.odom_frame, camera)}); "
+                "set perception.tf.odom_frame and perception.tf.camera_frame")
         return ChainTrack(self.read_tf(topic, children=set(chain)), tf.odom_frame, camera,
                           tf.camera_axes)

@@ -227,8 +227,11 @@ class TfBuffer:
 
     def frames(self) -> set[str]:
         with self._lock:
-            edges = [(c, e.parent) for c, e in self._moving.items()]
-            edges += [(c, p) for c, (p, _) in self._static.items()]
+            return self._frames()
+
+    def _frames(self) -> set[str]:
+        edges = [(c, e.parent) for c, e in self._moving.items()]
+        edges += [(c, p) for c, (p, _) in self._static.items()]
         return {f for edge in edges for f in edge}
 
     def _parent(self, child: str) -> str | None:
@@ -253,6 +256,26 @@ class TfBuffer:
             return None
         up, down = branches
         return up[:-1] + down[:-1]
+
+    def missing_chain(self, target: str, source: str) -> str | None:
+        """What keeps ``source`` from ``target``, in words for a log line or an error (None:
+        they are connected): the frames missing from the tree, or, where both are in it, the
+        two roots no transform joins; then the frames the tree holds."""
+        target, source = frame_name(target), frame_name(source)
+        with self._lock:
+            if self._branches(target, source) is not None:
+                return None
+            frames = self._frames()
+            missing = [f for f in dict.fromkeys((target, source)) if f not in frames]
+            roots = self._up(source)[-1], self._up(target)[-1]
+        known = ", ".join(sorted(frames)) or "none"
+        if missing:
+            gap = f"missing from the tree: {', '.join(repr(f) for f in missing)}"
+        else:
+            ends = [repr(root) if root == frame else f"{root!r} (above {frame!r})"
+                    for root, frame in zip(roots, (source, target), strict=True)]
+            gap = f"no transform joins {ends[0]} to {ends[1]}"
+        return f"{gap} (frames: {known})"
 
     def _branches(self, target: str, source: str) -> tuple[list[str], list[str]] | None:
         """The frames from ``source`` and from ``target`` up to their common ancestor (both

@@ -100,6 +100,9 @@ SPECS: tuple[Spec, ...] = (
          "and /tf_static; tf2_ros where installed)", choices=("odom", "tf")),
     Spec("no_frame_warning_sec", 10.0, "warn once, naming the image topics, when no frame has "
          "arrived this long after the start", 0.1, 3600.0),
+    Spec("no_tf_warning_sec", 10.0, "pose_source tf: warn once, naming the frames missing from "
+         "the tree, when the camera's chain is still missing this long after the start",
+         0.1, 3600.0),
 )
 
 
@@ -124,7 +127,8 @@ class FrameBufferNode(Node):
         odom = MutuallyExclusiveCallbackGroup()  # poses keep flowing while a frame is processed
         #: the tf tree's camera chain (``pose_source: tf``), else None: odometry on ``odom``
         self.poses: TfPoses | None = (
-            tf_poses(self, self.config.perception.tf, p["buffer_sec"] + 10.0, odom)
+            tf_poses(self, self.config.perception.tf, p["buffer_sec"] + 10.0, odom,
+                     warn_after_sec=p["no_tf_warning_sec"])
             if p["pose_source"] == "tf" else None)
         self.store = FrameStore(
             self.config.keyframes,

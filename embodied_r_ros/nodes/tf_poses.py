@@ -8,12 +8,18 @@ mounts published before the node started still arrive) as tf2_ros's listener doe
 transforms in the core's :class:`~embodied_r_ros.core.transforms.TfBuffer`, whose lookup is the
 one ``build`` applies to bags. Which one runs is decided by import; :attr:`TfPoses.backend` says
 which. Both are :class:`~embodied_r_ros.core.odometry.PoseTrack`\\ s for the frame store.
+Where the chain is still missing a while after the start (``no_tf_warning_sec``), one warning
+names what the tree lacks, in the words the bag reader uses for the same gap
+(:meth:`~embodied_r_ros.core.transforms.TfBuffer.missing_chain`): without it a camera mount
+that never arrives only shows as key frames without motion.
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from typing import Any
+
+from rclpy.clock import Clock, ClockType
 
 from embodied_r_ros.core.config import TfConfig
 from embodied_r_ros.core.poses import Pose
@@ -44,6 +50,33 @@ class TfPoses(ABC):
         """The ``frame_id`` of a camera image (used where no camera frame is configured)."""
         if not self.tf.camera_frame:
             self.camera_frame = frame_name(frame_id)
+
+    def missing(self) -> str | None:
+        """What keeps the camera's chain from being known, in words (None: it is known)."""
+        if not self.camera_frame:
+            return ("the camera's frame is unknown: no image has arrived and "
+                    "perception.tf.camera_frame is empty")
+        why = self._missing_chain()
+        return None if why is None else (
+            f"no transform chain from {self.odom_frame!r} to {self.camera_frame!r}: {why}")
+
+    @abstractmethod
+    def _missing_chain(self) -> str | None:
+        """:meth:`TfBuffer.missing_chain` of the chain to a known camera frame."""
+
+    def warn_after(self, node: Any, seconds: float, callback_group: Any = None) -> None:
+        """Once, ``seconds`` after now (steady time: with ``use_sim_time`` the node's clock
+        may stand still): a warning of what the tree lacks, where the chain is still missing."""
+        def check() -> None:
+            self._warn_timer.cancel()
+            why = self.missing()
+            if why is not None:
+                node.get_logger().warning(
+                    f"no camera pose from tf after {seconds:g} s, {why}; is the camera's mount "
+                    "published on /tf_static (transient-local)? perception.tf names the frames")
+
+        self._warn_timer = node.create_timer(seconds, check, callback_group=callback_group,
+                                             clock=Clock(clock_type=ClockType.STEADY_TIME))
 
     @abstractmethod
     def at(self, stamp: float, tolerance_sec: float) -> Pose | None:
@@ -111,6 +144,9 @@ class ChainReader(TfPoses):
     def at(self, stamp: float, tolerance_sec: float) -> Pose | None:
         return self._chain().at(stamp, tolerance_sec)
 
+    def _missing_chain(self) -> str | None:
+        return self.buffer.missing_chain(self.odom_frame, self.camera_frame)
+
     def clear(self) -> None:
         self.buffer.clear()
 
@@ -158,6 +194,17 @@ class Tf2RosChain(TfPoses):
         except ValueError:
             return None
 
+    def _missing_chain(self) -> str | None:
+        import yaml
+        from rclpy.time import Time
+
+        if self.buffer.can_transform(self.odom_frame, self.camera_frame, Time()):
+            return None
+        tree = TfBuffer()  # the tree's shape, for the core's account of the gap
+        for child, edge in (yaml.safe_load(self.buffer.all_frames_as_yaml()) or {}).items():
+            tree.add(str(edge["parent"]), str(child), 0.0, Transform(), static=True)
+        return tree.missing_chain(self.odom_frame, self.camera_frame)
+
     def clear(self) -> None:
         self.buffer.clear()
 
@@ -168,10 +215,17 @@ class Tf2RosChain(TfPoses):
             self.odom_frame, self.camera_frame, Time()))
 
 
-def tf_poses(node: Any, tf: TfConfig, keep_sec: float, callback_group: Any = None) -> TfPoses:
-    """tf2_ros's chain where it can be imported, else the core's reader."""
+def tf_poses(node: Any, tf: TfConfig, keep_sec: float, callback_group: Any = None, *,
+             warn_after_sec: float | None = None) -> TfPoses:
+    """tf2_ros's chain where it can be imported, else the core's reader; with
+    ``warn_after_sec``, one warning then where the chain is still missing."""
+    poses: TfPoses
     try:
         import tf2_ros  # noqa: F401
     except ImportError:
-        return ChainReader(node, tf, keep_sec, callback_group)
-    return Tf2RosChain(node, tf, keep_sec)
+        poses = ChainReader(node, tf, keep_sec, callback_group)
+    else:
+        poses = Tf2RosChain(node, tf, keep_sec)
+    if warn_after_sec is not None:
+        poses.warn_after(node, warn_after_sec, callback_group)
+    return poses
