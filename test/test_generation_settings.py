@@ -207,3 +207,12 @@ def test_an_openai_endpoint_is_sent_the_checkpoint_s_penalty(
         assert "repetition_penalty" not in calls[-1]
     finally:
         client.close()
+
+
+def test_a_chosen_penalty_keys_cached_perception_replies_apart() -> None:
+    from embodied_r_ros.core.perception import reply_settings
+
+    plain = reply_settings(ModelConfig(model="m"))
+    assert plain == [0.0, 1.0, 512, 640, 0]  # the key replies were cached under before
+    assert reply_settings(ModelConfig(model="m", repetition_penalty=PENALTY)) != plain
+    assert reply_settings(ModelConfig(model="m", generation_from_checkpoint=True)) != plain

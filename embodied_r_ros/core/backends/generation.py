@@ -124,12 +124,15 @@ def _within(metadata: list[Any], value: float) -> bool:
 
 
 def resolve_generation(cfg: ModelConfig, checkpoint: str | Path | None) -> GenerationSettings:
-    """The settings ``cfg`` decodes with. With ``generation_from_checkpoint`` and a local
-    ``checkpoint`` directory, fields ``cfg`` does not set explicitly come from its generation
-    config (``do_sample`` false: greedy unless ``cfg`` sets a temperature)."""
+    """The settings ``cfg`` decodes with. With ``generation_from_checkpoint``, fields ``cfg``
+    does not set explicitly come from the generation config of ``checkpoint`` (a directory, or
+    a hub id whose file is fetched as ``from_pretrained`` fetches it; ``do_sample`` false:
+    greedy unless ``cfg`` sets a temperature)."""
     read: dict[str, Any] = {}
-    if cfg.generation_from_checkpoint and checkpoint is not None and Path(checkpoint).is_dir():
-        read = checkpoint_generation(checkpoint)
+    where = checkpoint_dir(str(checkpoint)) if cfg.generation_from_checkpoint and checkpoint \
+        else None
+    if where is not None:
+        read = checkpoint_generation(where)
     explicit = cfg.model_fields_set
     values: dict[str, Any] = {}
     sources: dict[str, str] = {}
@@ -175,6 +178,6 @@ def checkpoint_dir(path: str) -> Path | None:
     try:
         found = cached_file(path, GENERATION_FILE, _raise_exceptions_for_missing_entries=False,
                             _raise_exceptions_for_connection_errors=False)
-    except OSError:
+    except (OSError, ValueError):  # not a hub id, or not reachable
         return None
     return Path(found).parent if found else None

@@ -52,7 +52,7 @@ from embodied_r_ros.core.backends.base import (
     raise_if_stopped,
 )
 from embodied_r_ros.core.backends.checkpoints import config_path
-from embodied_r_ros.core.backends.generation import checkpoint_dir, resolve_generation
+from embodied_r_ros.core.backends.generation import resolve_generation
 from embodied_r_ros.core.backends.images import content_parts, resize_max_side
 from embodied_r_ros.core.backends.text_decoder import VL_TYPES, chat_template, load_causal_lm
 from embodied_r_ros.core.cancel import CancelToken
@@ -217,7 +217,7 @@ class TransformersBackend(ChatBackend):
         if not self.chat_template:
             raise BackendError(BACKEND_FAILED, f"model '{cfg.model}' has no chat template")
         self._stop_ids = end_token_ids(self.model.generation_config.eos_token_id, self.tokenizer)
-        self.generation = resolve_generation(cfg, checkpoint_dir(path))
+        self.generation = resolve_generation(cfg, path)
         self._lock = threading.Lock()  # one generation at a time (ROS executors may share us)
         # A fast tokenizer's padding is state of its Rust tokenizer, set per call: a call
         # without padding (counting a request's tokens in a server thread) switched it off

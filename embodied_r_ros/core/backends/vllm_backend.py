@@ -22,7 +22,6 @@ from embodied_r_ros.core.backends.base import (
 from embodied_r_ros.core.backends.checkpoints import config_path
 from embodied_r_ros.core.backends.generation import (
     GenerationSettings,
-    checkpoint_dir,
     resolve_generation,
 )
 from embodied_r_ros.core.backends.images import to_openai_messages
@@ -61,7 +60,7 @@ class VLLMBackend(ChatBackend):
         path = config_path(cfg, cache_dir)
         vision_language = hasattr(AutoConfig.from_pretrained(path), "vision_config")
         self.supports_images = vision_language and not text_only
-        self.generation = resolve_generation(cfg, checkpoint_dir(path))
+        self.generation = resolve_generation(cfg, path)
         kwargs: dict[str, Any] = {"model": path, "dtype": cfg.dtype, "seed": cfg.seed}
         if vision_language:
             # text-only: no memory reserved for image inputs the role never sends
