@@ -76,12 +76,11 @@ def test_its_gguf_export_decodes_the_same_greedy_tokens(
                                       quantization="float32", threads_per_reply=2),
                           cache_dir=tiny_models_dir, text_only=True)
     try:
-        ids = gguf.prompt_ids(PROMPT)  # type: ignore[attr-defined]
-        assert ids == hf.encode([PROMPT])["input_ids"][0].tolist()  # type: ignore[attr-defined]
-        want = greedy_tokens(hf.model, ids, 32)  # type: ignore[attr-defined]
+        ids = gguf.prompt_ids(PROMPT)
+        assert ids == hf.encode([PROMPT])["input_ids"][0].tolist()
+        want = greedy_tokens(hf.model, ids, 32)
         got: list[int] = []
-        for token in gguf.llm.generate(ids, temp=0.0, top_k=1, repeat_penalty=1.0,  # type: ignore[attr-defined]
-                                       min_p=0.0):
+        for token in gguf.llm.generate(ids, temp=0.0, top_k=1, repeat_penalty=1.0, min_p=0.0):
             got.append(int(token))
             if len(got) == 32:
                 break

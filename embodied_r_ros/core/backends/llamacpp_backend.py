@@ -110,7 +110,7 @@ def penalising_llama(llama_cpp: Any) -> Any:
     accepted into it, and ``Llama.generate`` accepts the sampled ones alone, so the prompt set
     in ``penalised_prompt`` is accepted into each new sampler first."""
 
-    class PenalisingLlama(llama_cpp.Llama):  # type: ignore[misc,name-defined]
+    class PenalisingLlama(llama_cpp.Llama):
         penalised_prompt: Sequence[int] = ()
 
         def _init_sampler(self, *args: Any, **kwargs: Any) -> Any:
