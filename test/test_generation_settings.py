@@ -216,3 +216,14 @@ def test_a_chosen_penalty_keys_cached_perception_replies_apart() -> None:
     assert plain == [0.0, 1.0, 512, 640, 0]  # the key replies were cached under before
     assert reply_settings(ModelConfig(model="m", repetition_penalty=PENALTY)) != plain
     assert reply_settings(ModelConfig(model="m", generation_from_checkpoint=True)) != plain
+
+
+def test_the_server_takes_vllm_s_extensions_validated() -> None:
+    from embodied_r_ros.serving.requests import RequestError, parse_settings
+
+    asked = parse_settings({"top_k": 5, "repetition_penalty": PENALTY}).kwargs()
+    assert (asked["top_k"], asked["repetition_penalty"]) == (5, PENALTY)
+    assert "repetition_penalty" not in parse_settings({}).kwargs()  # the model's own apply
+    for bad in ({"top_k": 1.5}, {"top_k": -1}, {"repetition_penalty": 0}):
+        with pytest.raises(RequestError, match=next(iter(bad))):
+            parse_settings(bad)
