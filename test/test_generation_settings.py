@@ -65,6 +65,9 @@ def test_explicit_values_win_then_the_checkpoint_then_the_schema(
     assert greedy.greedy and greedy.repetition_penalty == 1.1
     asked = ModelConfig(model="m", generation_from_checkpoint=True, temperature=0.5)
     assert resolve_generation(asked, tmp_path).temperature == 0.5
+    (tmp_path / "generation_config.json").write_text(json.dumps({"temperature": 0.7}))
+    assert resolve_generation(ModelConfig(model="m", generation_from_checkpoint=True),
+                              tmp_path).greedy  # do_sample absent is false
     (tmp_path / "generation_config.json").write_text(json.dumps({"repetition_penalty": -2}))
     with pytest.raises(BackendError, match=r"generation_config.json: repetition_penalty -2 "):
         resolve_generation(ModelConfig(model="m", generation_from_checkpoint=True), tmp_path)

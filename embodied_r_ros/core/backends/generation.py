@@ -1,12 +1,13 @@
 """The generation settings a model decodes with, resolved in one place for every engine.
 
-The official inference (ms-swift's ``PtEngine``, ``prepare_generation_config``) takes each of
-``temperature``, ``top_k``, ``top_p`` and ``repetition_penalty`` that a request leaves unset from
-the checkpoint's ``generation_config.json``, and decodes greedily when that file's ``do_sample``
-is false and the request sets no temperature (Qwen2.5-VL-3B-Instruct's, hence the released
-reasoner's, sets ``repetition_penalty`` 1.05). With ``generation_from_checkpoint`` the same holds
-here: a field the configuration sets explicitly wins, else the checkpoint's, else the schema's
-default. Backends read :class:`GenerationSettings` and nothing else, so transformers, llama.cpp,
+The official inference (ms-swift's ``PtEngine``: ``prepare_generation_config``, alike in 3.3
+and 3.4) takes each of ``temperature``, ``top_k``, ``top_p`` and ``repetition_penalty`` that a
+request leaves unset from the checkpoint's ``generation_config.json``, and decodes greedily when
+that file's ``do_sample`` is false or absent and the request sets no temperature
+(Qwen2.5-VL-3B-Instruct's file, hence the released reasoner's, sets ``repetition_penalty``
+1.05). With ``generation_from_checkpoint`` the same holds here: a field the configuration sets
+explicitly wins, else the checkpoint's, else the schema's default. Backends read
+:class:`GenerationSettings` and nothing else, so transformers, llama.cpp,
 CTranslate2, vLLM and an OpenAI-compatible endpoint decode with the same values.
 """
 
@@ -126,8 +127,8 @@ def _within(metadata: list[Any], value: float) -> bool:
 def resolve_generation(cfg: ModelConfig, checkpoint: str | Path | None) -> GenerationSettings:
     """The settings ``cfg`` decodes with. With ``generation_from_checkpoint``, fields ``cfg``
     does not set explicitly come from the generation config of ``checkpoint`` (a directory, or
-    a hub id whose file is fetched as ``from_pretrained`` fetches it; ``do_sample`` false:
-    greedy unless ``cfg`` sets a temperature)."""
+    a hub id whose file is fetched as ``from_pretrained`` fetches it; ``do_sample`` false or
+    absent: greedy unless ``cfg`` sets a temperature)."""
     read: dict[str, Any] = {}
     where = checkpoint_dir(str(checkpoint)) if cfg.generation_from_checkpoint and checkpoint \
         else None
@@ -143,7 +144,8 @@ def resolve_generation(cfg: ModelConfig, checkpoint: str | Path | None) -> Gener
             values[name], sources[name] = read[name], "checkpoint"
         else:
             values[name], sources[name] = getattr(cfg, name), "default"
-    if read.get("do_sample") is False and "temperature" not in explicit:
+    # transformers' GenerationConfig has do_sample false unless the file sets it true
+    if where is not None and not read.get("do_sample", False) and "temperature" not in explicit:
         values["temperature"], sources["temperature"] = 0.0, "checkpoint"
     return GenerationSettings(max_new_tokens=cfg.max_new_tokens, temperature=float(
         values["temperature"]), top_p=float(values["top_p"]), top_k=int(values["top_k"]),
