@@ -59,7 +59,7 @@ setup(
     extras_require={
         "ml": [
             "torch>=2.4",
-            "transformers>=4.51",
+            "transformers>=5,<6",  # the text decoder reads the checkpoint layout 5 writes
             "accelerate>=1.0",
             "tokenizers>=0.20",
             "gguf>=0.17",  # smollm2-135m is converted from a GGUF file; llama.cpp's GGUF writer

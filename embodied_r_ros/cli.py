@@ -152,7 +152,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         raise CliError(f"profile '{config.name}' has no VLM to serve (perception is geometric)")
     if args.api_key_env is not None:
         try:
-            model = ModelConfig.model_validate({**model.model_dump(),
+            model = ModelConfig.model_validate({**model.model_dump(exclude_unset=True),
                                                 "api_key_env": args.api_key_env})
         except ValueError as exc:
             raise CliError(f"--api-key-env: {args.api_key_env!r} is not a variable name") from exc

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import shutil
 from pathlib import Path
+from typing import Any
 
 from embodied_r_ros.core.backends.checkpoints import RELEASED_REPO, RELEASED_RUNS
 from embodied_r_ros.core.backends.offline import MARKER_FILE, ensure_offline_model
@@ -55,3 +56,18 @@ def build_hub_cache(root: Path, model_cache: Path) -> Path:
     (repo / "refs").mkdir(parents=True, exist_ok=True)
     (repo / "refs" / "main").write_text(COMMIT)
     return root
+
+
+def greedy_tokens(model: Any, ids: list[int], n: int) -> list[int]:
+    """``n`` argmax tokens of a transformers ``model`` after ``ids``, end tokens included
+    (nothing stops early): what a GGUF export must decode alike."""
+    import torch
+
+    tokens = torch.tensor([ids])
+    out: list[int] = []
+    with torch.inference_mode():
+        for _ in range(n):
+            nxt = int(model(tokens).logits[0, -1].argmax())
+            out.append(nxt)
+            tokens = torch.cat([tokens, torch.tensor([[nxt]])], dim=1)
+    return out

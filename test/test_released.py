@@ -21,7 +21,7 @@ import pytest
 import torch
 from http_helpers import free_port
 from media import pan_frames
-from released_repo import COMMIT
+from released_repo import COMMIT, greedy_tokens
 
 from embodied_r_ros.core.answers import official_eval_letter
 from embodied_r_ros.core.backends import BackendError, ChatBackend, Conversation, create_backend
@@ -248,18 +248,6 @@ def test_the_paper_profile_reasons_over_embodied_r_serve(
     assert answer.answer == official_eval_letter(direct)
 
 
-def _greedy(model: Any, ids: list[int], n: int) -> list[int]:
-    """``n`` argmax tokens after ``ids``, end tokens included (nothing stops early)."""
-    tokens = torch.tensor([ids])
-    out: list[int] = []
-    with torch.inference_mode():
-        for _ in range(n):
-            nxt = int(model(tokens).logits[0, -1].argmax())
-            out.append(nxt)
-            tokens = torch.cat([tokens, torch.tensor([[nxt]])], dim=1)
-    return out
-
-
 def test_its_greedy_tokens_agree_on_transformers_and_on_its_gguf_export(
     released_hub: Path, tiny_models_dir: Path
 ) -> None:
@@ -278,7 +266,7 @@ def test_its_greedy_tokens_agree_on_transformers_and_on_its_gguf_export(
     try:
         ids = gguf.prompt_ids(conversation)
         assert ids == hf.encode([conversation])["input_ids"][0].tolist()
-        want = _greedy(hf.model, ids, 32)
+        want = greedy_tokens(hf.model, ids, 32)
         got = []
         for token in gguf.llm.generate(ids, temp=0.0, top_k=1, repeat_penalty=1.0, min_p=0.0):
             got.append(int(token))

@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from embodied_r_ros.core.backends import create_backend
+from embodied_r_ros.core.backends.generation import resolve_generation
 from embodied_r_ros.core.backends.vllm_backend import VLLMBackend
 from embodied_r_ros.core.config import ModelConfig
 
@@ -109,13 +110,14 @@ def test_vllm_sampling_params_follow_the_rule() -> None:
     # vLLM itself needs a GPU; the parameters it would be given are plain keywords
     backend = VLLMBackend.__new__(VLLMBackend)
     backend.cfg = ModelConfig(backend="vllm", model="m", temperature=1.0, seed=100)
-    first = backend.sampling_kwargs(3, None, 1.0, None, None, ())
-    second = backend.sampling_kwargs(2, None, 1.0, None, None, ())
+    sampled = resolve_generation(backend.cfg, None)
+    greedy = sampled.with_call(temperature=0.0)
+    first = backend.sampling_kwargs(3, sampled, None, ())
+    second = backend.sampling_kwargs(2, sampled, None, ())
     assert [k["seed"] for k in first] == [100, 101, 102]
     assert [k["seed"] for k in second] == [103, 104]
-    assert [k["seed"] for k in backend.sampling_kwargs(2, None, 0.0, None, 5, ())] == [5, 6]
-    assert [k["seed"] for k in backend.sampling_kwargs(2, None, 0.0, None, None, ())] == [None,
-                                                                                          None]
+    assert [k["seed"] for k in backend.sampling_kwargs(2, greedy, 5, ())] == [5, 6]
+    assert [k["seed"] for k in backend.sampling_kwargs(2, greedy, None, ())] == [None, None]
 
 
 def test_transformers_follows_the_rule(

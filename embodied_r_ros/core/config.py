@@ -95,8 +95,16 @@ class ModelConfig(StrictModel):
     dtype: Literal["auto", "float32", "float16", "bfloat16"] = "auto"
     device: str = "auto"
     max_new_tokens: int = Field(512, ge=1, le=32768)
-    temperature: float = Field(0.0, ge=0.0, le=2.0)
+    temperature: float = Field(0.0, ge=0.0, le=2.0, description="0: greedy")
     top_p: float = Field(1.0, gt=0.0, le=1.0)
+    top_k: int = Field(0, ge=0, description="0: no top-k filtering")
+    repetition_penalty: float = Field(1.0, gt=0.0, le=10.0, description="1: none; above 1 "
+                                      "divides the score of every token already in the prompt "
+                                      "or the reply (transformers' rule)")
+    generation_from_checkpoint: bool = Field(
+        False, description="temperature, top_p, top_k, repetition_penalty and do_sample not "
+        "set here come from the checkpoint's generation_config.json, as the official inference "
+        "takes them (core/backends/generation.py)")
     batch_size: int = Field(4, ge=1)
     seed: int = 0
     # ctranslate2 / llamacpp backends: weight quantisation (llamacpp: float32, float16, int8

@@ -207,7 +207,11 @@ def reply_settings(vlm: ModelConfig | None) -> list[Any]:
     the reply cache keys and the dataset build journal fingerprint by."""
     if vlm is None:
         return []
-    return [vlm.temperature, vlm.top_p, vlm.max_new_tokens, vlm.image_max_side, vlm.seed]
+    settings: list[Any] = [vlm.temperature, vlm.top_p, vlm.max_new_tokens, vlm.image_max_side,
+                           vlm.seed]
+    chosen = [vlm.top_k, vlm.repetition_penalty, vlm.generation_from_checkpoint]
+    # keyed only when chosen, so replies cached before these settings existed stay valid
+    return settings + chosen if chosen != [0, 1.0, False] else settings
 
 
 class Perceiver:

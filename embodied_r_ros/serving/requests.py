@@ -16,7 +16,7 @@ from embodied_r_ros.core.backends.images import data_url_bytes, decode_image, im
 #: request keys understood (others are refused, not silently ignored)
 KNOWN_KEYS = frozenset({
     "model", "messages", "max_tokens", "max_completion_tokens", "temperature", "top_p", "seed",
-    "stop", "n", "stream", "user",
+    "stop", "n", "stream", "user", "top_k", "repetition_penalty",
 })
 MAX_STOP = 4
 #: the most new tokens a request may ask for when the model's context is unknown (the
@@ -158,10 +158,15 @@ class Settings:
     top_p: float | None
     seed: int | None
     stop: tuple[str, ...]
+    #: vLLM's extensions; None: the served model's resolved settings
+    top_k: int | None = None
+    repetition_penalty: float | None = None
 
     def kwargs(self) -> dict[str, Any]:
-        return {"max_new_tokens": self.max_new_tokens, "temperature": self.temperature,
-                "top_p": self.top_p, "seed": self.seed, "stop": self.stop}
+        out = {"max_new_tokens": self.max_new_tokens, "temperature": self.temperature,
+               "top_p": self.top_p, "seed": self.seed, "stop": self.stop}
+        extensions = {"top_k": self.top_k, "repetition_penalty": self.repetition_penalty}
+        return {**out, **{k: v for k, v in extensions.items() if v is not None}}
 
 
 def parse_settings(body: dict[str, Any]) -> Settings:
@@ -191,4 +196,6 @@ def parse_settings(body: dict[str, Any]) -> Settings:
         top_p=_number(body, "top_p", float, 1e-6, 1.0),
         seed=_number(body, "seed", int, -(1 << 63), (1 << 63) - 1),
         stop=stops,
+        top_k=_number(body, "top_k", int, 0, 1 << 20),
+        repetition_penalty=_number(body, "repetition_penalty", float, 1e-6, 10.0),
     )

@@ -3,9 +3,9 @@
 No maintained server on the package index serves Qwen2.5-VL with images on CPU here
 (``transformers serve`` needs the stock processor, hence torchvision, which does not import
 beside this torch), so this one stays, kept honest: ``finish_reason`` is ``length`` when a reply
-was cut, ``usage`` counts tokens, ``top_p``/``seed``/``stop`` are honoured and other parameters
-rejected, the API key is compared in constant time, and ``/health`` reports the backend's real
-state.
+was cut, ``usage`` counts tokens, ``top_p``/``seed``/``stop`` and vLLM's ``top_k`` and
+``repetition_penalty`` are honoured and other parameters rejected, the API key is compared in
+constant time, and ``/health`` reports the backend's real state.
 
 Endpoints: ``POST /v1/chat/completions`` (text and base64 ``image_url`` data-URL parts),
 ``GET /v1/models`` and ``GET /health``. Requests run on threads; a backend that handles

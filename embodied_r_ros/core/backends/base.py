@@ -163,12 +163,15 @@ class ChatBackend(ABC):
         max_new_tokens: int | None = None,
         temperature: float | None = None,
         top_p: float | None = None,
+        top_k: int | None = None,
+        repetition_penalty: float | None = None,
         seed: int | None = None,
         stop: Sequence[str] = (),
         cancel: CancelToken | None = None,
         on_reply: ReplyFn | None = None,
     ) -> list[Completion]:
-        """Replies in input order. ``None`` settings fall back to the backend's config.
+        """Replies in input order. ``None`` settings fall back to the backend's resolved
+        :class:`~embodied_r_ros.core.backends.generation.GenerationSettings`.
 
         Raises :class:`BackendError`; ``CANCELLED`` / ``BACKEND_TIMEOUT`` when ``cancel`` stops
         the batch (replies already delivered through ``on_reply`` stay delivered).

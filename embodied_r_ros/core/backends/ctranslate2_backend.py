@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from embodied_r_ros.core.backends.base import BackendError, Completion, cut_at_stop
+from embodied_r_ros.core.backends.generation import GenerationSettings, resolve_generation
 from embodied_r_ros.core.backends.local_engine import (
     MARKER_FILE,
     LocalEngineBackend,
@@ -122,10 +123,16 @@ class CTranslate2Backend(LocalEngineBackend):
         except (RuntimeError, ValueError) as exc:
             raise BackendError(BACKEND_FAILED, f"cannot load {self.path}: {exc}") from None
         self.tokenizer, self.end_ids = load_tokenizer(self.path, cfg.model)
+        self.generation = resolve_generation(cfg, self.path)  # the build keeps the config
+        if self.generation.repetition_penalty != 1.0:
+            logger.warning("CTranslate2 penalises repeats of the reply's own tokens only, "
+                           "transformers and llama.cpp the prompt's too: %s may answer "
+                           "otherwise than on those engines", cfg.model)
         self._prefix: list[int] | None = None  # the shared prompt prefix, once two are seen
         self._last: list[int] | None = None
-        logger.info("loaded %s on CTranslate2 %s (%s, %s, %d worker(s) x %d thread(s))",
-                    cfg.model, ctranslate2.__version__, device, cfg.quantization, workers, intra)
+        logger.info("loaded %s on CTranslate2 %s (%s, %s, %d worker(s) x %d thread(s); %s)",
+                    cfg.model, ctranslate2.__version__, device, cfg.quantization, workers, intra,
+                    self.generation.describe())
 
     # -- prompts -----------------------------------------------------------------------------
 
@@ -151,8 +158,8 @@ class CTranslate2Backend(LocalEngineBackend):
 
     # -- generation --------------------------------------------------------------------------
 
-    def _one(self, ids: list[int], max_new: int, temperature: float, top_p: float,
-             seed: int | None, stop: Sequence[str], cancel: CancelToken | None) -> Completion:
+    def _one(self, ids: list[int], settings: GenerationSettings, seed: int | None,
+             stop: Sequence[str], cancel: CancelToken | None) -> Completion:
         """One reply, decoded by the engine in this thread; its step callback collects the
         tokens and ends decoding at the next step once ``cancel`` is stopped or a ``stop``
         string appears. (``generate_tokens`` runs the same loop in a second thread and hands
@@ -161,11 +168,13 @@ class CTranslate2Backend(LocalEngineBackend):
         close.)"""
         prefix, rest = self.split_prompt(ids)
         tokens = self.tokenizer.convert_ids_to_tokens
+        max_new = settings.max_new_tokens
         kwargs: dict[str, Any] = {"max_length": max_new, "end_token": self.end_ids,
-                                  "include_prompt_in_result": False}
-        if temperature > 0:
-            kwargs.update(sampling_topk=0, sampling_topp=top_p,
-                          sampling_temperature=temperature)
+                                  "include_prompt_in_result": False,
+                                  "repetition_penalty": settings.repetition_penalty}
+        if not settings.greedy:
+            kwargs.update(sampling_topk=settings.top_k, sampling_topp=settings.top_p,
+                          sampling_temperature=settings.temperature)
             if seed is not None:
                 self._ct2.set_random_seed(seed)
         else:
@@ -195,7 +204,7 @@ class CTranslate2Backend(LocalEngineBackend):
             raise BackendError(BACKEND_FAILED, f"generation failed: {exc}") from exc
         return self._reply(ids, out, cut[0] if cut else None, max_new, cancel)
 
-    def _batch(self, prompts: list[list[int]], max_new: int,
+    def _batch(self, prompts: list[list[int]], settings: GenerationSettings,
                stop: Sequence[str]) -> list[Completion]:
         """Greedy replies of several prompts in one engine call: what an evaluation asks, many
         questions and nobody waiting on one of them. On CPU every worker takes one prompt at a
@@ -204,9 +213,11 @@ class CTranslate2Backend(LocalEngineBackend):
         :meth:`_one` prefills the cached prefix apart, which can still move a near tie); on a
         GPU ``batch_size`` prompts share a step. A stop string cuts the text afterwards."""
         tokens = self.tokenizer.convert_ids_to_tokens
+        max_new = settings.max_new_tokens
         try:
             results = self.generator.generate_batch(
                 [tokens(ids) for ids in prompts], max_length=max_new, sampling_topk=1,
+                repetition_penalty=settings.repetition_penalty,
                 end_token=self.end_ids, include_prompt_in_result=False,
                 max_batch_size=1 if self.on_cpu else self.cfg.batch_size)
         except (RuntimeError, ValueError) as exc:

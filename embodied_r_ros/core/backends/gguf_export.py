@@ -40,8 +40,7 @@ ARCHITECTURES = {"LlamaForCausalLM": "LLAMA", "Qwen2ForCausalLM": "QWEN2"}
 #: the pre-tokenizer llama.cpp's converter records for each architecture
 PRE_TOKENIZERS = {"QWEN2": "qwen2", "LLAMA": "default"}
 Q8_0_BLOCK = 32
-#: a VL checkpoint's decoder tensors under transformers 4.52-4.57 names, and its vision tensors
-_VL_PREFIX = "model.language_model."
+#: a VL checkpoint's vision tensors
 _VISION = re.compile(r"^(model\.)?visual\.")
 
 
@@ -51,8 +50,8 @@ def _fail(source: Path, why: str) -> BackendError:
 
 def _tensors(source: Path) -> Iterator[tuple[str, Any]]:
     """``(name, float32 numpy array)`` of every text tensor in the checkpoint's safetensors
-    files (read through torch: numpy has no bfloat16), a VL decoder's under its plain names;
-    vision tensors are skipped without being read."""
+    files (read through torch: numpy has no bfloat16); a VL checkpoint's vision tensors are
+    skipped without being read."""
     import torch
     from safetensors import safe_open
 
@@ -64,8 +63,7 @@ def _tensors(source: Path) -> Iterator[tuple[str, Any]]:
             for name in handle.keys():  # noqa: SIM118 - safe_open is not a mapping
                 if _VISION.match(name):
                     continue
-                plain = "model." + name[len(_VL_PREFIX):] if name.startswith(_VL_PREFIX) else name
-                yield plain, handle.get_tensor(name).to(torch.float32).numpy()
+                yield name, handle.get_tensor(name).to(torch.float32).numpy()
 
 
 def text_config(source: Path) -> Any:

@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from embodied_r_ros.core.backends.base import BackendError, Completion, cut_at_stop
+from embodied_r_ros.core.backends.generation import GenerationSettings, resolve_generation
 from embodied_r_ros.core.backends.local_engine import (
     MARKER_FILE,
     LocalEngineBackend,
@@ -103,6 +104,24 @@ def ensure_converted(model: str, quantization: str = "float16",
                                                                quantization), **where)
 
 
+def penalising_llama(llama_cpp: Any) -> Any:
+    """``llama_cpp.Llama`` whose repetition penalty counts the prompt's tokens as well as the
+    reply's, as transformers and vLLM do: llama.cpp's penalty sampler only sees the tokens
+    accepted into it, and ``Llama.generate`` accepts the sampled ones alone, so the prompt set
+    in ``penalised_prompt`` is accepted into each new sampler first."""
+
+    class PenalisingLlama(llama_cpp.Llama):
+        penalised_prompt: Sequence[int] = ()
+
+        def _init_sampler(self, *args: Any, **kwargs: Any) -> Any:
+            sampler = super()._init_sampler(*args, **kwargs)
+            for token in self.penalised_prompt:
+                sampler.accept(int(token))
+            return sampler
+
+    return PenalisingLlama
+
+
 def gpu_layers(cfg: ModelConfig, llama_cpp: Any) -> int:
     """The layers to offload: ``n_gpu_layers``, or 0 (one warning) where this llama-cpp-python
     was built without GPU support; a CUDA device with none offloaded is a mistake."""
@@ -140,7 +159,7 @@ class LlamaCppBackend(LocalEngineBackend):
         cores = cfg.threads or len(os.sched_getaffinity(0))
         self.threads = max(1, min(cfg.threads_per_reply, cores))
         try:
-            self.llm = llama_cpp.Llama(
+            self.llm = penalising_llama(llama_cpp)(
                 model_path=str(self.path / MODEL_FILE), n_ctx=cfg.context_tokens, n_batch=512,
                 n_threads=self.threads, n_threads_batch=self.threads, seed=cfg.seed,
                 n_gpu_layers=self.gpu_layers, verbose=False,
@@ -149,22 +168,27 @@ class LlamaCppBackend(LocalEngineBackend):
             raise BackendError(BACKEND_FAILED, f"cannot load {self.path}: {exc}") from None
         self.context = min(cfg.context_tokens, self.llm.n_ctx())
         self.context_tokens = self.context
+        self.generation = resolve_generation(cfg, self.path)  # the build keeps the config
+        # the penalty's window: the whole context, as transformers applies it (default: 64)
+        self.llm.last_n_tokens_size = self.context
         logger.info("loaded %s on llama.cpp (llama-cpp-python %s, %s, %d thread(s), %d GPU "
-                    "layers)", cfg.model, llama_cpp.__version__, self.path.name, self.threads,
-                    self.gpu_layers)
+                    "layers; %s)", cfg.model, llama_cpp.__version__, self.path.name,
+                    self.threads, self.gpu_layers, self.generation.describe())
 
-    def _one(self, ids: list[int], max_new: int, temperature: float, top_p: float,
-             seed: int | None, stop: Sequence[str], cancel: CancelToken | None) -> Completion:
+    def _one(self, ids: list[int], settings: GenerationSettings, seed: int | None,
+             stop: Sequence[str], cancel: CancelToken | None) -> Completion:
         """One reply, a token at a time; the loop checks ``cancel`` and ``stop`` after each."""
+        max_new = settings.max_new_tokens
         if len(ids) + max_new > self.context:
             raise BackendError(
                 BACKEND_FAILED,
                 f"prompt of {len(ids)} tokens plus {max_new} new ones exceeds the engine's "
                 f"context of {self.context} tokens")
-        if temperature > 0:
+        if not settings.greedy:
             if seed is not None:
                 self.llm.set_seed(seed)
-            sampling: dict[str, Any] = {"temp": temperature, "top_p": top_p, "top_k": 0}
+            sampling: dict[str, Any] = {"temp": settings.temperature, "top_p": settings.top_p,
+                                        "top_k": settings.top_k}
         else:
             sampling = {"temp": 0.0, "top_k": 1}
         end_ids = frozenset(self.end_ids)
@@ -173,7 +197,9 @@ class LlamaCppBackend(LocalEngineBackend):
         try:
             # reset=True (the default) keeps the key/value state of the prefix this prompt
             # shares with the last one and evaluates only the rest
-            for token in self.llm.generate(ids, repeat_penalty=1.0, min_p=0.0, **sampling):
+            self.llm.penalised_prompt = ids if settings.repetition_penalty != 1.0 else ()
+            for token in self.llm.generate(ids, repeat_penalty=settings.repetition_penalty,
+                                           min_p=0.0, **sampling):
                 if token in end_ids:
                     break
                 out.append(int(token))

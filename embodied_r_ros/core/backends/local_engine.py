@@ -34,6 +34,7 @@ from embodied_r_ros.core.backends.base import (
     raise_if_stopped,
 )
 from embodied_r_ros.core.backends.checkpoints import checkpoint_path
+from embodied_r_ros.core.backends.generation import GenerationSettings
 from embodied_r_ros.core.backends.images import content_parts
 from embodied_r_ros.core.backends.offline import build_once, is_offline_model, model_cache_dir
 from embodied_r_ros.core.cancel import CancelToken
@@ -184,6 +185,8 @@ class LocalEngineBackend(ChatBackend):
     model_id: str
     cfg: ModelConfig
     tokenizer: Any
+    #: the settings every reply decodes with unless a call overrides them
+    generation: GenerationSettings
     #: whether :meth:`_batch` serves greedy calls of several prompts without cancel/on_reply
     batches_greedy: bool = False
 
@@ -194,8 +197,8 @@ class LocalEngineBackend(ChatBackend):
         return chat_prompt_ids(self.tokenizer, conversation, self.model_id)
 
     @abstractmethod
-    def _one(self, ids: list[int], max_new: int, temperature: float, top_p: float,
-             seed: int | None, stop: Sequence[str], cancel: CancelToken | None) -> Completion:
+    def _one(self, ids: list[int], settings: GenerationSettings, seed: int | None,
+             stop: Sequence[str], cancel: CancelToken | None) -> Completion:
         """One reply to the prompt ``ids``, stopped at the next token once ``cancel`` is."""
 
     def _reply(self, ids: list[int], new: list[int], cut: str | None, max_new: int,
@@ -209,7 +212,7 @@ class LocalEngineBackend(ChatBackend):
         return Completion(text=text, finish_reason=finish, prompt_tokens=len(ids),
                           completion_tokens=len(new))
 
-    def _batch(self, prompts: list[list[int]], max_new: int,
+    def _batch(self, prompts: list[list[int]], settings: GenerationSettings,
                stop: Sequence[str]) -> list[Completion]:
         raise NotImplementedError
 
@@ -220,29 +223,31 @@ class LocalEngineBackend(ChatBackend):
         max_new_tokens: int | None = None,
         temperature: float | None = None,
         top_p: float | None = None,
+        top_k: int | None = None,
+        repetition_penalty: float | None = None,
         seed: int | None = None,
         stop: Sequence[str] = (),
         cancel: CancelToken | None = None,
         on_reply: ReplyFn | None = None,
     ) -> list[Completion]:
-        max_new = max_new_tokens if max_new_tokens is not None else self.cfg.max_new_tokens
-        temp = self.cfg.temperature if temperature is None else temperature
-        p = self.cfg.top_p if top_p is None else top_p
-        seeds = self.call_seeds(self.cfg.seed, temp, seed, len(conversations))
+        settings = self.generation.with_call(
+            max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p, top_k=top_k,
+            repetition_penalty=repetition_penalty)
+        seeds = self.call_seeds(self.cfg.seed, settings.temperature, seed, len(conversations))
         out: list[Completion] = []
         try:
-            if (self.batches_greedy and temp == 0 and cancel is None and on_reply is None
+            if (self.batches_greedy and settings.greedy and cancel is None and on_reply is None
                     and len(conversations) > 1):
                 prompts = [self.prompt_ids(c) for c in conversations]
                 with exclusive(self._lock, None):
-                    out = self._batch(prompts, max_new, stop)
+                    out = self._batch(prompts, settings, stop)
                 self._record(None)
                 return out
             for i, conversation in enumerate(conversations):
                 raise_if_stopped(cancel)
                 ids = self.prompt_ids(conversation)
                 with exclusive(self._lock, cancel):
-                    completion = self._one(ids, max_new, temp, p, seeds[i], stop, cancel)
+                    completion = self._one(ids, settings, seeds[i], stop, cancel)
                 out.append(completion)
                 if on_reply is not None:
                     on_reply(i, completion)

@@ -42,6 +42,11 @@ from embodied_r_ros.core.backends.base import (
     ReplyFn,
     raise_if_stopped,
 )
+from embodied_r_ros.core.backends.generation import (
+    GenerationSettings,
+    local_checkpoint,
+    resolve_generation,
+)
 from embodied_r_ros.core.backends.images import to_openai_messages
 from embodied_r_ros.core.cancel import CancelToken
 from embodied_r_ros.core.config import ModelConfig
@@ -98,6 +103,8 @@ class OpenAIBackend(ChatBackend):
         self.cfg = cfg
         self.model_id = cfg.model
         self.base_url = cfg.base_url.rstrip("/")
+        # the server holds the weights: a checkpoint is read only where it is on this machine
+        self.generation = resolve_generation(cfg, local_checkpoint(cfg.model))
         key = api_key_from_env(cfg.api_key_env) if cfg.api_key_env else None
         self._key = key
         self._loop = asyncio.new_event_loop()
@@ -226,24 +233,35 @@ class OpenAIBackend(ChatBackend):
     def _body(
         self,
         conversation: Conversation,
-        max_new: int,
-        temp: float,
+        settings: GenerationSettings,
         top_p: float | None,
         seed: int | None,
         stop: Sequence[str],
     ) -> dict[str, Any]:
+        """The request of one conversation. ``repetition_penalty`` and ``top_k`` (vLLM's and
+        ``embodied-r serve``'s extensions, in ``extra_body``) are sent when configured, read
+        from a local checkpoint or asked for by the call; otherwise the server's own apply
+        (``vllm serve`` takes them from the checkpoint's generation config)."""
+        temp = settings.temperature
         body: dict[str, Any] = {
             "model": self.cfg.model,
             "messages": to_openai_messages(conversation, self.cfg.image_max_side),
-            "max_tokens": max_new,
+            "max_tokens": settings.max_new_tokens,
             "temperature": temp,
         }
         if temp > 0 or top_p is not None:
-            body["top_p"] = self.cfg.top_p if top_p is None else top_p
+            body["top_p"] = settings.top_p
         if seed is not None:
             body["seed"] = seed
         if stop:
             body["stop"] = list(stop)
+        extra: dict[str, Any] = {}
+        if settings.chosen("repetition_penalty"):
+            extra["repetition_penalty"] = settings.repetition_penalty
+        if temp > 0 and settings.chosen("top_k"):
+            extra["top_k"] = settings.top_k
+        if extra:
+            body["extra_body"] = extra
         return body
 
     # -- ChatBackend -------------------------------------------------------------------------
@@ -255,6 +273,8 @@ class OpenAIBackend(ChatBackend):
         max_new_tokens: int | None = None,
         temperature: float | None = None,
         top_p: float | None = None,
+        top_k: int | None = None,
+        repetition_penalty: float | None = None,
         seed: int | None = None,
         stop: Sequence[str] = (),
         cancel: CancelToken | None = None,
@@ -263,11 +283,12 @@ class OpenAIBackend(ChatBackend):
         """All conversations at once (at most ``max_concurrency`` in flight), in input order."""
         if self._closed:
             raise BackendError(BACKEND_DOWN, "the backend is closed")
-        max_new = max_new_tokens if max_new_tokens is not None else self.cfg.max_new_tokens
-        temp = self.cfg.temperature if temperature is None else temperature
+        settings = self.generation.with_call(
+            max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p, top_k=top_k,
+            repetition_penalty=repetition_penalty)
         raise_if_stopped(cancel)
-        seeds = self.call_seeds(self.cfg.seed, temp, seed, len(conversations))
-        bodies = [self._body(c, max_new, temp, top_p, s, stop)
+        seeds = self.call_seeds(self.cfg.seed, settings.temperature, seed, len(conversations))
+        bodies = [self._body(c, settings, top_p, s, stop)
                   for c, s in zip(conversations, seeds, strict=True)]
         warned = threading.Event()  # one retry warning per batch
         futures = {

@@ -7,9 +7,10 @@ the same temporal, height and width position, which is exactly 1-D RoPE; so the 
 that way lets GRPO, SFT, LoRA and evaluation treat it like any causal LM, and the trained result
 saves as a plain causal LM the reasoning node loads. The decoder is loaded straight from the
 checkpoint's files: the vision tower is never built and its weights are never read (tested), so
-the 3B reasoner holds 3.1 B parameters, not 3.75 B. Both key layouts load: ``model.layers.*``
-(transformers before 4.52 and since 5, the released reasoner's) and
-``model.language_model.layers.*`` (4.52 to 4.57).
+the 3B reasoner holds 3.1 B parameters, not 3.75 B. Its keys are ``model.layers.*``, as
+transformers before 4.52 (the released reasoner's) and since 5 save them; transformers 5 is
+required (under 4.x the decoder's ``rope_theta`` fell back to 10000 without a word). Tied input
+and output embeddings (Qwen2.5-VL-3B's) stay tied.
 
 Trainers that rebuild the model from its path (TRL's KL reference model) need a checkpoint of
 the decoder itself: :func:`decoder_checkpoint` writes it once next to the offline models.
@@ -23,6 +24,9 @@ import logging
 from pathlib import Path
 from typing import Any
 
+from embodied_r_ros.core.backends.base import BackendError
+from embodied_r_ros.core.error_codes import BACKEND_FAILED
+
 logger = logging.getLogger(__name__)
 
 #: Qwen2 config fields carried over from a Qwen2(.5)-VL text config
@@ -34,10 +38,23 @@ _TEXT_FIELDS = (
     "pad_token_id",
 )
 VL_TYPES = frozenset({"qwen2_vl", "qwen2_5_vl"})
-#: the decoder's weights under the checkpoint layout of transformers 4.52 to 4.57
-KEY_MAPPING = {r"^model\.language_model\.": "model."}
+#: the oldest transformers whose configs and checkpoint layout the decoder reads
+MIN_TRANSFORMERS = 5
 #: the vision tower's weights, which a text decoder skips: ``visual.*`` / ``model.visual.*``
 VISION_KEYS = (r"^visual\.", r"^model\.visual\.")
+
+
+def require_transformers() -> None:
+    """Refuse an older transformers in one line (its Qwen2(.5)-VL configs keep the rope
+    parameters elsewhere, and the decoder would silently lose them)."""
+    import transformers
+
+    major = int(transformers.__version__.split(".")[0])
+    if major < MIN_TRANSFORMERS:
+        raise BackendError(BACKEND_FAILED, f"the text decoder needs transformers "
+                                           f"{MIN_TRANSFORMERS} or newer (installed: "
+                                           f"{transformers.__version__}): pip install -U "
+                                           f"'transformers>={MIN_TRANSFORMERS}'")
 
 
 def is_vision_language(path: str) -> bool:
@@ -50,6 +67,7 @@ def decoder_config(vl_config: Any) -> Any:
     """The ``Qwen2Config`` of a Qwen2(.5)-VL checkpoint's language model."""
     from transformers import Qwen2Config
 
+    require_transformers()
     text = vl_config.text_config.to_dict()
     # a flat (transformers 4.x) config still carries the legacy ``type: mrope`` beside rope_type
     rope = {k: v for k, v in (text.get("rope_parameters") or {}).items()
@@ -73,8 +91,15 @@ def load_causal_lm(path: str, dtype: Any = "auto") -> Any:
         _keys_to_ignore_on_load_unexpected = list(VISION_KEYS)
 
     text = decoder_config(config)
-    decoder = TextDecoder.from_pretrained(path, config=text, dtype=dtype,
-                                          key_mapping=KEY_MAPPING)
+    decoder, info = TextDecoder.from_pretrained(path, config=text, dtype=dtype,
+                                                output_loading_info=True)
+    missing = [k for k in info["missing_keys"]
+               if not (k == "lm_head.weight" and text.tie_word_embeddings)]
+    if missing:
+        raise BackendError(BACKEND_FAILED, f"{path}: no decoder weight {missing[0]!r} (of "
+                                           f"{len(missing)} missing); a checkpoint saved by "
+                                           "transformers 4.52 to 4.57 (model.language_model.*) "
+                                           "loads once re-saved with transformers 5")
     decoder.__class__ = Qwen2ForCausalLM  # saves and reloads as the plain causal LM it is
     try:
         decoder.generation_config = GenerationConfig.from_pretrained(path)

@@ -52,6 +52,7 @@ from embodied_r_ros.core.backends.base import (
     raise_if_stopped,
 )
 from embodied_r_ros.core.backends.checkpoints import config_path
+from embodied_r_ros.core.backends.generation import resolve_generation
 from embodied_r_ros.core.backends.images import content_parts, resize_max_side
 from embodied_r_ros.core.backends.text_decoder import VL_TYPES, chat_template, load_causal_lm
 from embodied_r_ros.core.cancel import CancelToken
@@ -216,17 +217,19 @@ class TransformersBackend(ChatBackend):
         if not self.chat_template:
             raise BackendError(BACKEND_FAILED, f"model '{cfg.model}' has no chat template")
         self._stop_ids = end_token_ids(self.model.generation_config.eos_token_id, self.tokenizer)
+        self.generation = resolve_generation(cfg, path)
         self._lock = threading.Lock()  # one generation at a time (ROS executors may share us)
         # A fast tokenizer's padding is state of its Rust tokenizer, set per call: a call
         # without padding (counting a request's tokens in a server thread) switched it off
         # under a padded batch being encoded in another, which then failed as ragged.
         self._tokenizer_lock = threading.Lock()
         logger.info(
-            "loaded %s on %s (%s, images: %s)",
+            "loaded %s on %s (%s, images: %s; %s)",
             cfg.model,
             self.device,
             self.dtype,
             self.supports_images,
+            self.generation.describe(),
         )
 
     # -- prompts -----------------------------------------------------------------------------
@@ -307,6 +310,8 @@ class TransformersBackend(ChatBackend):
         max_new_tokens: int | None = None,
         temperature: float | None = None,
         top_p: float | None = None,
+        top_k: int | None = None,
+        repetition_penalty: float | None = None,
         seed: int | None = None,
         cancel: CancelToken | None = None,
         on_batch: Callable[[int, list[list[int]], int], None] | None = None,
@@ -315,16 +320,19 @@ class TransformersBackend(ChatBackend):
 
         ``on_batch(start, ids, prompt_tokens)`` is called after each batch of ``batch_size``.
         """
-        max_new = max_new_tokens if max_new_tokens is not None else self.cfg.max_new_tokens
-        temp = self.cfg.temperature if temperature is None else temperature
-        sample = temp > 0
+        settings = self.generation.with_call(
+            max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p, top_k=top_k,
+            repetition_penalty=repetition_penalty)
+        temp, sample = settings.temperature, not settings.greedy
+        # every field explicit: the model's own generation config decides nothing
         gen_kwargs: dict[str, Any] = {
-            "max_new_tokens": max_new,
+            "max_new_tokens": settings.max_new_tokens,
             "do_sample": sample,
             "pad_token_id": self.tokenizer.pad_token_id,
+            "repetition_penalty": settings.repetition_penalty,
         }
         if sample:
-            gen_kwargs.update(temperature=temp, top_p=self.cfg.top_p if top_p is None else top_p)
+            gen_kwargs.update(temperature=temp, top_p=settings.top_p, top_k=settings.top_k)
         else:  # override sampling defaults some generation configs carry
             gen_kwargs.update(temperature=None, top_p=None, top_k=None)
         if cancel is not None:
@@ -359,12 +367,14 @@ class TransformersBackend(ChatBackend):
         max_new_tokens: int | None = None,
         temperature: float | None = None,
         top_p: float | None = None,
+        top_k: int | None = None,
+        repetition_penalty: float | None = None,
         seed: int | None = None,
         stop: Sequence[str] = (),
         cancel: CancelToken | None = None,
         on_reply: ReplyFn | None = None,
     ) -> list[Completion]:
-        max_new = max_new_tokens if max_new_tokens is not None else self.cfg.max_new_tokens
+        max_new = max_new_tokens if max_new_tokens is not None else self.generation.max_new_tokens
         out: list[Completion] = []
 
         def deliver(start: int, ids: list[list[int]], prompt_tokens: int) -> None:
@@ -385,7 +395,8 @@ class TransformersBackend(ChatBackend):
         try:
             self.generate_ids(
                 conversations, max_new_tokens=max_new, temperature=temperature, top_p=top_p,
-                seed=seed, cancel=cancel, on_batch=deliver,
+                top_k=top_k, repetition_penalty=repetition_penalty, seed=seed, cancel=cancel,
+                on_batch=deliver,
             )
         except BackendError as exc:
             self._record(exc, cancel)

@@ -20,6 +20,10 @@ from embodied_r_ros.core.backends.base import (
     raise_if_stopped,
 )
 from embodied_r_ros.core.backends.checkpoints import config_path
+from embodied_r_ros.core.backends.generation import (
+    GenerationSettings,
+    resolve_generation,
+)
 from embodied_r_ros.core.backends.images import to_openai_messages
 from embodied_r_ros.core.cancel import CancelToken
 from embodied_r_ros.core.config import ModelConfig
@@ -56,6 +60,7 @@ class VLLMBackend(ChatBackend):
         path = config_path(cfg, cache_dir)
         vision_language = hasattr(AutoConfig.from_pretrained(path), "vision_config")
         self.supports_images = vision_language and not text_only
+        self.generation = resolve_generation(cfg, path)
         kwargs: dict[str, Any] = {"model": path, "dtype": cfg.dtype, "seed": cfg.seed}
         if vision_language:
             # text-only: no memory reserved for image inputs the role never sends
@@ -75,6 +80,8 @@ class VLLMBackend(ChatBackend):
         max_new_tokens: int | None = None,
         temperature: float | None = None,
         top_p: float | None = None,
+        top_k: int | None = None,
+        repetition_penalty: float | None = None,
         seed: int | None = None,
         stop: Sequence[str] = (),
         cancel: CancelToken | None = None,
@@ -83,12 +90,11 @@ class VLLMBackend(ChatBackend):
         """One ``LLM.chat`` call for the batch (vLLM batches it continuously). The synchronous
         engine cannot be interrupted: ``cancel`` is honoured before and after the call."""
         raise_if_stopped(cancel)
-        temp = self.cfg.temperature if temperature is None else temperature
-        params = [
-            self._vllm.SamplingParams(**kwargs)
-            for kwargs in self.sampling_kwargs(len(conversations), max_new_tokens, temp, top_p,
-                                               seed, stop)
-        ]
+        settings = self.generation.with_call(
+            max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p, top_k=top_k,
+            repetition_penalty=repetition_penalty)
+        params = [self._vllm.SamplingParams(**kwargs)
+                  for kwargs in self.sampling_kwargs(len(conversations), settings, seed, stop)]
         messages = [to_openai_messages(c, self.cfg.image_max_side) for c in conversations]
         try:
             outputs = self._llm.chat(messages, sampling_params=params, use_tqdm=False)
@@ -114,23 +120,24 @@ class VLLMBackend(ChatBackend):
     def sampling_kwargs(
         self,
         n: int,
-        max_new_tokens: int | None,
-        temperature: float,
-        top_p: float | None,
+        settings: GenerationSettings,
         seed: int | None,
         stop: Sequence[str],
     ) -> list[dict[str, Any]]:
         """``SamplingParams`` keywords per conversation: one each, so that the seed rule gives
         every conversation its own seed (one shared seed would make a group of identical
-        prompts sample identical replies)."""
+        prompts sample identical replies). vLLM's repetition penalty covers the prompt and the
+        reply, as transformers'; its top-k of -1 filters nothing."""
         common: dict[str, Any] = {
-            "max_tokens": max_new_tokens if max_new_tokens is not None else self.cfg.max_new_tokens,
-            "temperature": temperature,
-            "top_p": (self.cfg.top_p if top_p is None else top_p) if temperature > 0 else 1.0,
+            "max_tokens": settings.max_new_tokens,
+            "temperature": settings.temperature,
+            "top_p": settings.top_p if not settings.greedy else 1.0,
+            "top_k": settings.top_k if not settings.greedy and settings.top_k > 0 else -1,
+            "repetition_penalty": settings.repetition_penalty,
             "stop": list(stop) or None,
         }
         return [{**common, "seed": s}
-                for s in self.call_seeds(self.cfg.seed, temperature, seed, n)]
+                for s in self.call_seeds(self.cfg.seed, settings.temperature, seed, n)]
 
     def close(self) -> None:
         self._llm = None

@@ -163,7 +163,10 @@ def benchmark_config(config: Config, *, robust: bool = False,
     if not robust:
         sections["perception"]["reply_reading"] = "official"
         sections["keyframes"] = {"max_side": 0}
-    return config_from_dict(deep_merge(config.model_dump(mode="json"), sections))
+    # only what was set: a default stays a default (a model's generation settings read from
+    # its checkpoint yield to explicit values only)
+    ours = config.model_dump(mode="json", exclude_unset=True)
+    return config_from_dict(deep_merge(ours, sections))
 
 
 def import_benchmark(
