@@ -30,6 +30,8 @@ _ENVNAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 #: the most key frames a question is answered from (the official clamp's upper bound; the
 #: spatial memory's selection starts here too)
 KEY_FRAME_BUDGET = 32
+#: the newest key frames every selection from the spatial memory includes
+LATEST_FRAMES = 4
 #: the most seconds between a key frame and the odometry pose it takes
 ODOM_TOLERANCE_SEC = 0.2
 
@@ -296,7 +298,8 @@ class MemoryConfig(StrictModel):
     embedder: Literal["auto", "off", "required"] = "auto"
     budget: int = Field(0, ge=0, description="key frames a question selects from the memory; "
                         "0: keyframes.max_frames")
-    latest: int = Field(4, ge=1, description="the newest key frames every selection includes")
+    latest: int = Field(LATEST_FRAMES, ge=1, description="the newest key frames every "
+                        "selection includes")
     share_placements: bool = Field(False, description="read every robot's placed objects of "
                                    "the store, not only this robot's (the fleet's poses must "
                                    "be in one shared world frame, e.g. a common map)")

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from embodied_r_ros.core.config import KEY_FRAME_BUDGET
+from embodied_r_ros.core.config import KEY_FRAME_BUDGET, LATEST_FRAMES
 from embodied_r_ros.core.perception_text import place_line
 from embodied_r_ros.core.reasoning import format_question
 from embodied_r_ros.memory.errors import DB_MISSING, SpatialMemoryError
@@ -255,7 +255,7 @@ def add_memory_parser(subparsers: argparse._SubParsersAction) -> argparse.Argume
                            "of the store, not only this robot's (memory.share_placements)")
             c.add_argument("--budget", type=_budget, default=KEY_FRAME_BUDGET,
                            help="key frames a question selects (memory.budget)")
-            c.add_argument("--latest", type=_budget, default=4,
+            c.add_argument("--latest", type=_budget, default=LATEST_FRAMES,
                            help="newest key frames every selection includes (memory.latest)")
         c.set_defaults(func=func)
         return c

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from embodied_r_ros.core.config import KEY_FRAME_BUDGET
+from embodied_r_ros.core.config import KEY_FRAME_BUDGET, LATEST_FRAMES
 from embodied_r_ros.core.perception_text import FrameLayout
 from embodied_r_ros.core.records import PerceptionRecord
 from embodied_r_ros.memory.embedder import TextEmbedder
@@ -143,7 +143,8 @@ class Retriever:
     """Selects a question's frames from one store (see the module notes); one per reader
     thread. ``embedder``: None for full-text search alone."""
 
-    def __init__(self, store: MemoryStore, *, budget: int = KEY_FRAME_BUDGET, latest: int = 4,
+    def __init__(self, store: MemoryStore, *, budget: int = KEY_FRAME_BUDGET,
+                 latest: int = LATEST_FRAMES,
                  embedder: TextEmbedder | None = None, text_hits: int = 400,
                  share_placements: bool = False) -> None:
         if budget < 2 or not 1 <= latest < budget:
