@@ -36,6 +36,7 @@ from _figures import add_json_option, write_figures
 from embodied_r_ros.core.backends.base import ChatBackend, Completion
 from embodied_r_ros.core.pipeline import EmbodiedR
 from embodied_r_ros.core.profiles import config_from_dict
+from embodied_r_ros.core.request import validate_query
 from embodied_r_ros.core.streaming import BackgroundDescriber
 from embodied_r_ros.serving import serve
 
@@ -110,7 +111,8 @@ def pipeline(url: str, lm: ChatBackend, cache: str, **perception: Any) -> Embodi
 
 def ask(p: EmbodiedR, images: list[np.ndarray], stamps: list[float]) -> tuple[float, str]:
     t0 = time.perf_counter()
-    answer = p.ask_keyframes(images, stamps, "Which way did I turn?", ["A. left", "B. right"],
+    question = validate_query("Which way did I turn?", ["A. left", "B. right"])
+    answer = p.ask_keyframes(images, stamps, question,
                              motions=[None] * (len(images) - 1), motion_source="visual")
     return time.perf_counter() - t0, answer.perception
 

@@ -104,13 +104,13 @@ def cmd_ask(args: argparse.Namespace) -> int:
     from embodied_r_ros.core.video import iter_frames, probe_video
 
     # everything a user can get wrong is checked before the models load (seconds to minutes)
-    question, options = validate_query(args.question, args.option or [])
+    question = validate_query(args.question, args.option or [])
     probe_video(args.video, args.input_fps)
     config = _load_pipeline_config(args)
     frames = iter_frames(args.video, args.input_fps)
     pipeline = EmbodiedR(config)
     try:
-        answer = pipeline.ask(frames, question, options)
+        answer = pipeline.ask(frames, question)
     finally:
         pipeline.close()
     timings = {name: round(getattr(answer, name), 3)
@@ -140,7 +140,7 @@ def cmd_ask(args: argparse.Namespace) -> int:
     print("\n--- perception ---\n" + answer.perception)
     print("\n--- thinking ---\n" + (answer.reasoning or "(no <think> block)"))
     print("\n--- answer ---\n" + (answer.answer or "(none)") +
-          (f". {answer.answer_text}" if answer.answer_text and options else ""))
+          (f". {answer.answer_text}" if answer.answer_text and question.options else ""))
     print("\n--- timings ---\n" + "  ".join(f"{k}={v}" for k, v in timings.items()))
     return 0
 

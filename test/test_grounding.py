@@ -34,6 +34,7 @@ from embodied_r_ros.core.pipeline import EmbodiedR
 from embodied_r_ros.core.profiles import config_from_dict
 from embodied_r_ros.core.prompts import load_prompts
 from embodied_r_ros.core.reasoning import format_question
+from embodied_r_ros.core.request import validate_query
 
 QWEN25 = ImageGrid(28, 3136, 12845056)  # Qwen2.5-VL's preprocessor_config.json
 QUESTION = format_question("Where is the red chair?", ["A. left", "B. right"])
@@ -238,7 +239,8 @@ def test_a_malformed_reply_costs_its_frames_objects_and_one_line(
     pipeline = EmbodiedR(config, vlm=vlm, lm=lm, load_models=False)
     with caplog.at_level(logging.WARNING, logger=LOG):
         result = pipeline.ask_keyframes(_frames(3, 64, 48), [0.0, 1.0, 2.0],
-                                        "Where is the red chair?", ["A. left", "B. right"])
+                                        validate_query("Where is the red chair?",
+                                                       ["A. left", "B. right"]))
     assert result.success and result.answer == "A"
     assert all(f.objects == () and f.vlm_text for f in result.frames)
     lines = _warnings(caplog)
@@ -369,7 +371,8 @@ def test_the_tiny_qwen25_vl_survives_its_own_garbage(
     pipeline = EmbodiedR(config, vlm=tiny_vlm, lm=tiny_lm, load_models=False)
     with caplog.at_level(logging.WARNING, logger=LOG):
         result = pipeline.ask_keyframes(_frames(3, 64, 48), [0.0, 1.0, 2.0],
-                                        "Where is the red chair?", ["A. left", "B. right"])
+                                        validate_query("Where is the red chair?",
+                                                       ["A. left", "B. right"]))
     assert result.success and result.perception
     assert all(f.objects == () for f in result.frames)
     assert len(_warnings(caplog)) == 3

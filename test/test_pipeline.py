@@ -22,6 +22,7 @@ from embodied_r_ros.core.pipeline import MAX_PERCEPTION_CHARS, EmbodiedR, QueryE
 from embodied_r_ros.core.profiles import config_from_dict, load_config
 from embodied_r_ros.core.prompts import default_prompts
 from embodied_r_ros.core.reasoning import extract_answer, parse_options
+from embodied_r_ros.core.request import validate_query
 
 OPTIONS = ["A. rotate left", "B. rotate right"]
 
@@ -70,7 +71,7 @@ def test_tiny_models_answer_end_to_end(tiny: EmbodiedR, frames: list[tuple],
     cfg = load_config("tiny", overrides={"cache": {"dir": str(tmp_path / "cache")}})
     vlm, lm = Recorded(tiny.vlm), Recorded(tiny.lm)
     pipeline = EmbodiedR(cfg, vlm=vlm, lm=lm, load_models=False)
-    answer = pipeline.ask(frames, "Which way did I turn?", OPTIONS)
+    answer = pipeline.ask(frames, validate_query("Which way did I turn?", OPTIONS))
     n = len(answer.key_frame_stamps)
     # the VLM saw the first key frame alone, then each consecutive pair, once each
     assert sorted(_images(c) for c in vlm.seen) == [1] + [2] * (n - 1)
@@ -95,7 +96,7 @@ def test_tiny_models_answer_end_to_end(tiny: EmbodiedR, frames: list[tuple],
     assert answer.raw.strip()
     assert answer.answer == extract_answer(answer.raw, OPTIONS)
     assert answer.answer_text == dict(parse_options(OPTIONS)).get(answer.answer, "")
-    again = pipeline.ask(frames, "Which way did I turn?", OPTIONS)
+    again = pipeline.ask(frames, validate_query("Which way did I turn?", OPTIONS))
     assert again.perception_from_cache and again.perception == answer.perception
     assert len(vlm.seen) == n  # every key frame's description came from the cache
     assert again.raw == answer.raw and len(lm.seen) == 2  # greedy: the same reply again
@@ -107,7 +108,8 @@ def test_the_reply_of_the_lm_becomes_the_answer(tiny: EmbodiedR, frames: list[tu
     lm = ScriptedVLM(["<think>The view slid left in every frame: I turned right.</think>\n"
                       "<answer>B</answer>", "rotate left", "I cannot tell."])
     pipeline = EmbodiedR(cfg, vlm=tiny.vlm, lm=lm, load_models=False)
-    answers = [pipeline.ask(frames, "Which way did I turn?", OPTIONS) for _ in range(3)]
+    question = validate_query("Which way did I turn?", OPTIONS)
+    answers = [pipeline.ask(frames, question) for _ in range(3)]
     first, by_text, none = answers
     assert (first.answer, first.answer_text, first.well_formed) == ("B", "rotate right", True)
     assert first.reasoning == "The view slid left in every frame: I turned right."
@@ -122,7 +124,7 @@ def test_geometric_perception_names_the_pan(tiny: EmbodiedR, frames: list[tuple]
     cfg = load_config("tiny", overrides={"perception": {"backend": "geometric"},
                                          "cache": {"enabled": False}})
     geometric = EmbodiedR(cfg, lm=tiny.lm, load_models=False)
-    answer = geometric.ask(frames, "Which way did I turn?", OPTIONS)
+    answer = geometric.ask(frames, validate_query("Which way did I turn?", OPTIONS))
     actions = [primary_action(f.motion) or "" for f in answer.frames[1:] if f.motion]
     assert len(actions) == len(answer.frames) - 1
     # the view slides left over a flat texture: the camera turned (or slid) right
@@ -133,19 +135,19 @@ def test_cancel_and_empty_input(tiny: EmbodiedR, frames: list[tuple]) -> None:
     token = CancelToken()
     token.cancel()
     with pytest.raises(QueryError) as err:
-        tiny.ask(frames, "Where is the door?", OPTIONS, cancel=token)
+        tiny.ask(frames, validate_query("Where is the door?", OPTIONS), cancel=token)
     assert err.value.code == CANCELLED
     with pytest.raises(QueryError) as err:  # a spent budget is a timeout, not a cancel
-        tiny.ask(frames, "Where is the door?", OPTIONS, cancel=CancelToken(0.0))
+        tiny.ask(frames, validate_query("Where is the door?", OPTIONS), cancel=CancelToken(0.0))
     assert err.value.code == "BACKEND_TIMEOUT"
     with pytest.raises(QueryError) as err:
-        tiny.ask([], "Where?", OPTIONS)
+        tiny.ask([], validate_query("Where?", OPTIONS))
     assert err.value.code == NO_FRAMES
 
 
 def test_progress_is_reported_per_key_frame(tiny: EmbodiedR, frames: list[tuple]) -> None:
     seen: list[tuple[str, int, int]] = []
-    answer = tiny.ask(frames[:25], "Where is it now?", [],
+    answer = tiny.ask(frames[:25], validate_query("Where is it now?", []),
                       on_progress=lambda s, d, t, _: seen.append((s, d, t)))
     n = len(answer.key_frame_stamps)
     assert n >= 4
@@ -170,7 +172,7 @@ def test_a_backend_that_is_down_is_a_query_error(tmp_path: Path, frames: list[tu
 
     pipeline = EmbodiedR(cfg, vlm=create_backend(cfg.perception.vlm), lm=None, load_models=False)
     with pytest.raises(QueryError) as err:
-        pipeline.ask(frames, "Where?", OPTIONS)
+        pipeline.ask(frames, validate_query("Where?", OPTIONS))
     assert err.value.code == "BACKEND_DOWN"
 
 

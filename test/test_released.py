@@ -31,6 +31,7 @@ from embodied_r_ros.core.config import CONFIG_DIR, ConfigError, ModelConfig
 from embodied_r_ros.core.pipeline import EmbodiedR
 from embodied_r_ros.core.profiles import load_config
 from embodied_r_ros.core.prompts import load_prompts, prompts_from
+from embodied_r_ros.core.request import validate_query
 from embodied_r_training.cli import main as train_main
 
 OPTIONS = ["A. rotate left", "B. rotate right"]
@@ -199,7 +200,7 @@ def test_the_workstation_profile_answers_with_it_through_transformers(
     pipeline = EmbodiedR(cfg)
     lm = Recorded(pipeline.lm)
     pipeline.lm = lm
-    answer = pipeline.ask(frames, "Which way did I turn?", OPTIONS)
+    answer = pipeline.ask(frames, validate_query("Which way did I turn?", OPTIONS))
     pipeline.close()
     assert answer.success and answer.raw
     assert lm.seen[0][0] == {"role": "system", "content": RELEASED_SYSTEM}
@@ -234,7 +235,7 @@ def test_the_paper_profile_reasons_over_embodied_r_serve(
             assert proc.poll() is None, proc.stderr.read().decode()
             assert time.monotonic() < deadline, "the server did not come up"
             time.sleep(0.3)
-        answer = pipeline.ask(frames, "Which way did I turn?", OPTIONS)
+        answer = pipeline.ask(frames, validate_query("Which way did I turn?", OPTIONS))
         conversation = pipeline.reasoning_messages(answer.perception)
         pipeline.close()
     finally:

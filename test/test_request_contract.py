@@ -29,14 +29,15 @@ from embodied_r_ros.core.error_codes import (
 from embodied_r_ros.core.pipeline import EmbodiedR
 from embodied_r_ros.core.profiles import load_config
 from embodied_r_ros.core.request import (
+    GOAL_LIMITS,
     MAX_ERROR_CHARS,
     MAX_GOAL_FRAMES,
-    MAX_GOAL_QUESTION_CHARS,
     MAX_JPEG_BYTES,
     MAX_OPTION_CHARS,
     MAX_OPTIONS,
     MAX_PERCEPTION_CHARS,
     MAX_QUESTION_CHARS,
+    MAX_SETTABLE_CHARS,
     QueryError,
     check_key_frames,
     validate_perception,
@@ -190,6 +191,21 @@ def test_the_limits_are_read_as_each_request_arrives(robot: Robot) -> None:
     assert wide.error_code == BAD_OPTIONS and "option 2 has 8 characters; at most 7" in wide.error
 
 
+def test_a_limit_set_above_the_default_holds_to_the_answer(robot: Robot) -> None:
+    """The runner's limits travel with the question: a server set to 2,000-character options
+    answers one of 1,500, perceived and reasoned over, with nothing below checking it again."""
+    robot.runner.max_option_chars = 2000
+    long = "A. " + "a turn to the left " * 78
+    assert MAX_OPTION_CHARS < len(long.strip()) <= 1500
+    r = robot.ask(options=[long, "B. right"])
+    assert r.success, r.error
+    assert r.answer == "B" and len(robot.lm.seen) == 1
+    assert r.perception.endswith(f"Choices:\n{long.strip()}\nB. right")
+    robot.runner.max_option_chars = len(long.strip()) - 1
+    refused = robot.ask(options=[long, "B. right"])
+    assert refused.error_code == BAD_OPTIONS and f"at most {len(long.strip()) - 1}" in refused.error
+
+
 # -- the internal goals' bounds (the perception and reasoning nodes check them) ----------------
 
 @pytest.mark.parametrize(("sizes", "motions", "says"), [
@@ -212,12 +228,15 @@ def test_a_perceive_goals_frames_within_bounds_pass() -> None:
     check_key_frames([], 0)  # no frames: the perception answers NO_FRAMES, not this check
 
 
-def test_an_internal_goals_question_bound_is_looser_than_the_servers() -> None:
-    question = "x" * MAX_GOAL_QUESTION_CHARS
-    assert validate_query(question, OPTIONS, MAX_GOAL_QUESTION_CHARS)[0] == question
-    with pytest.raises(QueryError) as err:
-        validate_query(question + "x", OPTIONS, MAX_GOAL_QUESTION_CHARS)
-    assert err.value.code == QUESTION_TOO_LONG
+def test_an_internal_goal_takes_whatever_a_server_may_be_set_to_take() -> None:
+    question, option = "x" * MAX_SETTABLE_CHARS, "A. " + "y" * (MAX_SETTABLE_CHARS - 3)
+    checked = validate_query(question, [option], GOAL_LIMITS)
+    assert (checked.text, checked.options, checked.limits) == (question, (option,), GOAL_LIMITS)
+    for text, options, code in ((question + "x", [option], QUESTION_TOO_LONG),
+                                (question, [option + "y"], BAD_OPTIONS)):
+        with pytest.raises(QueryError) as err:
+            validate_query(text, options, GOAL_LIMITS)
+        assert err.value.code == code
 
 
 @pytest.mark.parametrize(("text", "says"), [

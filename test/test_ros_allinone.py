@@ -34,6 +34,7 @@ from rclpy.parameter import Parameter  # noqa: E402
 from sensor_msgs.msg import CompressedImage, Image  # noqa: E402
 
 from embodied_r_interfaces.action import SpatialQuery as QueryAction  # noqa: E402
+from embodied_r_ros.core.request import MAX_OPTION_CHARS  # noqa: E402
 from embodied_r_ros.nodes.conversions import stamp_to_sec  # noqa: E402
 
 OPTIONS = ["A. I turned left", "B. I turned right"]
@@ -204,6 +205,19 @@ def test_action_uses_the_same_path_with_feedback(streamed: World) -> None:
     n = len(result.key_frame_stamps)
     assert [f.frames_done for f in perceived] == list(range(1, n + 1))
     assert all(f.frames_total == n for f in perceived)
+
+
+def test_a_server_set_to_longer_options_answers_them(streamed: World) -> None:
+    """``max_option_chars`` set to 2,000 holds to the answer: the in-process perception and
+    reasoning check the question no more."""
+    long = "A. " + "I turned to the left " * 70
+    assert MAX_OPTION_CHARS < len(long.strip()) <= 1500
+    (done,) = streamed.by_name["query_server"].set_parameters(
+        [Parameter("max_option_chars", value=2000)])
+    assert done.successful, done.reason
+    r = streamed.ask(options=[long, OPTIONS[1]], window_sec=3.0)
+    assert r.success, r.error
+    assert r.perception.endswith(f"Choices:\n{long.strip()}\n{OPTIONS[1]}")
 
 
 def test_open_question_and_named_default_camera(streamed: World) -> None:

@@ -39,6 +39,7 @@ from embodied_r_interfaces.msg import EgoMotion  # noqa: E402
 from embodied_r_interfaces.srv import GetWindow, MemoryClear, MemoryStats  # noqa: E402
 from embodied_r_ros.client import SpatialQueryClient  # noqa: E402
 from embodied_r_ros.core.backends.images import encode_jpeg  # noqa: E402
+from embodied_r_ros.core.request import MAX_SETTABLE_CHARS  # noqa: E402
 
 NS = "/robust"
 OPTIONS = ["A. left", "B. right"]
@@ -169,7 +170,8 @@ def test_hostile_internal_requests_get_codes(world: AllInOne) -> None:
         (Perceive.Goal(question="q?", key_frames=[frame()] * 300, motions=[EgoMotion()] * 299),
          "BAD_REQUEST"),
         (Perceive.Goal(question="q?", key_frames=[frame(huge_jpeg_header())]), "CORRUPT_FRAME"),
-        (Perceive.Goal(question="x" * 30_000, key_frames=two, motions=[EgoMotion()]),
+        (Perceive.Goal(question="x" * (MAX_SETTABLE_CHARS + 1), key_frames=two,
+                       motions=[EgoMotion()]),
          "QUESTION_TOO_LONG"),
     ]
     for goal, code in table:

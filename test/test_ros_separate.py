@@ -4,7 +4,7 @@ perception, and peers that are missing."""
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import pytest
@@ -31,6 +31,7 @@ from rclpy.parameter import Parameter  # noqa: E402
 from sensor_msgs.msg import Image  # noqa: E402
 
 from embodied_r_interfaces.srv import SpatialQuery  # noqa: E402
+from embodied_r_ros.core.request import MAX_OPTION_CHARS  # noqa: E402
 from embodied_r_ros.nodes.frame_buffer import FrameBufferNode  # noqa: E402
 from embodied_r_ros.nodes.perception_node import PerceptionNode  # noqa: E402
 from embodied_r_ros.nodes.query_server import QueryServerNode  # noqa: E402
@@ -68,9 +69,10 @@ class Separate:
         wait_matched(self.image, [self.buffer.camera_subscriptions[0]])
         wait_matched(self.odom, [self.buffer.odometry_subscription])
 
-    def ask(self, window_sec: float = 0.0, camera: str = "") -> Any:
+    def ask(self, window_sec: float = 0.0, camera: str = "",
+            options: Sequence[str] = OPTIONS) -> Any:
         return call(self.client, SpatialQuery.Request(
-            question="Which way did I turn?", options=OPTIONS, window_sec=window_sec,
+            question="Which way did I turn?", options=list(options), window_sec=window_sec,
             camera=camera))
 
 
@@ -142,6 +144,23 @@ def test_visual_ego_motion_fills_in_without_odometry(sep: Separate) -> None:
             if s.sec >= STAMPS[ODOM_FROM]]
     assert early and all(a.startswith(("rotate right", "move right")) for a in early), found
     assert late and all(a.startswith("rotate left") for a in late), found
+
+
+def test_a_limit_set_on_the_query_server_holds_at_its_peers(sep: Separate) -> None:
+    """A server set to 2,000-character options answers one of 1,500 over DDS: the perception
+    and reasoning nodes take what any query server may be set to take."""
+    long = "A. " + "I turned to the left " * 70
+    assert MAX_OPTION_CHARS < len(long.strip()) <= 1500
+    options = [long, OPTIONS[1]]
+    assert sep.ask(options=options).error_code == "BAD_OPTIONS"  # the default limit
+    (done,) = sep.query.set_parameters([Parameter("max_option_chars", value=2000)])
+    assert done.successful, done.reason
+    try:
+        r = sep.ask(options=options)
+    finally:
+        sep.query.set_parameters([Parameter("max_option_chars", value=MAX_OPTION_CHARS)])
+    assert r.success, r.error
+    assert r.perception.endswith(f"Choices:\n{long.strip()}\n{OPTIONS[1]}")
 
 
 def test_camera_without_a_buffer_and_missing_peers(losing_peers: Separate) -> None:

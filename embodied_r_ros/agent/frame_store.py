@@ -28,7 +28,7 @@ import numpy as np
 
 from embodied_r_ros.core.actions import Motion
 from embodied_r_ros.core.backends.images import decode_image, encode_jpeg, resize_max_side
-from embodied_r_ros.core.config import KeyframeConfig
+from embodied_r_ros.core.config import ODOM_TOLERANCE_SEC, KeyframeConfig
 from embodied_r_ros.core.error_codes import BAD_STAMP, NO_FRAMES
 from embodied_r_ros.core.keyframes import KeyframeDecision, KeyframeExtractor, finalize_positions
 from embodied_r_ros.core.odometry import PoseTrack, odometry_motions, pose_near
@@ -37,6 +37,13 @@ from embodied_r_ros.core.request import QueryError, check_window_sec
 
 log = logging.getLogger(__name__)
 
+#: the frame buffer's parameters start here: seconds and bytes of frames kept, their JPEG
+#: quality, and how far off the timeline a stamp is dropped unless as many frames confirm it
+BUFFER_SEC = 300.0
+BUFFER_MAX_BYTES = 64 * 2**20
+JPEG_QUALITY = 90
+STAMP_JUMP_SEC = 5.0
+STAMP_CONFIRM = 3
 
 Verdict = Literal["ok", "held", "restart"]
 
@@ -219,12 +226,12 @@ class FrameStore:
         self,
         kf_cfg: KeyframeConfig,
         *,
-        buffer_sec: float = 300.0,
-        buffer_max_bytes: int = 64 * 2**20,
-        jpeg_quality: int = 90,
-        odom_tolerance_sec: float = 0.2,
-        stamp_jump_sec: float = 5.0,
-        stamp_confirm: int = 3,
+        buffer_sec: float = BUFFER_SEC,
+        buffer_max_bytes: int = BUFFER_MAX_BYTES,
+        jpeg_quality: int = JPEG_QUALITY,
+        odom_tolerance_sec: float = ODOM_TOLERANCE_SEC,
+        stamp_jump_sec: float = STAMP_JUMP_SEC,
+        stamp_confirm: int = STAMP_CONFIRM,
         decoded_keep: int = 40,
         snap_to_key_frames: bool = False,
         pose_track: PoseTrack | None = None,

@@ -13,7 +13,7 @@ from embodied_r_ros.core.cancel import CancelToken
 from embodied_r_ros.core.perception import ProgressFn
 from embodied_r_ros.core.pipeline import EmbodiedR
 from embodied_r_ros.core.reasoning import Reasoning
-from embodied_r_ros.core.request import SCOPE_WINDOW
+from embodied_r_ros.core.request import SCOPE_WINDOW, Question
 
 WindowFn = Callable[[float], Window]
 PipelineFn = Callable[[], EmbodiedR]
@@ -39,22 +39,21 @@ class LocalEngine:
     def perceive(
         self,
         window: Window,
-        question: str,
-        options: Sequence[str],
+        question: Question,
         on_progress: ProgressFn | None,
         cancel: CancelToken,
     ) -> str:
         result = self.perception().perceive_window(
             window.decoded(),
             window.stamps,
-            question,
-            options,
+            question.text,
+            question.options,
             window.motions,
             on_progress=on_progress,
             cancel=cancel,
         )
         return result.text
 
-    def reason(self, perception: str, options: Sequence[str], cancel: CancelToken,
+    def reason(self, perception: str, question: Question, cancel: CancelToken,
                scope: str = SCOPE_WINDOW) -> Reasoning:
-        return self.reasoning(perception, options, cancel, scope)
+        return self.reasoning(perception, question.options, cancel, scope)

@@ -29,11 +29,12 @@ from embodied_r_ros.core.perception import ProgressFn
 from embodied_r_ros.core.query_result import MemoryFrameUsed, QueryResult
 from embodied_r_ros.core.reasoning import Reasoning
 from embodied_r_ros.core.request import (
-    MAX_OPTION_CHARS,
-    MAX_QUESTION_CHARS,
+    DEFAULT_LIMITS,
     SCOPE_MEMORY,
     SCOPE_WINDOW,
     QueryError,
+    Question,
+    RequestLimits,
     check_camera,
     check_scope,
     check_window_sec,
@@ -44,6 +45,9 @@ from embodied_r_ros.core.request import (
 log = logging.getLogger(__name__)
 
 _POLL_S = 0.02
+#: the query server's ``query_timeout_sec`` and ``max_concurrent_queries`` start here
+TIMEOUT_SEC = 300.0
+MAX_CONCURRENT = 2
 
 
 class Engine(Protocol):
@@ -55,8 +59,7 @@ class Engine(Protocol):
     def perceive(
         self,
         window: Window,
-        question: str,
-        options: Sequence[str],
+        question: Question,
         on_progress: ProgressFn | None,
         cancel: CancelToken,
     ) -> str:
@@ -64,10 +67,10 @@ class Engine(Protocol):
         ...
 
     def reason(
-        self, perception: str, options: Sequence[str], cancel: CancelToken, scope: str
+        self, perception: str, question: Question, cancel: CancelToken, scope: str
     ) -> Reasoning:
-        """The reasoning LM's answer; ``scope`` names which LM reads the text (the memory
-        reader reads a memory's)."""
+        """The reasoning LM's answer to ``question``'s options; ``scope`` names which LM reads
+        the text (the memory reader reads a memory's)."""
         ...
 
 
@@ -135,10 +138,10 @@ class QueryRunner:
         cameras: Sequence[str],
         *,
         default_camera: str = "",
-        max_concurrent: int = 2,
-        max_question_chars: int = MAX_QUESTION_CHARS,
-        max_option_chars: int = MAX_OPTION_CHARS,
-        timeout_sec: float = 300.0,
+        max_concurrent: int = MAX_CONCURRENT,
+        max_question_chars: int = DEFAULT_LIMITS.max_question_chars,
+        max_option_chars: int = DEFAULT_LIMITS.max_option_chars,
+        timeout_sec: float = TIMEOUT_SEC,
         memory: MemorySource | None = None,
     ) -> None:
         """``memory``: the spatial memory scope-memory questions read (None: they are answered
@@ -173,17 +176,15 @@ class QueryRunner:
         for thread in threads:
             thread.join(timeout=max(0.0, deadline - time.monotonic()))
 
-    def _validate(self, request: QueryRequest) -> tuple[str, list[str], str, str]:
-        """``(question, options, camera, scope)`` by the request contract
+    def _validate(self, request: QueryRequest) -> tuple[Question, str, str]:
+        """``(question, camera, scope)`` by the request contract
         (:mod:`embodied_r_ros.core.request`) under this runner's current limits."""
-        question, options = validate_query(
-            request.question, list(request.options), self.max_question_chars,
-            self.max_option_chars,
-        )
+        limits = RequestLimits(self.max_question_chars, self.max_option_chars)
+        question = validate_query(request.question, list(request.options), limits)
         camera = check_camera(request.camera, self.cameras, self.default_camera)
         check_window_sec(request.window_sec)
         scope = check_scope(request.scope, has_memory=self.memory is not None)
-        return question, options, camera, scope
+        return question, camera, scope
 
     def run(
         self,
@@ -194,7 +195,7 @@ class QueryRunner:
         """Answer ``request``; never raises. ``cancel`` (the caller's) stops it early."""
         start = time.perf_counter()
         try:
-            question, options, camera, scope = self._validate(request)
+            question, camera, scope = self._validate(request)
         except QueryError as exc:
             return self._finish(_failure(exc.code, str(exc)), start)
         if self._closed:
@@ -218,8 +219,8 @@ class QueryRunner:
 
         def work() -> None:
             try:
-                box.append(self._answer(camera, request.window_sec, question, options,
-                                        on_progress, token, scope))
+                box.append(self._answer(camera, request.window_sec, question, on_progress,
+                                        token, scope))
             finally:
                 answered.set()
                 slot.release()
@@ -249,8 +250,7 @@ class QueryRunner:
         self,
         camera: str,
         window_sec: float,
-        question: str,
-        options: list[str],
+        question: Question,
         on_progress: ProgressFn | None,
         cancel: CancelToken,
         scope: str = SCOPE_WINDOW,
@@ -268,18 +268,18 @@ class QueryRunner:
             t0 = time.perf_counter()
             if scope == SCOPE_MEMORY:
                 assert self.memory is not None  # validated
-                perception, used = self.memory.perception(question, options)
+                perception, used = self.memory.perception(question.text, question.options)
                 stamps = [u.stamp for u in used]
             else:
                 window = self.engine.window(camera, window_sec, cancel)
                 raise_if_stopped(cancel)
                 t0 = time.perf_counter()
-                perception = self.engine.perceive(window, question, options, progress, cancel)
+                perception = self.engine.perceive(window, question, progress, cancel)
                 stamps = list(window.stamps)
             t1 = time.perf_counter()
             raise_if_stopped(cancel)
             progress("reasoning", 0, 1, "")
-            reasoning = self.engine.reason(perception, options, cancel, scope)
+            reasoning = self.engine.reason(perception, question, cancel, scope)
             t2 = time.perf_counter()
             raise_if_stopped(cancel)
             progress("done", 1, 1, reasoning.answer)

@@ -27,6 +27,13 @@ CONFIG_DIR = Path(str(files("embodied_r_ros") / "config"))
 PROFILES_DIR = CONFIG_DIR / "profiles"
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 _ENVNAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+#: the most key frames a question is answered from (the official clamp's upper bound; the
+#: spatial memory's selection starts here too)
+KEY_FRAME_BUDGET = 32
+#: the newest key frames every selection from the spatial memory includes
+LATEST_FRAMES = 4
+#: the most seconds between a key frame and the odometry pose it takes
+ODOM_TOLERANCE_SEC = 0.2
 
 
 class ConfigError(ValueError):
@@ -46,7 +53,7 @@ class KeyframeConfig(StrictModel):
     sample_fps: float = Field(1.0, ge=0.0, description="pre-sampling rate; 0 keeps every frame")
     overlap_threshold: float = Field(0.5, gt=0.0, le=1.0)
     min_frames: int = Field(4, ge=0, description="clamp lower bound; 0 disables")
-    max_frames: int = Field(32, ge=0, description="clamp upper bound; 0 disables")
+    max_frames: int = Field(KEY_FRAME_BUDGET, ge=0, description="clamp upper bound; 0 disables")
     n_features: int = Field(500, ge=10, description="ORB features")
     min_matches: int = Field(10, ge=4, description="a frame needs MORE than this many matches")
     ransac_reproj_px: float = Field(5.0, gt=0.0)
@@ -230,8 +237,9 @@ class PerceptionConfig(StrictModel):
         "action a frame (paper)")
     # one rule for the robot and for datasets built from bags (core/odometry.py): a key frame
     # takes the odometry pose nearest in time within this, else visual ego-motion is used
-    odom_tolerance_sec: float = Field(0.2, ge=0.0, le=10.0, description="max seconds between "
-                                      "a key frame and its odometry pose")
+    odom_tolerance_sec: float = Field(ODOM_TOLERANCE_SEC, ge=0.0, le=10.0,
+                                      description="max seconds between a key frame and its "
+                                      "odometry pose")
     # robust: numbering read leniently, the action matched to the vocabulary (robots);
     # official: the official split_points reading (the paper route and benchmark imports)
     reply_reading: Literal["robust", "official"] = "robust"
@@ -298,7 +306,8 @@ class MemoryConfig(StrictModel):
     embedder: Literal["auto", "off", "required"] = "auto"
     budget: int = Field(0, ge=0, description="key frames a question selects from the memory; "
                         "0: keyframes.max_frames")
-    latest: int = Field(4, ge=1, description="the newest key frames every selection includes")
+    latest: int = Field(LATEST_FRAMES, ge=1, description="the newest key frames every "
+                        "selection includes")
     share_placements: bool = Field(False, description="read every robot's placed objects of "
                                    "the store, not only this robot's (the fleet's poses must "
                                    "be in one shared world frame, e.g. a common map)")

@@ -3,7 +3,8 @@
 The CLI, the ROS nodes and the training-data builder all call :class:`EmbodiedR`, so a question
 asked of a video file, of a live camera or of a recorded bag goes through the same code. A whole
 question's answer is a :class:`~embodied_r_ros.core.query_result.QueryResult`; a question that
-cannot be answered raises :class:`QueryError`.
+cannot be answered raises :class:`QueryError`. Requests are checked where they enter
+(:mod:`embodied_r_ros.core.request`); the calls here take them as checked.
 """
 
 from __future__ import annotations
@@ -44,9 +45,7 @@ from embodied_r_ros.core.request import (
     SCOPE_MEMORY,
     SCOPE_WINDOW,
     QueryError,
-    validate_options,
-    validate_perception,
-    validate_query,
+    Question,
 )
 
 log = logging.getLogger(__name__)
@@ -251,11 +250,9 @@ class EmbodiedR:
         self, perception_text: str, options: Sequence[str], cancel: CancelToken | None = None,
         scope: str = SCOPE_WINDOW, *, reader: ChatBackend | None = None,
     ) -> Reasoning:
-        """The LM's reply to a perception text (validated first: options, size), from the LM
-        the request's ``scope`` names (:meth:`reader_for`); ``reader`` names the LM instead
-        (a benchmark reading one text with both)."""
-        opts = validate_options(options)
-        validate_perception(perception_text)
+        """The LM's reply to a perception text, from the LM the request's ``scope`` names
+        (:meth:`reader_for`); ``reader`` names the LM instead (a benchmark reading one text with
+        both). ``options``: as the request's entry checked them (a :class:`Question`'s)."""
         lm = reader or self.reader_for(scope)
         if lm is None:
             raise QueryError(BACKEND_DOWN, "no reasoning model is loaded")
@@ -265,7 +262,7 @@ class EmbodiedR:
             )[0].text
         except BackendError as exc:
             raise QueryError(exc.code, f"reasoning model: {exc}") from None
-        return parse_reasoning(raw, opts, self.config.reasoning.answer_mode)
+        return parse_reasoning(raw, options, self.config.reasoning.answer_mode)
 
     # -- whole questions ----------------------------------------------------------------------
 
@@ -273,8 +270,7 @@ class EmbodiedR:
         self,
         images: Sequence[np.ndarray],
         stamps: Sequence[float],
-        question: str,
-        options: Sequence[str] = (),
+        question: Question,
         *,
         motions: Sequence[Motion | None] | None = None,
         motion_source: MotionSource | Sequence[MotionSource] = "odometry",
@@ -283,15 +279,14 @@ class EmbodiedR:
         on_progress: ProgressFn | None = None,
         cancel: CancelToken | None = None,
     ) -> QueryResult:
-        """Answer over already selected key frames (the ROS buffer selects them itself)."""
-        start = time.perf_counter()
-        question, opts = validate_query(question, options)
-        t0 = time.perf_counter()
+        """Answer ``question`` over already selected key frames (the ROS buffer selects them
+        itself)."""
+        start = t0 = time.perf_counter()
         perception = self.perceive(
             images,
             stamps,
-            question,
-            opts,
+            question.text,
+            question.options,
             motions=motions,
             motion_source=motion_source,
             on_progress=on_progress,
@@ -300,7 +295,7 @@ class EmbodiedR:
         t1 = time.perf_counter()
         if on_progress:
             on_progress("reasoning", 0, 1, "")
-        reasoning = self.reason(perception.text, opts, cancel)
+        reasoning = self.reason(perception.text, question.options, cancel)
         t2 = time.perf_counter()
         if on_progress:
             on_progress("reasoning", 1, 1, reasoning.answer)
@@ -320,17 +315,16 @@ class EmbodiedR:
     def ask(
         self,
         frames: Iterable[tuple[np.ndarray, float]],
-        question: str,
-        options: Sequence[str] = (),
+        question: Question,
         *,
         on_progress: ProgressFn | None = None,
         cancel: CancelToken | None = None,
     ) -> QueryResult:
-        """Answer about a whole video: ``frames`` are ``(rgb_image, stamp_seconds)`` pairs.
+        """Answer ``question`` about a whole video: ``frames`` are ``(rgb_image,
+        stamp_seconds)`` pairs.
 
         The motion between key frames is visual ego-motion, reusing the extractor's matches.
         """
-        validate_query(question, options)
         t0 = time.perf_counter()
         selection = self.select(frames)
         if not selection.images:
@@ -341,7 +335,6 @@ class EmbodiedR:
             selection.images,
             selection.stamps,
             question,
-            options,
             motions=motions,
             motion_source="visual",
             indices=selection.indices,

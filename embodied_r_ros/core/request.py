@@ -1,17 +1,19 @@
 """One spatial question's contract: the limits a request keeps, and the code each violation gets.
 
-Every entry point checks a request here before any work, so the same request is refused the
-same way wherever it arrives: the query runner (the ``SpatialQuery`` service and action, all
-sizes settable on the query server), the perception and reasoning nodes' internal goals, the
-frame buffer's ``GetWindow``, ``embodied-r ask`` and the training-data builder. A violation is
-a :class:`QueryError`: a code of :mod:`~embodied_r_ros.core.error_codes` and one line of text
-naming what was wrong.
+Every entry point checks a request here before any work, against the limits configured for it,
+so the same request is refused the same way wherever it arrives: the query runner (the
+``SpatialQuery`` service and action, its limits settable on the query server), the perception
+and reasoning nodes' internal goals, the frame buffer's ``GetWindow``, ``embodied-r ask`` and
+the training-data builder. A checked question is a :class:`Question`, which carries the limits
+it passed; what is called with one checks nothing again. A violation is a :class:`QueryError`:
+a code of :mod:`~embodied_r_ros.core.error_codes` and one line of text naming what was wrong.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from embodied_r_ros.core.error_codes import (
     BAD_OPTIONS,
@@ -34,11 +36,15 @@ MAX_OPTION_CHARS = 500
 MAX_OPTIONS = len(LETTERS)
 #: the perception text a reasoning request carries (and one perception may make)
 MAX_PERCEPTION_CHARS = 500_000
-#: an internal ``Perceive`` goal: its question (the query server's bound is tighter), its key
-#: frames (a window's, after the clamp: far more is a malformed goal) and each one's JPEG bytes
-MAX_GOAL_QUESTION_CHARS = 20_000
+#: the most a query server's ``max_question_chars`` and ``max_option_chars`` may be set to
+MAX_SETTABLE_CHARS = 100_000
+#: an internal ``Perceive`` goal's key frames (a window's, after the clamp: far more is a
+#: malformed goal) and each one's JPEG bytes
 MAX_GOAL_FRAMES = 256
 MAX_JPEG_BYTES = 16 * 2**20
+#: an image's pixels (a camera frame or a request's picture), read from its header before it
+#: is decoded: a 1 MB PNG of 16000 x 16000 is refused undecoded
+MAX_IMAGE_PIXELS = 4096 * 4096
 #: partial text in action feedback is for humans: kept small
 MAX_FEEDBACK_CHARS = 2000
 #: an error line (errors go into ROS strings and HTTP bodies)
@@ -47,6 +53,31 @@ MAX_ERROR_CHARS = 500
 SCOPE_WINDOW = "window"
 SCOPE_MEMORY = "memory"
 SCOPES = (SCOPE_WINDOW, SCOPE_MEMORY)
+
+
+@dataclass(frozen=True)
+class RequestLimits:
+    """The sizes an entry accepts: the longest question and the longest option."""
+
+    max_question_chars: int = MAX_QUESTION_CHARS
+    max_option_chars: int = MAX_OPTION_CHARS
+
+
+#: an entry's limits unless it is configured otherwise (``embodied-r ask``, the training data)
+DEFAULT_LIMITS = RequestLimits()
+#: the internal ``Perceive`` and ``Reason`` goals: whatever a query server may be set to accept
+GOAL_LIMITS = RequestLimits(MAX_SETTABLE_CHARS, MAX_SETTABLE_CHARS)
+
+
+@dataclass(frozen=True)
+class Question:
+    """A question as :func:`validate_query` passed it: stripped text, options in ``"A. text"``
+    form, and the limits it was checked against. Made at an entry; below it nothing checks the
+    question again."""
+
+    text: str
+    options: tuple[str, ...] = ()
+    limits: RequestLimits = DEFAULT_LIMITS
 
 
 class QueryError(Exception):
@@ -64,9 +95,10 @@ def one_line(text: object, limit: int = MAX_ERROR_CHARS) -> str:
 
 
 def validate_options(
-    options: Sequence[str], max_option_chars: int = MAX_OPTION_CHARS
-) -> list[str]:
+    options: Sequence[str], limits: RequestLimits = DEFAULT_LIMITS
+) -> tuple[str, ...]:
     """Stripped options in ``"A. text"`` form, bounded in count and length, or QueryError."""
+    max_option_chars = limits.max_option_chars
     if len(options) > MAX_OPTIONS:
         raise QueryError(
             BAD_OPTIONS, f"{len(options)} options given; at most {MAX_OPTIONS} are supported"
@@ -80,7 +112,7 @@ def validate_options(
                 f"option {i + 1} has {len(option)} characters; at most {max_option_chars} "
                 "are allowed",
             )
-    opts = [o.strip() for o in options]
+    opts = tuple(o.strip() for o in options)
     try:
         parse_options(opts)
     except OptionsError as exc:
@@ -89,12 +121,11 @@ def validate_options(
 
 
 def validate_query(
-    question: str,
-    options: Sequence[str],
-    max_question_chars: int = MAX_QUESTION_CHARS,
-    max_option_chars: int = MAX_OPTION_CHARS,
-) -> tuple[str, list[str]]:
-    """Normalised ``(question, options)`` or :class:`QueryError`; cheap, before any work."""
+    question: str, options: Sequence[str], limits: RequestLimits = DEFAULT_LIMITS
+) -> Question:
+    """The :class:`Question` of a request's text and options under ``limits``, or
+    :class:`QueryError`; cheap, before any work."""
+    max_question_chars = limits.max_question_chars
     if not isinstance(question, str):
         raise QueryError(EMPTY_QUESTION, "the question is not text")
     if len(question) > max_question_chars + 1000:  # surrounding whitespace aside
@@ -111,7 +142,7 @@ def validate_query(
             QUESTION_TOO_LONG,
             f"the question has {len(text)} characters; at most {max_question_chars} are allowed",
         )
-    return text, validate_options(options, max_option_chars)
+    return Question(text, validate_options(options, limits), limits)
 
 
 def check_window_sec(window_sec: float) -> float:

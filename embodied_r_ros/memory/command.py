@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from embodied_r_ros.core.config import MemoryConfig
+from embodied_r_ros.core.config import KEY_FRAME_BUDGET, LATEST_FRAMES, MemoryConfig
 from embodied_r_ros.core.perception_text import place_line
 from embodied_r_ros.core.reasoning import format_question
 from embodied_r_ros.memory.embedder import load_embedder
@@ -291,9 +291,9 @@ def add_memory_parser(subparsers: argparse._SubParsersAction) -> argparse.Argume
             c.add_argument("--option", "-o", action="append", help='an option such as "A. left"')
             c.add_argument("--fleet", action="store_true", help="every robot's placed objects "
                            "of the store, not only this robot's (memory.share_placements)")
-            c.add_argument("--budget", type=_budget, default=32,
+            c.add_argument("--budget", type=_budget, default=KEY_FRAME_BUDGET,
                            help="key frames a question selects (memory.budget)")
-            c.add_argument("--latest", type=_budget, default=4,
+            c.add_argument("--latest", type=_budget, default=LATEST_FRAMES,
                            help="newest key frames every selection includes (memory.latest)")
         c.set_defaults(func=func)
         return c

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from embodied_r_ros.core.config import Config, MemoryConfig
+from embodied_r_ros.core.config import KEY_FRAME_BUDGET, Config, MemoryConfig
 from embodied_r_ros.memory.embedder import TextEmbedder, load_embedder
 from embodied_r_ros.memory.recorder import MemoryRecorder
 from embodied_r_ros.memory.retrieval import Retriever
@@ -32,10 +32,10 @@ def recorder_for(config: Config, store: MemoryStore,
 def retriever_for(config: Config, store: MemoryStore,
                   embedder: TextEmbedder | None = None) -> Retriever:
     """A retriever with the configured budget (``memory.budget``, else
-    ``keyframes.max_frames``, else 32), latest frames and placements shared or not
+    ``keyframes.max_frames``, else ``KEY_FRAME_BUDGET``), latest frames and placements shared or not
     (``memory.share_placements``)."""
     m = config.memory
-    budget = m.budget or config.keyframes.max_frames or 32
+    budget = m.budget or config.keyframes.max_frames or KEY_FRAME_BUDGET
     return Retriever(store, budget=budget, latest=min(m.latest, budget - 1), embedder=embedder,
                      share_placements=m.share_placements)
 

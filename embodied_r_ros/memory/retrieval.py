@@ -1,6 +1,6 @@
 """Which key frames of hours of memory a question is answered from.
 
-The reasoner reads at most the key-frame budget (32, ``keyframes.max_frames``), so a question
+The reasoner reads at most the key-frame budget (``keyframes.max_frames``), so a question
 picks its frames from the whole memory, in this order of priority:
 
 1. the **latest** frames (``memory.latest``), always: the last selected frame is "now", so
@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from embodied_r_ros.core.config import KEY_FRAME_BUDGET, LATEST_FRAMES
 from embodied_r_ros.core.perception_text import FrameLayout
 from embodied_r_ros.core.records import PerceptionRecord
 from embodied_r_ros.memory.embedder import TextEmbedder
@@ -142,7 +143,8 @@ class Retriever:
     """Selects a question's frames from one store (see the module notes); one per reader
     thread. ``embedder``: None for full-text search alone."""
 
-    def __init__(self, store: MemoryStore, *, budget: int = 32, latest: int = 4,
+    def __init__(self, store: MemoryStore, *, budget: int = KEY_FRAME_BUDGET,
+                 latest: int = LATEST_FRAMES,
                  embedder: TextEmbedder | None = None, text_hits: int = 400,
                  share_placements: bool = False) -> None:
         if budget < 2 or not 1 <= latest < budget:

@@ -24,6 +24,7 @@ from embodied_r_ros.core.backends.images import decode_image
 from embodied_r_ros.core.error_codes import CORRUPT_FRAME
 from embodied_r_ros.core.poses import Pose
 from embodied_r_ros.core.query_result import MemoryFrameUsed, QueryResult
+from embodied_r_ros.core.request import MAX_IMAGE_PIXELS
 
 # the node's names for the core's conversions
 from embodied_r_ros.core.ros_images import FrameError as FrameError
@@ -90,7 +91,8 @@ def jpeg_to_compressed(jpeg: bytes, stamp: float, frame_id: str = "") -> Compres
     return msg
 
 
-def compressed_jpeg_to_rgb(msg: CompressedImage, max_pixels: int = 4096 * 4096) -> np.ndarray:
+def compressed_jpeg_to_rgb(msg: CompressedImage, max_pixels: int = MAX_IMAGE_PIXELS
+                           ) -> np.ndarray:
     """The frame buffer's JPEGs back to RGB (internal transport); the size is read from the
     header first, so a hostile 'JPEG' of huge dimensions is refused before any allocation."""
     return decode_image(bytes(msg.data), max_pixels)

@@ -32,7 +32,16 @@ from rclpy.node import Node
 from rclpy.qos import QoSProfile, ReliabilityPolicy, qos_profile_sensor_data
 from sensor_msgs.msg import CompressedImage, Image
 
-from embodied_r_ros.agent.frame_store import FrameStore, Window, stamp_filter
+from embodied_r_ros.agent.frame_store import (
+    BUFFER_MAX_BYTES,
+    BUFFER_SEC,
+    JPEG_QUALITY,
+    STAMP_CONFIRM,
+    STAMP_JUMP_SEC,
+    FrameStore,
+    Window,
+    stamp_filter,
+)
 from embodied_r_ros.agent.guard import guard_service, guard_subscription, one_line
 from embodied_r_ros.core.config import Config
 from embodied_r_ros.core.error_codes import INTERNAL
@@ -58,6 +67,7 @@ from embodied_r_ros.nodes.diagnostics import (
 )
 from embodied_r_ros.nodes.params import (
     CONFIG_SPECS,
+    DEFAULT_CAMERA,
     DIAGNOSTICS_SPEC,
     Spec,
     declare,
@@ -75,10 +85,11 @@ PASS_ALL: tuple[str, list[str]] = ("header.stamp.nanosec >= %0", ["0"])
 
 SPECS: tuple[Spec, ...] = (
     DIAGNOSTICS_SPEC,
-    Spec("camera_name", "front", "this camera's name in SpatialQuery.camera"),
-    Spec("buffer_sec", 300.0, "seconds of pre-sampled frames kept", 1.0, 86400.0),
-    Spec("buffer_max_mb", 64.0, "memory bound of the JPEG frame store in MiB", 1.0, 65536.0),
-    Spec("jpeg_quality", 90, "JPEG quality of stored frames", 10, 100),
+    Spec("camera_name", DEFAULT_CAMERA, "this camera's name in SpatialQuery.camera"),
+    Spec("buffer_sec", BUFFER_SEC, "seconds of pre-sampled frames kept", 1.0, 86400.0),
+    Spec("buffer_max_mb", BUFFER_MAX_BYTES / 2**20, "memory bound of the JPEG frame store in "
+         "MiB", 1.0, 65536.0),
+    Spec("jpeg_quality", JPEG_QUALITY, "JPEG quality of stored frames", 10, 100),
     Spec("odom_tolerance_sec", -1.0, "max time between a key frame and its odometry pose; "
          "-1: the config's perception.odom_tolerance_sec, which datasets built from bags use "
          "too", -1.0, 10.0),
@@ -89,10 +100,10 @@ SPECS: tuple[Spec, ...] = (
     Spec("image_qos", "sensor_data", "QoS of the image subscriptions: sensor_data (best effort, "
          "matches any camera) or reliable (only reliable cameras; survives UDP loss of large "
          "frames)", choices=("sensor_data", "reliable")),
-    Spec("stamp_jump_sec", 5.0, "a frame stamped this far off the stream's timeline is dropped "
-         "(BAD_STAMP) unless the next frames confirm the jump", 0.5, 86400.0),
-    Spec("stamp_confirm_frames", 3, "consecutive frames that confirm a timeline jump (a bag "
-         "loop, a clock reset)", 1, 100),
+    Spec("stamp_jump_sec", STAMP_JUMP_SEC, "a frame stamped this far off the stream's timeline "
+         "is dropped (BAD_STAMP) unless the next frames confirm the jump", 0.5, 86400.0),
+    Spec("stamp_confirm_frames", STAMP_CONFIRM, "consecutive frames that confirm a timeline "
+         "jump (a bag loop, a clock reset)", 1, 100),
     Spec("stamp_filter", True, "once the sampling grid is known, subscribe with a DDS content "
          "filter on header.stamp, so only frames near the grid times are delivered at all"),
     Spec("pose_source", "odom", "where key frames' poses come from: odom (nav_msgs/Odometry "

@@ -129,6 +129,10 @@ def _watch(node: Node, specs: dict[str, Spec], values: dict[str, Any], check: Ch
     node.add_post_set_parameters_callback(changed)
 
 
+#: the camera a node serves unless told otherwise (the frame buffer's ``camera_name``, the
+#: ``cameras`` of the query server and the perception node)
+DEFAULT_CAMERA = "front"
+
 # Declared by a node that loads the pipeline configuration itself (not when it is handed one).
 CONFIG_SPECS: tuple[Spec, ...] = (
     Spec("profile", "offline", "pipeline profile from config/profiles (tiny, offline, "

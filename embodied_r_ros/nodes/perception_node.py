@@ -45,8 +45,8 @@ from embodied_r_ros.core.perception_text import observation
 from embodied_r_ros.core.pipeline import EmbodiedR
 from embodied_r_ros.core.poses import Pose
 from embodied_r_ros.core.request import (
+    GOAL_LIMITS,
     MAX_FEEDBACK_CHARS,
-    MAX_GOAL_QUESTION_CHARS,
     QueryError,
     check_key_frames,
     validate_query,
@@ -61,15 +61,15 @@ from embodied_r_ros.nodes.conversions import (
 )
 from embodied_r_ros.nodes.memory_services import MemoryServices, open_writer
 from embodied_r_ros.nodes.model_node import SUCCESS, ModelNode, model_status
-from embodied_r_ros.nodes.params import Spec, declare
+from embodied_r_ros.nodes.params import DEFAULT_CAMERA, Spec, declare
 from embodied_r_ros.nodes.transport import stored_frames_topic
 
 KEY_POSES_KEPT = 1024  # poses of key frames received and not yet written to the memory
 NOT_CONFIGURED = "the perception node is not configured"
 
 SPECS: tuple[Spec, ...] = (
-    Spec("cameras", ["front"], "streaming mode, separate processes: the cameras whose stored "
-         "frames (frames/<camera>/stored) are described as they arrive (read on configure)",
+    Spec("cameras", [DEFAULT_CAMERA], "streaming mode, separate processes: the cameras whose "
+         "stored frames (frames/<camera>/stored) are described as they arrive (read on configure)",
          read_only=False),
     Spec("subscribe_frames", True, "streaming mode or memory.enabled: subscribe to those topics "
          "and, with the memory, write it (the all-in-one hands frames over in-process and "
@@ -278,14 +278,13 @@ class PerceptionNode(ModelNode):
             ))
 
         def work(pipeline: EmbodiedR, token: CancelToken) -> None:
-            question, options = validate_query(goal.question, list(goal.options),
-                                               MAX_GOAL_QUESTION_CHARS)
+            question = validate_query(goal.question, list(goal.options), GOAL_LIMITS)
             images = self._images(goal)
             res = pipeline.perceive_window(
                 images,
                 [stamp_to_sec(m.header.stamp) for m in goal.key_frames],
-                question,
-                options,
+                question.text,
+                question.options,
                 [msg_to_motion(m) for m in goal.motions],
                 on_progress=feedback,
                 cancel=token,

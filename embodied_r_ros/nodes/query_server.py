@@ -33,17 +33,24 @@ from embodied_r_ros.agent.guard import (
     guard_execute,
     guard_service,
 )
-from embodied_r_ros.agent.query_runner import Engine, MemorySource, QueryRequest, QueryRunner
+from embodied_r_ros.agent.query_runner import (
+    MAX_CONCURRENT,
+    TIMEOUT_SEC,
+    Engine,
+    MemorySource,
+    QueryRequest,
+    QueryRunner,
+)
 from embodied_r_ros.core.error_codes import (
     BACKEND_DOWN,
     BACKEND_FAILED,
     BACKEND_TIMEOUT,
 )
 from embodied_r_ros.core.request import (
+    DEFAULT_LIMITS,
     MAX_FEEDBACK_CHARS,
-    MAX_OPTION_CHARS,
     MAX_OPTIONS,
-    MAX_QUESTION_CHARS,
+    MAX_SETTABLE_CHARS,
 )
 from embodied_r_ros.memory.service import MemoryReader, MemoryWriter
 from embodied_r_ros.nodes.conversions import fill_query_response
@@ -51,41 +58,44 @@ from embodied_r_ros.nodes.diagnostics import OK, WARN, DiagnosticsPublisher, mak
 from embodied_r_ros.nodes.memory_services import MemoryServices
 from embodied_r_ros.nodes.params import (
     CONFIG_SPECS,
+    DEFAULT_CAMERA,
     DIAGNOSTICS_SPEC,
     Spec,
     declare,
     load_node_config,
 )
-from embodied_r_ros.nodes.transport import QUERY_QOS
+from embodied_r_ros.nodes.remote_engine import BACKEND_WAIT_SEC, WINDOW_TIMEOUT_SEC, RemoteEngine
+from embodied_r_ros.nodes.transport import PERCEPTION_ACTION, QUERY_QOS, REASONING_ACTION
 
 #: a query that last failed with one of these turns the server's diagnostics to WARN
 BACKEND_CODES = frozenset({BACKEND_DOWN, BACKEND_TIMEOUT, BACKEND_FAILED})
 
 SPECS: tuple[Spec, ...] = (
     DIAGNOSTICS_SPEC,
-    Spec("cameras", ["front"], "names of the cameras this server answers for (one frame "
+    Spec("cameras", [DEFAULT_CAMERA], "names of the cameras this server answers for (one frame "
          "buffer each, matching its camera_name)"),
     Spec("default_camera", "", "camera used when a request leaves 'camera' empty "
          "(empty = the first of 'cameras')", read_only=False),
-    Spec("max_concurrent_queries", 2, "queries answered at once; more are refused with BUSY; "
-         "set on a running node, at most its value at start (the process's threads are sized "
-         "for it)", 1, 64, read_only=False),
-    Spec("max_question_chars", MAX_QUESTION_CHARS, "longest accepted question "
-         "(QUESTION_TOO_LONG above)", 1, 100000, read_only=False),
-    Spec("max_option_chars", MAX_OPTION_CHARS, "longest accepted option (BAD_OPTIONS above); "
-         f"at most {MAX_OPTIONS} options", 1, 100000, read_only=False),
-    Spec("query_timeout_sec", 300.0, "a query not answered by then fails with BACKEND_TIMEOUT",
-         0.1, 86400.0, read_only=False),
+    Spec("max_concurrent_queries", MAX_CONCURRENT, "queries answered at once; more are "
+         "refused with BUSY; set on a running node, at most its value at start (the process's "
+         "threads are sized for it)", 1, 64, read_only=False),
+    Spec("max_question_chars", DEFAULT_LIMITS.max_question_chars, "longest accepted question "
+         "(QUESTION_TOO_LONG above)", 1, MAX_SETTABLE_CHARS, read_only=False),
+    Spec("max_option_chars", DEFAULT_LIMITS.max_option_chars, "longest accepted option "
+         f"(BAD_OPTIONS above); at most {MAX_OPTIONS} options", 1, MAX_SETTABLE_CHARS,
+         read_only=False),
+    Spec("query_timeout_sec", TIMEOUT_SEC, "a query not answered by then fails with "
+         "BACKEND_TIMEOUT", 0.1, 86400.0, read_only=False),
 )
 
 # Only a stand-alone server talks to its peers over ROS.
 REMOTE_SPECS: tuple[Spec, ...] = (
-    Spec("perception_action", "perception/perceive", "Perceive action of the perception node"),
-    Spec("reasoning_action", "reasoning/reason", "Reason action of the reasoning node"),
-    Spec("backend_wait_sec", 2.0, "how long to wait for a peer node before BACKEND_DOWN",
-         0.0, 600.0, read_only=False),
-    Spec("window_timeout_sec", 5.0, "how long a frame buffer has to answer before BACKEND_DOWN",
-         0.1, 600.0, read_only=False),
+    Spec("perception_action", PERCEPTION_ACTION, "Perceive action of the perception node"),
+    Spec("reasoning_action", REASONING_ACTION, "Reason action of the reasoning node"),
+    Spec("backend_wait_sec", BACKEND_WAIT_SEC, "how long to wait for a peer node before "
+         "BACKEND_DOWN", 0.0, 600.0, read_only=False),
+    Spec("window_timeout_sec", WINDOW_TIMEOUT_SEC, "how long a frame buffer has to answer "
+         "before BACKEND_DOWN", 0.1, 600.0, read_only=False),
 )
 #: settable parameters and the attribute of the query runner, or of the remote engine, that
 #: each sets (every question reads them as it arrives)
@@ -126,8 +136,6 @@ class QueryServerNode(Node):
         self._memory: MemorySource | None = None
         self._memory_services: MemoryServices | None = None
         if not local:
-            from embodied_r_ros.nodes.remote_engine import RemoteEngine
-
             self._remote = RemoteEngine(
                 self,
                 self.cameras,

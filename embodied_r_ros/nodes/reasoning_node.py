@@ -22,7 +22,12 @@ from typing import Any
 from embodied_r_ros.core.cancel import CancelToken
 from embodied_r_ros.core.pipeline import EmbodiedR
 from embodied_r_ros.core.reasoning import Reasoning
-from embodied_r_ros.core.request import SCOPE_WINDOW, validate_perception
+from embodied_r_ros.core.request import (
+    GOAL_LIMITS,
+    SCOPE_WINDOW,
+    validate_options,
+    validate_perception,
+)
 from embodied_r_ros.nodes.model_node import ModelNode, model_status
 
 
@@ -43,10 +48,10 @@ class ReasoningNode(ModelNode):
     def reason(self, perception: str, options: Sequence[str], cancel: CancelToken,
                scope: str = SCOPE_WINDOW, pipeline: EmbodiedR | None = None) -> Reasoning:
         """The LM's answer to a perception text of ``scope`` (the Reason action's and the
-        all-in-one's path), its prompt published on ``~/prompts`` while subscribed."""
+        all-in-one's path), its prompt published on ``~/prompts`` while subscribed.
+        ``perception`` and ``options``: as checked where the request entered."""
         pipeline = pipeline or self.serving()
         if self._prompts.get_subscription_count() > 0:
-            validate_perception(perception)  # a hostile request is refused, not published
             messages = pipeline.reasoning_messages(perception)
             self._prompts.publish(self._string(data=json.dumps(messages)))
         return pipeline.reason(perception, options, cancel, scope=scope)
@@ -57,8 +62,10 @@ class ReasoningNode(ModelNode):
         start = time.perf_counter()
 
         def work(pipeline: EmbodiedR, token: CancelToken) -> None:
-            r = self.reason(goal.perception, list(goal.options), token,
-                            goal.scope or SCOPE_WINDOW, pipeline)
+            # the goal's entry: a hostile request is refused here, never published or read
+            options = validate_options(list(goal.options), GOAL_LIMITS)
+            perception = validate_perception(goal.perception)
+            r = self.reason(perception, options, token, goal.scope or SCOPE_WINDOW, pipeline)
             result.think, result.answer, result.answer_text, result.raw = (
                 r.think, r.answer, r.answer_text, r.raw
             )

@@ -37,16 +37,26 @@ from embodied_r_ros.core.cancel import CancelToken
 from embodied_r_ros.core.error_codes import BACKEND_DOWN, BACKEND_FAILED
 from embodied_r_ros.core.perception import ProgressFn
 from embodied_r_ros.core.reasoning import Reasoning, is_well_formed
-from embodied_r_ros.core.request import SCOPE_WINDOW, QueryError
+from embodied_r_ros.core.request import SCOPE_WINDOW, QueryError, Question
 from embodied_r_ros.nodes.conversions import (
     jpeg_to_compressed,
     motion_to_msg,
     msg_to_motion,
     stamp_to_sec,
 )
-from embodied_r_ros.nodes.transport import ALIVE_QOS, alive_topic, window_service_name
+from embodied_r_ros.nodes.transport import (
+    ALIVE_QOS,
+    PERCEPTION_ACTION,
+    REASONING_ACTION,
+    alive_topic,
+    window_service_name,
+)
 
 _POLL_SEC = 0.05
+#: the query server's ``backend_wait_sec`` and ``window_timeout_sec`` start here: how long a
+#: peer has to appear, and a frame buffer to answer
+BACKEND_WAIT_SEC = 2.0
+WINDOW_TIMEOUT_SEC = 5.0
 #: goal servers beat every 0.5 s; this long without a sign of life and a peer is gone, unless
 #: its liveliness says it is only paused
 HEARTBEAT_TIMEOUT_SEC = 2.0
@@ -113,10 +123,10 @@ class RemoteEngine:
         node: Node,
         cameras: Sequence[str],
         *,
-        perception_action: str = "perception/perceive",
-        reasoning_action: str = "reasoning/reason",
-        wait_sec: float = 2.0,
-        window_timeout_sec: float = 5.0,
+        perception_action: str = PERCEPTION_ACTION,
+        reasoning_action: str = REASONING_ACTION,
+        wait_sec: float = BACKEND_WAIT_SEC,
+        window_timeout_sec: float = WINDOW_TIMEOUT_SEC,
     ) -> None:
         from embodied_r_interfaces.action import Perceive, Reason
         from embodied_r_interfaces.srv import GetWindow
@@ -247,14 +257,13 @@ class RemoteEngine:
     def perceive(
         self,
         window: Window,
-        question: str,
-        options: Sequence[str],
+        question: Question,
         on_progress: ProgressFn | None,
         cancel: CancelToken,
     ) -> str:
         goal = self._types[1].Goal(
-            question=question,
-            options=list(options),
+            question=question.text,
+            options=list(question.options),
             key_frames=[jpeg_to_compressed(j, s) for j, s in zip(window.jpegs, window.stamps,
                                                                  strict=True)],
             motions=[motion_to_msg(m) for m in window.motions],
@@ -267,9 +276,10 @@ class RemoteEngine:
         res = self._run_goal(self._perceive, goal, "the perception node", feedback, cancel)
         return str(res.perception)
 
-    def reason(self, perception: str, options: Sequence[str], cancel: CancelToken,
+    def reason(self, perception: str, question: Question, cancel: CancelToken,
                scope: str = SCOPE_WINDOW) -> Reasoning:
-        goal = self._types[2].Goal(perception=perception, options=list(options), scope=scope)
+        goal = self._types[2].Goal(perception=perception, options=list(question.options),
+                                   scope=scope)
         res = self._run_goal(self._reason, goal, "the reasoning node", None, cancel)
         return Reasoning(raw=res.raw, think=res.think, answer=res.answer,
                          answer_text=res.answer_text, well_formed=is_well_formed(res.raw))

@@ -88,6 +88,12 @@ def return_large_buffers_to_the_os(threshold: int = MMAP_THRESHOLD,
     return done
 
 
+#: the (namespace-relative) internal actions of the perception and reasoning nodes (each node's
+#: ``~/perceive`` and ``~/reason`` under its default name)
+PERCEPTION_ACTION = "perception/perceive"
+REASONING_ACTION = "reasoning/reason"
+
+
 def window_service_name(camera: str) -> str:
     """The (namespace-relative) GetWindow service of camera ``camera``'s frame buffer."""
     return f"frames/{camera}/get_window"

@@ -12,6 +12,7 @@ from typing import Any
 
 from embodied_r_ros.core.backends.base import MAX_CHARS_PER_TOKEN, Conversation
 from embodied_r_ros.core.backends.images import data_url_bytes, decode_image, image_size
+from embodied_r_ros.core.request import MAX_IMAGE_PIXELS
 
 #: request keys understood (others are refused, not silently ignored)
 KNOWN_KEYS = frozenset({
@@ -32,9 +33,9 @@ class Limits:
 
     max_images: int = 16
     #: an image's header is read first: a 1 MB PNG of 16000 x 16000 is refused undecoded
-    max_image_pixels: int = 4096 * 4096
+    max_image_pixels: int = MAX_IMAGE_PIXELS
     #: all images of a request together (decoded RGB is 3 bytes a pixel: 192 MiB here)
-    max_request_pixels: int = 4 * 4096 * 4096
+    max_request_pixels: int = 4 * MAX_IMAGE_PIXELS
     #: a configured maximum; the model's context bounds it too (see ``prompt_char_limit``)
     max_prompt_chars: int | None = None
 

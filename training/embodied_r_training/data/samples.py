@@ -60,10 +60,10 @@ def check_sample(sample: Sample) -> None:
     """The question and options must pass what ``ask`` checks, and the solution must be one
     of the options' letters (ValueError, one line)."""
     try:
-        question, options = validate_query(sample.question, sample.options)
+        question = validate_query(sample.question, sample.options)
     except QueryError as exc:
         raise ValueError(f"{exc.code}: {exc}") from None
-    letters = [letter for letter, _ in parse_options(options)]
+    letters = [letter for letter, _ in parse_options(question.options)]
     if sample.solution not in letters:
         raise ValueError(f"answer {sample.solution!r} is not one of {''.join(letters)}")
 
