@@ -23,9 +23,9 @@ from embodied_r_ros.core.poses import heading_deg, quadrant, wrap_deg
 from embodied_r_ros.core.prompts import default_prompts
 from embodied_r_ros.core.reasoning import format_question
 from embodied_r_ros.core.records import FrameRecord, PerceptionRecord, SeenObject, TextStyle
+from embodied_r_ros.reading import rule_reader as oracle
 from embodied_r_ros.sim import question_rules
 from embodied_r_ros.sim import questions as sim_questions
-from embodied_r_ros.sim import rule_reader as oracle
 
 ROOT = Path(__file__).resolve().parents[1]
 OBJECTS = [

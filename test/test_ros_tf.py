@@ -44,7 +44,7 @@ def ctx() -> Iterator[Any]:
 def bag(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The synthetic world as a ROS 1 bag: mono8 images, poses only on /tf and /tf_static."""
     root = tmp_path_factory.mktemp("tfbag")
-    paths = generate_world(SPEC, root / "world", 0, video=False)
+    paths = generate_world(SPEC, root / "world", 0, video=False, decides=None)
     assert paths.bag is not None
     return rewrite_as_ros1(paths.bag, root / "robot.bag", mono=True)
 

@@ -2,8 +2,9 @@
 
 No ROS imports: the bag is written with ``rosbags``. Typical use::
 
+    from embodied_r_ros.reading.text_decides import TextDecides
     from embodied_r_ros.sim import ensure_sample
-    paths = ensure_sample()          # bag/, video.mp4, questions.jsonl, world.json
+    paths = ensure_sample(decides=TextDecides)   # bag/, video.mp4, questions.jsonl, world.json
 """
 
 from embodied_r_ros.sim.camera import PinholeCamera

@@ -37,11 +37,14 @@ from embodied_r_ros.sim.question_rules import (
     SEQUENCE_QUESTION,
     TURNS,
     action_choices,
+    action_picks,
     bearing_deg,
     clear_quadrant,
     progress_choices,
+    progress_picks,
     progress_question,
     sequence_choices,
+    sequence_picks,
     turn_of,
 )
 
@@ -192,7 +195,7 @@ class OdometryQuestions:
                 self._skip("action_generation")
                 continue
             single.append(Draft("action_generation", ACTION_QUESTION,
-                                action_choices(step.action, rng), *clip,
+                                action_choices(action_picks(step.action, rng)), *clip,
                                 {"steps": [step.action]}))
         for a, b in itertools.pairwise(self.steps):
             if b.t0 - a.t1 > TICK_SEC + 1e-9 or a.duration < 1.5 or b.duration < 1.5:
@@ -201,7 +204,8 @@ class OdometryQuestions:
             if clip is None:
                 continue
             double.append(Draft("action_generation", SEQUENCE_QUESTION,
-                                sequence_choices(a.action, b.action, rng), *clip,
+                                sequence_choices(sequence_picks(a.action, b.action, rng)),
+                                *clip,
                                 {"steps": [a.action, b.action]}))
         return [single, double]
 
@@ -300,9 +304,10 @@ class OdometryQuestions:
                 continue
             steps = self.steps[: min(len(self.steps), k + 3)]
             described = [s.describe() for s in steps]
-            choices = progress_choices(k, described, rng)
-            if choices is None:
+            picks = progress_picks(k, len(described), rng)
+            if picks is None:
                 continue
+            choices = progress_choices(picks, described)
             out.append(Draft("progress_evaluation", progress_question(described), choices,
                              self.first, now, {"step": k + 1, "action": step.action}))
         return [out]

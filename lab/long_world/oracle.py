@@ -49,7 +49,7 @@ from embodied_r_ros.core.records import (
 from embodied_r_ros.memory.labels import head_word, label_words, singular
 from embodied_r_ros.memory.placements import place_frames
 from embodied_r_ros.memory.places import Now, place_notes
-from embodied_r_ros.sim.rule_reader import OracleAnswer, letter_where
+from embodied_r_ros.reading.rule_reader import OracleAnswer, letter_where
 from embodied_r_training.data.row_records import record_of
 from lab.long_world.question_rules import AGE_BANDS, DISTANCE_BANDS, nearest_turn
 

@@ -139,6 +139,7 @@ def row_sample(row: Any, bag_path: Path, start_ns: int, end_ns: int) -> Sample:
         extra={
             "window_ns": [start, end],
             **({"answer_text": row["answer_text"]} if "answer_text" in row else {}),
+            **({"basis": row["basis"]} if isinstance(row.get("basis"), dict) else {}),
         },
     )
     try:
