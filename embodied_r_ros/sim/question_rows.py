@@ -23,10 +23,10 @@ class Draft:
     """A question before its options are lettered; ``choices[0]`` is the correct one.
 
     ``start``/``end`` delimit its clip in the caller's units (frame indices for the synthetic
-    world, seconds for a recording); ``basis`` says what the answer was computed from: for the
-    synthetic world, what the question asks
+    world, seconds for a recording); ``basis`` says what the question asks
     (:class:`~embodied_r_ros.sim.question_basis.QuestionBasis` as a dict, its options in the
-    order of ``choices``), which the lettered row carries in letter order.
+    order of ``choices``; the lettered row carries them in letter order) and, for a recording,
+    the times its answer was computed from.
     """
 
     category: str
@@ -132,8 +132,9 @@ def lettered(d: Draft, position: int, rng: np.random.Generator) -> dict[str, Any
         "answer": letters[position],
         "answer_text": d.choices[0],
     }
-    if "kind" in d.basis:
-        fields["basis"] = QuestionBasis.from_dict(d.basis).reordered(order).to_dict()
+    if "kind" in d.basis:  # what it asks, in letter order; what else the basis says, as it is
+        asks = QuestionBasis.from_dict(d.basis).reordered(order)
+        fields["basis"] = {**d.basis, **asks.to_dict()}
     return fields
 
 

@@ -134,10 +134,8 @@ class TextCheck:
 
 
 def _asks(draft: Draft) -> QuestionBasis:
-    """What an odometry draft asks: its wording read as a question file's row's
-    (:func:`~embodied_r_ros.sim.question_basis.from_wording`; these drafts carry the times
-    their answers were computed from, not a question basis)."""
-    return question_basis.from_wording(draft.category, draft.question, draft.choices)
+    """What an odometry draft asks (its basis; its options in the draft's order)."""
+    return QuestionBasis.from_dict(draft.basis)
 
 
 
