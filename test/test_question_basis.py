@@ -15,6 +15,7 @@ import pytest
 from embodied_r_ros.core.reasoning import parse_options
 from embodied_r_ros.sim import question_basis
 from embodied_r_ros.sim.question_basis import QuestionBasis
+from embodied_r_training.data.bag_source import RowError, row_sample
 from embodied_r_training.data.oracle import solve
 from embodied_r_training.data.rationales import rationale
 from embodied_r_training.data.row_records import perception_of
@@ -109,3 +110,19 @@ def test_a_changed_basis_changes_the_reading(world_12: Path) -> None:
 def test_an_unknown_kind_is_refused() -> None:
     with pytest.raises(ValueError, match="unknown question kind 'colour'"):
         QuestionBasis("colour")
+
+
+def test_a_question_file_row_with_a_bad_basis_names_the_field() -> None:
+    row = {"id": "q1", "question": "Where is the red box relative to you now?",
+           "options": ["A. front-left", "B. back-right"], "answer": "A",
+           "category": "relative_direction", "t_start": 0.0, "t_end": 1.0,
+           "basis": {"kind": "direction", "objects": ["red box"],
+                     "options": [["front-left"], ["back-right"]]}}
+    start = 1_700_000_000_000_000_000
+    sample = row_sample(row, Path("bag"), start, start + 2 * 10**9)
+    assert sample.extra["basis"] == row["basis"]
+    for bad, why in (({**row["basis"], "kind": "colour"}, "unknown question kind 'colour'"),
+                     ({**row["basis"], "options": [["front-left"]]}, "1 options for 2 choices"),
+                     ("direction", "expected an object")):
+        with pytest.raises(RowError, match=f"field 'basis': {why}"):
+            row_sample({**row, "basis": bad}, Path("bag"), start, start + 2 * 10**9)
