@@ -65,13 +65,14 @@ DEFAULT_DATA = Path("~/.cache/embodied_r/bench-lm").expanduser()
 
 def demo_rows(data: Path) -> list[dict]:
     """The demo's 30 rows, built once into ``data/demo`` by the offline pipeline."""
+    from embodied_r_ros.reading.text_decides import TextDecides
     from embodied_r_ros.sim.generate import ensure_sample
     from embodied_r_training.data.builders import build_from_bag, perception_config
     from embodied_r_training.data.splits import SplitOptions
 
     demo = data / "demo"
     if not (demo / "data.jsonl").is_file():
-        paths = ensure_sample(data / "sample-world")
+        paths = ensure_sample(data / "sample-world", decides=TextDecides)
         build_from_bag(paths.bag, paths.questions, demo, image_topic="/camera/image_raw",
                        odom_topic="/odom", config=perception_config("offline"),
                        splits=SplitOptions(by="question", folds=0), progress=False)

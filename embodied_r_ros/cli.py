@@ -249,7 +249,7 @@ def _add_profile_args(p: argparse.ArgumentParser) -> None:
 
 def _add_world(sub: argparse._SubParsersAction) -> None:
     try:
-        from embodied_r_ros.sim.world_command import add_world_parser
+        from embodied_r_ros.world_command import add_world_parser
     except ImportError:  # the simulator is optional for the core CLI
         return
     add_world_parser(sub)

@@ -140,6 +140,7 @@ def run(args: argparse.Namespace) -> int:
     from embodied_r_ros.agent.model_loading import describe_models
     from embodied_r_ros.core.config import ConfigError
     from embodied_r_ros.core.profiles import load_config
+    from embodied_r_ros.reading.text_decides import TextDecides
     from embodied_r_ros.sim.generate import ensure_sample
 
     try:
@@ -157,7 +158,7 @@ def run(args: argparse.Namespace) -> int:
             return 2
     else:
         print("Preparing the sample world (rendered once, then cached) ...", flush=True)
-        paths = ensure_sample(args.sample_dir)
+        paths = ensure_sample(args.sample_dir, decides=TextDecides)
         bag, questions_file = paths.bag, paths.questions
     questions = [json.loads(line) for line in questions_file.read_text().splitlines() if line]
     questions.sort(key=lambda q: (q["t_end"], q["id"]))

@@ -2,7 +2,7 @@
 
 Each seed becomes a world (``embodied-r world``'s generator), built into a dataset as
 ``embodied-r-train build`` builds a robot's bag (the ``offline`` perception, odometry); the rule
-reader (:mod:`embodied_r_ros.sim.rule_reader`) then answers every row from its text alone. Its
+reader (:mod:`embodied_r_ros.reading.rule_reader`) then answers every row from its text alone. Its
 accuracy per category is how many of the world's questions the text decides: the generator
 asks only those, so it should be all of them on worlds no training used.
 
@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from embodied_r_ros.core.profiles import load_config
+from embodied_r_ros.reading.text_decides import TextDecides
 from embodied_r_ros.sim.generate import generate_world
 from embodied_r_ros.sim.world import WorldSpec
 from embodied_r_training.data.builders import build_from_bag
@@ -33,7 +34,8 @@ from embodied_r_training.data.splits import SplitOptions
 def world_rows(seed: int, work: Path, questions: int) -> tuple[list[dict[str, Any]], dict]:
     """The built rows of one seed's world, and its manifest."""
     world = work / f"world-{seed}"
-    paths = generate_world(WorldSpec(seed=seed), world, questions, video=False, force=True)
+    paths = generate_world(WorldSpec(seed=seed), world, questions, video=False, force=True,
+                           decides=TextDecides)
     assert paths.bag is not None
     data = work / f"data-{seed}"
     build_from_bag(paths.bag, paths.questions, data, image_topic="/camera/image_raw",

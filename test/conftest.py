@@ -94,6 +94,17 @@ def dataset(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="session")
+def world_12(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Seed 12's small rendered world (``w/``) with 18 questions, built by the real ``build``
+    into ``d/`` (:func:`worlddata.built_world_rows`), shared by the modules that read it."""
+    from worlddata import built_world_rows
+
+    out = tmp_path_factory.mktemp("world-12")
+    built_world_rows(out, 12, 18)
+    return out
+
+
+@pytest.fixture(scope="session")
 def long_world_rows(_model_cache_env: Path) -> list[dict[str, Any]]:
     """The training rows of seed 5's small long world (a three-minute, two-room world no
     training split uses), replayed through the memory once per run: parallel workers share

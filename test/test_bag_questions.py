@@ -23,7 +23,7 @@ TOPICS = ["--image-topic", "/camera/image_raw", "--odom-topic", "/odom"]
 @pytest.fixture(scope="module")
 def world(tmp_path_factory: pytest.TempPathFactory) -> tuple[World, Path]:
     root = tmp_path_factory.mktemp("bagq")
-    paths = generate_world(SPEC, root / "world", 0, video=False)
+    paths = generate_world(SPEC, root / "world", 0, video=False, decides=None)
     assert paths.bag is not None
     return build_world(SPEC), paths.bag
 

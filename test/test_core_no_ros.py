@@ -2,7 +2,9 @@
 imports point one way, from the top of each layer cake down:
 
 * ``embodied_r_ros``: ``core`` < ``agent`` (the ROS-free runtime) < ``nodes``; ``sim``,
-  ``serving`` and ``memory`` stand on the core alone; none of them uses the training package;
+  ``serving`` and ``memory`` stand on the core alone; ``reading`` (the rule reader) stands on
+  ``sim`` and the core, and the world generator calls it only through the check it is given;
+  none of them uses the training package;
 * ``embodied_r_training``: ``data`` < ``rl`` < ``evaluation`` < the CLI, the export and the
   training demo on top; ``recipe`` and ``plots`` are leaves every layer may use;
 * ``lab`` (experiments, benchmark replays, the long world; never installed) stands on both
@@ -31,10 +33,13 @@ LAB = "lab"
 #: package -> the packages it must not import (the one-way rule)
 FORBIDDEN = {
     "embodied_r_ros.core": ("embodied_r_ros.agent", "embodied_r_ros.nodes", "embodied_r_ros.sim",
-                            "embodied_r_ros.serving", "embodied_r_ros.memory", TRAINING, LAB),
+                            "embodied_r_ros.serving", "embodied_r_ros.memory",
+                            "embodied_r_ros.reading", TRAINING, LAB),
     "embodied_r_ros.agent": ("embodied_r_ros.nodes", "embodied_r_ros.sim", TRAINING, LAB),
     "embodied_r_ros.nodes": ("embodied_r_ros.sim", TRAINING, LAB),
-    "embodied_r_ros.sim": ("embodied_r_ros.agent", "embodied_r_ros.nodes", TRAINING, LAB),
+    "embodied_r_ros.sim": ("embodied_r_ros.agent", "embodied_r_ros.nodes",
+                           "embodied_r_ros.reading", TRAINING, LAB),
+    "embodied_r_ros.reading": ("embodied_r_ros.agent", "embodied_r_ros.nodes", TRAINING, LAB),
     "embodied_r_ros.serving": ("embodied_r_ros.agent", "embodied_r_ros.nodes", TRAINING, LAB),
     "embodied_r_ros.memory": ("embodied_r_ros.agent", "embodied_r_ros.nodes", "embodied_r_ros.sim",
                               "embodied_r_ros.serving", TRAINING, LAB),
@@ -50,6 +55,7 @@ FORBIDDEN = {
 }
 #: packages whose modules never import ROS
 ROS_FREE = ("embodied_r_ros.core", "embodied_r_ros.agent", "embodied_r_ros.sim",
+            "embodied_r_ros.reading",
             "embodied_r_ros.serving", "embodied_r_ros.memory", f"{TRAINING}.data",
             f"{TRAINING}.rl",
             f"{TRAINING}.evaluation")

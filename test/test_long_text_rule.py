@@ -13,10 +13,10 @@ from embodied_r_ros.core.poses import Pose
 from embodied_r_ros.memory import MemoryRow
 from embodied_r_ros.memory.placements import Placement, place_frames
 from embodied_r_ros.sim.camera import PinholeCamera
-from embodied_r_ros.sim.floor_plan import make_floor_plan
 from embodied_r_ros.sim.scene import SceneObject
 from embodied_r_ros.sim.trajectory import Trajectory
 from embodied_r_ros.sim.visibility import Visibility
+from lab.long_world.floor_plan import make_floor_plan
 from lab.long_world.oracle import solve_record
 from lab.long_world.question_rules import (
     AGE_BANDS,

@@ -8,7 +8,6 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from worlddata import built_world_rows
 
 from embodied_r_ros.core.reasoning import parse_options
 from embodied_r_training.cli import main
@@ -18,11 +17,9 @@ from embodied_r_training.data.splits import Splits
 
 
 @pytest.fixture(scope="module")
-def dataset(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def dataset(world_12: Path) -> Path:
     """A small rendered world's questions, built by the real ``build``."""
-    out = tmp_path_factory.mktemp("mix-world")
-    built_world_rows(out, 12, 18)
-    return out / "d"
+    return world_12 / "d"
 
 
 def _wrong(row: dict) -> dict:

@@ -8,10 +8,11 @@ from worlddata import built_world_rows
 
 from embodied_r_ros.core.actions import Motion
 from embodied_r_ros.core.legacy_text import parse_perception
-from embodied_r_ros.core.perception_text import render
+from embodied_r_ros.core.perception_text import PerceptionText, render
 from embodied_r_ros.core.reasoning import build_messages, format_question
 from embodied_r_ros.core.records import FrameRecord, PerceptionRecord
-from embodied_r_ros.sim.rule_reader import progress_step
+from embodied_r_ros.reading.rule_reader import progress_step
+from embodied_r_ros.sim.question_basis import QuestionBasis, of_row
 from embodied_r_training.data.oracle import solve
 from embodied_r_training.data.row_records import perception_of, record_of
 
@@ -23,6 +24,12 @@ def _row(frames: list[tuple[str | None, str]], question: str, options: list[str]
 
 
 NOTHING = "no distinctly coloured object in view."
+
+
+def _stated(row: dict) -> tuple[PerceptionText, QuestionBasis]:
+    """A row's text as it states it, and its question's basis (here: from its wording)."""
+    stated = perception_of(row)
+    return stated, of_row(row, stated)
 
 
 def test_parse_reads_actions_amounts_and_sightings() -> None:
@@ -124,13 +131,13 @@ def test_progress_consumes_the_plan_in_order() -> None:
     midway = _row([(None, NOTHING), ("tilt upward, about 20 degrees", NOTHING),
                    ("rotate right, about 40 degrees", NOTHING)], question, options,
                   "progress_evaluation")
-    assert progress_step(perception_of(midway)) == 4 and solve(midway).letter == "A"
+    assert progress_step(*_stated(midway)) == 4 and solve(midway).letter == "A"
     # the whole 90-degree turn is done: the next step is under way
     done = _row([(None, NOTHING), ("tilt upward, about 20 degrees", NOTHING),
                  ("rotate right, about 50 degrees", NOTHING),
                  ("rotate right, about 40 degrees", NOTHING)], question, options,
                 "progress_evaluation")
-    assert progress_step(perception_of(done)) == 5
+    assert progress_step(*_stated(done)) == 5
 
 
 def test_map_questions_from_ranged_sightings() -> None:

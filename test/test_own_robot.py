@@ -45,7 +45,8 @@ def recording(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The world's bag (camera, camera info, odometry at every frame), rendered once."""
     root = tmp_path_factory.mktemp("robot")
     paths = generate_world(WorldSpec(seed=SEED, frames=FRAMES, width=320, height=240),
-                           root / "world", 0, video=False)
+                           root / "world", 0, video=False,
+                           decides=None)
     assert paths.bag is not None
     return paths.bag
 

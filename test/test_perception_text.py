@@ -23,9 +23,10 @@ from embodied_r_ros.core.poses import heading_deg, quadrant, wrap_deg
 from embodied_r_ros.core.prompts import default_prompts
 from embodied_r_ros.core.reasoning import format_question
 from embodied_r_ros.core.records import FrameRecord, PerceptionRecord, SeenObject, TextStyle
+from embodied_r_ros.core.text_format import TextPrecision
+from embodied_r_ros.reading import rule_reader as oracle
 from embodied_r_ros.sim import question_rules
 from embodied_r_ros.sim import questions as sim_questions
-from embodied_r_ros.sim import rule_reader as oracle
 
 ROOT = Path(__file__).resolve().parents[1]
 OBJECTS = [
@@ -93,11 +94,8 @@ def test_a_rendered_record_states_itself_frame_by_frame() -> None:
     assert read.options == (("A", "front-left"), ("B", "back-right"))
 
 
-@pytest.mark.parametrize("style", [TextStyle(), TextStyle("paper"), TextStyle(report_motion=False),
-                                   TextStyle("paper", report_motion=False)])
-def test_the_stated_view_is_what_the_old_texts_reader_reads(style: TextStyle) -> None:
-    """Datasets written before records are read from their text: that reader and the stated
-    view agree on every geometric and odometry line (and a VLM's with odometry)."""
+def _every_kind_of_line() -> list[FrameRecord]:
+    """Geometric and odometry lines of every motion, a visual motion, an unknown one."""
     frames = [FrameRecord(0.0, objects=tuple(OBJECTS))]
     for i, (motion, _) in enumerate(MOTIONS, 1):
         frames.append(FrameRecord(i * 3.7, motion=motion, motion_source="odometry",
@@ -105,11 +103,38 @@ def test_the_stated_view_is_what_the_old_texts_reader_reads(style: TextStyle) ->
     frames.append(FrameRecord(40.0, motion=Motion(yaw_deg=54.2, forward=0.71, left=0.36),
                               motion_source="visual", objects=tuple(OBJECTS[1:])))
     frames.append(FrameRecord(41.0, objects=()))  # no motion measured: an unknown motion
+    return frames
+
+
+@pytest.mark.parametrize("style", [TextStyle(), TextStyle("paper"), TextStyle(report_motion=False),
+                                   TextStyle("paper", report_motion=False)])
+def test_the_stated_view_is_what_the_old_texts_reader_reads(style: TextStyle) -> None:
+    """Datasets written before records are read from their text: that reader and the stated
+    view agree on every geometric and odometry line (and a VLM's with odometry)."""
     vlm = [FrameRecord(0.0, vlm_text="a hall"),
            FrameRecord(2.0, motion=Motion(yaw_deg=30.0, forward=0.6), motion_source="odometry",
                        vlm_action="rotate left", vlm_text="a door")]
-    for record in (_record(frames, style), _record(vlm, style)):
+    for record in (_record(_every_kind_of_line(), style), _record(vlm, style)):
         assert parse_perception(render(record)) == stated_view(record)
+
+
+FINE = TextPrecision(degrees=0.1, metres=0.01, seconds=0.1)
+
+
+@pytest.mark.parametrize("style", [TextStyle(), TextStyle("paper")])
+def test_a_changed_precision_is_written_stated_and_read_back_alike(style: TextStyle) -> None:
+    """The text format is one definition: finer steps change what the renderer writes, what
+    the stated view says it wrote and what the reader of old texts reads, all alike."""
+    record = _record(_every_kind_of_line(), style)
+    text = render(record, precision=FINE)
+    assert "(25.4 degrees left, about 3.14 m away)" in text  # was (25 degrees left, about 3.1 m
+    assert "(25 degrees left, about 3.1 m away)" in render(record)
+    if style.layout == "timed":
+        assert "Frame 1 (37.3 s before the last key frame): After rotate left about 38.2" in text
+        assert "move forward about 0.71 m and move left about 0.36 m, then rotate left" in text
+    else:
+        assert "After rotate left, about 38.2 degrees," in text
+    assert parse_perception(text) == stated_view(record, FINE) != stated_view(record)
 
 
 def test_the_prose_is_written_in_one_module_and_read_back_in_one() -> None:

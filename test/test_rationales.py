@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
 import pytest
 from old_texts import old_row
-from worlddata import built_world_rows
 
 from embodied_r_ros.core.backends.base import ChatBackend, Completion
 from embodied_r_ros.core.reasoning import (
@@ -158,8 +158,8 @@ def test_bad_solution_is_refused() -> None:
 
 
 @pytest.fixture(scope="module")
-def built_rows(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict, ...]:
-    return built_world_rows(tmp_path_factory.mktemp("rationale-world"), 12, 18)
+def built_rows(world_12: Path) -> tuple[dict, ...]:
+    return tuple(json.loads(line) for line in (world_12 / "d" / "data.jsonl").open())
 
 
 def test_every_rationale_of_a_built_world_reaches_the_true_answer(

@@ -36,7 +36,7 @@ class Recordings:
 @pytest.fixture(scope="module")
 def bags(tmp_path_factory: pytest.TempPathFactory) -> Recordings:
     root = tmp_path_factory.mktemp("ros1")
-    paths = generate_world(SPEC, root / "world", 0, video=False)
+    paths = generate_world(SPEC, root / "world", 0, video=False, decides=None)
     assert paths.bag is not None
     # named bag.bag: the scene (the bag's stem) and so the question ids are the original's
     (root / "rgb").mkdir()

@@ -32,7 +32,8 @@ memory: {{enabled: true, path: "{path}", embedder: "off"}}
 def bag(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("world")
     paths = generate_world(WorldSpec(seed=11, frames=int(SECONDS * 10), width=320, height=240),
-                           root / "world", 0, video=False)
+                           root / "world", 0, video=False,
+                           decides=None)
     assert paths.bag is not None
     return paths.bag
 

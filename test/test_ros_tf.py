@@ -45,7 +45,7 @@ def ctx() -> Iterator[Any]:
 @pytest.fixture(scope="module")
 def world(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The synthetic world's rosbag2."""
-    paths = generate_world(SPEC, tmp_path_factory.mktemp("tfworld"), 0, video=False)
+    paths = generate_world(SPEC, tmp_path_factory.mktemp("tfworld"), 0, video=False, decides=None)
     assert paths.bag is not None
     return paths.bag
 

@@ -273,7 +273,7 @@ def test_the_command_serves_a_generated_world(tmp_path: Path,
     assert capsys.readouterr().err.count("\n") == 1
     world = tmp_path / "world"
     generate_world(WorldSpec(seed=1, frames=8, width=160, height=120), world, counts=0,
-                   bag=False, video=False)
+                   bag=False, video=False, decides=None)
     assert main(["--world", str(world), "--box-noise", "2"]) == 2
     assert "box-noise must be between 0 and 1" in capsys.readouterr().err
     port = free_port()

@@ -15,13 +15,13 @@ from rosbags.typesys import Stores, get_typestore
 
 from embodied_r_ros.core.poses import Pose
 from embodied_r_ros.sim.camera import PinholeCamera
-from embodied_r_ros.sim.floor_plan import make_floor_plan
 from embodied_r_ros.sim.generate import WorldPaths
 from embodied_r_ros.sim.scene import SceneObject
 from embodied_r_ros.sim.trajectory import Trajectory
 from embodied_r_ros.sim.visibility import Visibility
 from embodied_r_ros.sim.world import EPOCH_NS
 from lab.long_world.__main__ import main
+from lab.long_world.floor_plan import make_floor_plan
 from lab.long_world.generate import generate_long_world
 from lab.long_world.questions import CATEGORIES, generate_long_questions
 from lab.long_world.render import LongRenderer

@@ -7,8 +7,8 @@ import pytest
 
 from embodied_r_ros.core.poses import Pose
 from embodied_r_ros.sim.camera import PinholeCamera
-from embodied_r_ros.sim.floor_plan import FloorPlan, make_floor_plan
 from embodied_r_ros.sim.scene import SceneObject
+from lab.long_world.floor_plan import FloorPlan, make_floor_plan
 from lab.long_world.render import LongRenderer
 from lab.long_world.textures import make_atlases
 

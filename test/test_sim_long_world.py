@@ -9,7 +9,7 @@ from functools import lru_cache
 import numpy as np
 import pytest
 
-from embodied_r_ros.sim.floor_plan import CORRIDOR, make_floor_plan
+from lab.long_world.floor_plan import CORRIDOR, make_floor_plan
 from lab.long_world.world import (
     LONG_SPEC,
     SMALL_LONG_SPEC,

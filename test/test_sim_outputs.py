@@ -18,10 +18,11 @@ from rosbags.image import message_to_cvimage
 from rosbags.typesys import Stores, get_typestore
 
 from embodied_r_ros.core.poses import Pose
+from embodied_r_ros.reading.text_decides import TextDecides
 from embodied_r_ros.sim.generate import ensure_sample, generate_world
 from embodied_r_ros.sim.render import Renderer
 from embodied_r_ros.sim.world import EPOCH_NS, WorldSpec, build_world
-from embodied_r_ros.sim.world_command import main
+from embodied_r_ros.world_command import main
 
 SPEC = WorldSpec(seed=5, frames=40, width=160, height=120)
 TOPICS = {
@@ -35,7 +36,7 @@ TOPICS = {
 @pytest.fixture(scope="module")
 def outputs(tmp_path_factory: pytest.TempPathFactory):
     out = tmp_path_factory.mktemp("world") / "out"
-    paths = generate_world(SPEC, out, 12, compressed=True)
+    paths = generate_world(SPEC, out, 12, compressed=True, decides=TextDecides)
     world = build_world(SPEC)
     renderer = Renderer(world.scene, world.camera)
     return paths, world, [renderer.render(p).image for p in world.poses]
@@ -129,11 +130,13 @@ def test_questions_and_manifest_are_written(outputs) -> None:
 
 def test_same_seed_same_bytes_other_seed_differs(outputs, tmp_path: Path) -> None:
     paths, _, _ = outputs
-    again = generate_world(SPEC, tmp_path / "again", 12, compressed=True)
+    again = generate_world(SPEC, tmp_path / "again", 12, compressed=True,
+                           decides=TextDecides)
     for name in ("questions.jsonl", "world.json", "bag/bag.mcap", "bag/metadata.yaml"):
         assert (again.root / name).read_bytes() == (paths.root / name).read_bytes(), name
     other = generate_world(WorldSpec(seed=6, frames=40, width=160, height=120),
-                           tmp_path / "other", 12, bag=False, video=False)
+                           tmp_path / "other", 12, bag=False, video=False,
+                           decides=TextDecides)
     assert other.questions.read_bytes() != paths.questions.read_bytes()
     assert other.bag is None and not (tmp_path / "other" / "bag").exists()
 
@@ -177,7 +180,7 @@ def test_unwritable_out_dir_is_a_clear_error_in_a_real_process(tmp_path: Path) -
     blocker = tmp_path / "file"
     blocker.write_text("not a directory")
     proc = subprocess.run(
-        [sys.executable, "-m", "embodied_r_ros.sim.world_command", "--out", str(blocker / "sub"),
+        [sys.executable, "-m", "embodied_r_ros.world_command", "--out", str(blocker / "sub"),
          "--frames", "2", "--resolution", "32x24"],
         capture_output=True, text=True, timeout=120, env={**os.environ, "PYTHONWARNINGS": ""},
     )
@@ -189,15 +192,15 @@ def test_unwritable_out_dir_is_a_clear_error_in_a_real_process(tmp_path: Path) -
 
 def test_ensure_sample_generates_once_and_regenerates_when_stale(tmp_path: Path) -> None:
     spec = WorldSpec(seed=2, frames=12, width=64, height=48)
-    first = ensure_sample(tmp_path / "sample", spec, 6)
+    first = ensure_sample(tmp_path / "sample", spec, 6, decides=TextDecides)
     assert first.bag is not None and first.video is not None
     assert all(p.exists() for p in (first.bag, first.video, first.questions, first.manifest))
     stamp = first.manifest.stat().st_mtime_ns
-    again = ensure_sample(tmp_path / "sample", spec, 6)
+    again = ensure_sample(tmp_path / "sample", spec, 6, decides=TextDecides)
     assert again == first and again.manifest.stat().st_mtime_ns == stamp
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no temp dirs left
     data = json.loads(first.manifest.read_text())
     data["generator_version"] = -1
     first.manifest.write_text(json.dumps(data))
-    fresh = ensure_sample(tmp_path / "sample", spec, 6)
+    fresh = ensure_sample(tmp_path / "sample", spec, 6, decides=TextDecides)
     assert json.loads(fresh.manifest.read_text())["generator_version"] != -1

@@ -18,7 +18,7 @@ from embodied_r_ros.sim.world import EPOCH_NS
 
 COUNTS = {c: 6 for c in CATEGORIES}
 FIELDS = ["id", "scene_seed", "category", "question", "options", "answer", "answer_text",
-          "t_start", "t_end", "stamp_start_ns", "stamp_end_ns"]
+          "t_start", "t_end", "stamp_start_ns", "stamp_end_ns", "basis"]
 
 
 @pytest.fixture(scope="module")

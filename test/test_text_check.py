@@ -11,6 +11,7 @@ import pytest
 from embodied_r_ros.core.actions import Motion
 from embodied_r_ros.core.perception_text import NOTHING_IN_VIEW
 from embodied_r_ros.core.records import FrameRecord
+from embodied_r_ros.sim.question_basis import START, QuestionBasis
 from embodied_r_ros.sim.question_rows import Draft
 from embodied_r_training.data import text_check
 from embodied_r_training.data.text_check import TextCheck
@@ -18,6 +19,13 @@ from embodied_r_training.data.text_check import TextCheck
 STARTED = "the point where you started (at the first frame of the video)"
 QUADRANTS = ("front-left", "front-right", "back-left", "back-right")
 BANDS = ("less than 1 m", "between 1 and 2 m", "between 2 and 4 m", "more than 4 m")
+
+
+def _asks(kind: str, choices: tuple[str, ...], places: tuple[str, ...] = (),
+          options: tuple[tuple[str, ...], ...] | None = None) -> dict:
+    """The basis the odometry generator gives a draft (its options in the draft's order)."""
+    said = options if options is not None else tuple((c,) for c in choices)
+    return QuestionBasis(kind, places=places, options=said).to_dict()
 
 
 class Written(TextCheck):
@@ -34,9 +42,11 @@ class Written(TextCheck):
 
 
 def _where(answer: str) -> Draft:
+    choices = (answer, *[q for q in QUADRANTS if q != answer])
     return Draft("relative_direction", f"Where is {STARTED} relative to you now (at the last "
                  "frame of the video): to your front-left, front-right, back-left, or "
-                 "back-right?", (answer, *[q for q in QUADRANTS if q != answer]), 0.0, 2.0)
+                 "back-right?", choices, 0.0, 2.0,
+                 _asks("place_direction", choices, (START,)))
 
 
 def _forward_then_turn(degrees: float) -> list[Motion]:
@@ -62,9 +72,10 @@ def test_a_direction_is_kept_only_clear_of_the_quadrant_edges(turn: float, answe
 ])
 def test_a_distance_band_is_kept_only_clear_of_its_edges(metres: float, answer: str,
                                                          reason: str | None) -> None:
+    bands = (answer, *[b for b in BANDS if b != answer])
     draft = Draft("relative_distance", f"How far are you now (at the last frame of the video) "
-                  f"from {STARTED}, in a straight line?",
-                  (answer, *[b for b in BANDS if b != answer]), 0.0, 2.0)
+                  f"from {STARTED}, in a straight line?", bands, 0.0, 2.0,
+                  _asks("how_far", bands, (START,)))
     assert Written([Motion(forward=metres), Motion(yaw_deg=30.0)]).reason_to_skip(draft) == reason
 
 
@@ -72,11 +83,13 @@ def test_a_place_given_by_its_age_is_found_in_the_text_or_the_draft_left_out() -
     question = ("Which is closer to you now (at the last frame of the video): {a}, or the place "
                 "where you were {ago} seconds before the last frame?")
     path = [Motion(forward=3.0), Motion(forward=1.0)]  # ages 2, 1, 0: the start is farthest
-    near = Draft("relative_distance", question.format(a=STARTED, ago=1),
-                 ("where I was 1 seconds ago", "the point where I started"), 0.0, 2.0)
+    choices = ("where I was 1 seconds ago", "the point where I started")
+    near = Draft("relative_distance", question.format(a=STARTED, ago=1), choices, 0.0, 2.0,
+                 _asks("nearer_place", choices, options=(("1",), (START,))))
     assert Written(path).reason_to_skip(near) is None
-    beyond = Draft("relative_distance", question.format(a=STARTED, ago=9),
-                   ("where I was 9 seconds ago", "the point where I started"), 0.0, 2.0)
+    choices = ("where I was 9 seconds ago", "the point where I started")
+    beyond = Draft("relative_distance", question.format(a=STARTED, ago=9), choices, 0.0, 2.0,
+                   _asks("nearer_place", choices, options=(("9",), (START,))))
     assert Written(path).reason_to_skip(beyond) == text_check.UNPLACED
 
 

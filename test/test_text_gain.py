@@ -8,9 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from embodied_r_ros.core.intervals import clustered_difference, paired_difference
+from embodied_r_ros.core.intervals import paired_difference
 from lab.analysis.text_gain import (
     GainError,
+    clustered_difference,
     load_hits,
     main,
     text_gains,

@@ -39,28 +39,3 @@ def paired_difference(
     diff = np.asarray(a, dtype=np.float64) - np.asarray(b, dtype=np.float64)
     low, high = bootstrap_ci(diff.tolist(), samples, seed)
     return (float(diff.mean()), low, high)
-
-
-def clustered_difference(
-    a: Sequence[float], b: Sequence[float], clusters: Sequence[str],
-    samples: int = BOOTSTRAP_SAMPLES, seed: int = 0,
-) -> tuple[float, float, float]:
-    """:func:`paired_difference` where questions come in clusters that share a cause (the
-    questions of one world are asked about its few objects): the bootstrap resamples whole
-    clusters, so the interval holds for another draw of clusters, not of questions from these
-    ones. With one question a cluster it is :func:`paired_difference`'s interval, draw for
-    draw (clusters are numbered in order of first appearance)."""
-    if not len(a) == len(b) == len(clusters):
-        raise ValueError(f"paired values and clusters differ in length: {len(a)}, {len(b)}, "
-                         f"{len(clusters)}")
-    if not len(a):
-        return (0.0, 0.0, 0.0)
-    diff = np.asarray(a, dtype=np.float64) - np.asarray(b, dtype=np.float64)
-    index = {name: i for i, name in enumerate(dict.fromkeys(clusters))}
-    member = np.array([index[c] for c in clusters])
-    sums = np.bincount(member, weights=diff, minlength=len(index))
-    counts = np.bincount(member, minlength=len(index)).astype(np.float64)
-    picks = np.random.default_rng(seed).integers(0, len(index), size=(samples, len(index)))
-    means = sums[picks].sum(axis=1) / counts[picks].sum(axis=1)
-    return (float(diff.mean()), float(np.percentile(means, 2.5)),
-            float(np.percentile(means, 97.5)))

@@ -5,31 +5,32 @@ text (a dataset row's prompt, a memory row's description). This module reads suc
 the stated view (:class:`~embodied_r_ros.core.perception_text.PerceptionText`) and a geometric
 observation into its objects, so an old dataset still trains and scores and an old memory
 still places its objects. It is the only reader of the prose: everything written since carries
-its records.
+its records. Its words and the amounts it accepts are the renderer's
+(:mod:`embodied_r_ros.core.text_format`), so it reads any precision the renderer writes.
 """
 
 from __future__ import annotations
 
 import re
 
+from embodied_r_ros.core.action_words import action_words, first_action
 from embodied_r_ros.core.perception_text import (
     COARSE_BEARING,
     FrameText,
     PerceptionText,
     Sighting,
-    action_words,
-    first_action,
     primary_part,
 )
 from embodied_r_ros.core.reasoning import parse_options, question_from_prompt
 from embodied_r_ros.core.records import SeenObject
+from embodied_r_ros.core.text_format import ABOUT, AGE_WORDS, AWAY, DEGREES, METRES, NUMBER
 
 _FRAME_RE = re.compile(
-    r"^Frame (\d+)(?: \((\d+(?:\.\d+)?) s before the last key frame\))?: "
+    rf"^Frame (\d+)(?: \(({NUMBER}) {re.escape(AGE_WORDS)}\))?: "
     r"(?:After (.*?), )?Observe: (.*)$", re.MULTILINE)
 _SIGHTING_RE = re.compile(
-    r"an? (small|medium|large) (\w+) object (.*?)(?: \((\d+) degrees? (left|right)"
-    r"(?:, about (\d+(?:\.\d+)?) m away)?\))?$"
+    rf"an? (small|medium|large) (\w+) object (.*?)(?: \(({NUMBER}) {DEGREES[:-1]}s? "
+    rf"(left|right)(?:, {ABOUT} ({NUMBER}) {METRES} {AWAY})?\))?$"
 )
 
 

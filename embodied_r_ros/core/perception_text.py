@@ -9,7 +9,10 @@ previous key frame in the paper's action words with amounts: ``Frame 3 (12 s bef
 key frame): After move forward about 0.7 m and move left about 0.4 m, then rotate left about 54
 degrees, Observe: ...``. The moves are along the axes of the previous key frame's pose and come
 before the turn, so dead reckoning the written amounts recomputes every pose. How amounts are
-rounded and which are written at all is :data:`TEXT_PRECISION`. A geometric observation reads
+rounded, how many decimals each amount is written with and which are written at all is
+:data:`~embodied_r_ros.core.text_format.TEXT_PRECISION` (:mod:`~embodied_r_ros.core.text_format`:
+the words and precisions the stated view and the reader of old texts share). A geometric
+observation reads
 ``I see a small red object to the left (25 degrees left, about 3.1 m away); ...``. A memory's
 text adds, after the frames, where the objects the question names are now (:data:`PLACES_HEADING`).
 
@@ -22,11 +25,11 @@ records with every amount as the text rounds it.
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from embodied_r_ros.core.actions import ActionThresholds, Motion, action_of, primary_action
+from embodied_r_ros.core.action_words import MotionPart, action_words, first_action
+from embodied_r_ros.core.actions import ActionThresholds, Motion, primary_action
 from embodied_r_ros.core.poses import quadrant
 from embodied_r_ros.core.prompts import PromptSet, default_prompts
 from embodied_r_ros.core.reasoning import parse_options
@@ -40,6 +43,19 @@ from embodied_r_ros.core.records import (
     SeenObject,
     TextStyle,
 )
+from embodied_r_ros.core.text_format import (
+    ABOUT,
+    AGE_WORDS,
+    AWAY,
+    DEGREES,
+    METRES,
+    TEXT_PRECISION,
+    TextPrecision,
+    rounded,
+)
+
+__all__ = ["TEXT_PRECISION", "MotionPart", "TextPrecision", "action_words", "first_action",
+           "rounded"]
 
 #: the observation written when no colour region is found
 NOTHING_IN_VIEW = "no distinctly coloured object in view."
@@ -53,32 +69,8 @@ UNKNOWN_MOTION = "an unknown motion"
 HERE_M = 0.5
 
 
-@dataclass(frozen=True)
-class TextPrecision:
-    """How the robot route writes amounts, in one place for the writers, the question
-    generators and the readers: amounts are rounded to these steps, and a component of a motion
-    is written only when its rounded amount reaches the threshold."""
-
-    degrees: float = 1.0
-    metres: float = 0.1
-    seconds: float = 1.0
-    min_rotation_deg: float = 5.0
-    min_translation_m: float = 0.2
-
-
-TEXT_PRECISION = TextPrecision()
-#: one motion component as the text states it: a vocabulary action and its amount (degrees or
-#: metres; None where monocular vision knows the direction of travel but not its length)
-MotionPart = tuple[str, float | None]
-
 _AXES = (("forward", "move forward", "move backward"), ("left", "move left", "move right"),
          ("up", "move upward", "move downward"))
-
-
-def rounded(value: float, step: float) -> float:
-    """A non-negative ``value`` to the nearest multiple of ``step``, halves up, as the text
-    writes it (``0.15`` m is ``0.2``, not the ``0.1`` that binary floating point would give)."""
-    return round(math.floor(value / step + 0.5 + 1e-9) * step, 6)
 
 
 def written_age(age_s: float, precision: TextPrecision = TEXT_PRECISION) -> float:
@@ -144,19 +136,32 @@ def primary_part(parts: Sequence[MotionPart], thresholds: ActionThresholds | Non
 # -- writing ------------------------------------------------------------------------------------
 
 
-def describe_part(action: str, amount: float | None) -> str:
+def _amount(action: str, amount: float, precision: TextPrecision) -> str:
+    """``54 degrees`` / ``0.7 m``: a turn's or tilt's degrees, a move's metres."""
+    if action.startswith(("rotate", "tilt")):
+        return f"{precision.degrees_text(amount)} {DEGREES}"
+    return f"{precision.metres_text(amount)} {METRES}"
+
+
+def _stated_amount(action: str, amount: float, precision: TextPrecision) -> float:
+    if action.startswith(("rotate", "tilt")):
+        return precision.stated_degrees(amount)
+    return precision.stated_metres(amount)
+
+
+def describe_part(action: str, amount: float | None,
+                  precision: TextPrecision = TEXT_PRECISION) -> str:
     if amount is None:
         return action
-    if action.startswith(("rotate", "tilt")):
-        return f"{action} about {amount:.0f} degrees"
-    return f"{action} about {amount:.1f} m"
+    return f"{action} {ABOUT} {_amount(action, amount, precision)}"
 
 
-def describe_parts(parts: Sequence[MotionPart]) -> str:
+def describe_parts(parts: Sequence[MotionPart], precision: TextPrecision = TEXT_PRECISION
+                   ) -> str:
     """``move forward about 0.7 m and move left about 0.4 m, then rotate left about 54
     degrees``; ``stay still`` when there is nothing to state."""
-    moves = [describe_part(a, x) for a, x in parts if a.startswith("move")]
-    turns = [describe_part(a, x) for a, x in parts if not a.startswith("move")]
+    moves = [describe_part(a, x, precision) for a, x in parts if a.startswith("move")]
+    turns = [describe_part(a, x, precision) for a, x in parts if not a.startswith("move")]
     if not moves and not turns:
         return "stay still"
     return ", then ".join(" and ".join(group) for group in (moves, turns) if group)
@@ -167,44 +172,45 @@ def describe_motion(motion: Motion, layout: FrameLayout = "timed",
     """The measured motion between two key frames as the robot route writes it: every
     component (timed), or the primary action alone, ``rotate left, about 30 degrees`` (paper)."""
     if layout == "timed":
-        return describe_parts(motion_parts(motion, precision))
+        return describe_parts(motion_parts(motion, precision), precision)
     part = _primary_part(motion)
     if part is None:
         return "stay still"
     action, amount = part
     if amount is None:
         return action
-    if action.startswith(("rotate", "tilt")):
-        return f"{action}, about {amount:.0f} degrees"
-    return f"{action}, about {amount:.1f} m"
+    return f"{action}, {ABOUT} {_amount(action, amount, precision)}"
 
 
-def _stated_bearing(bearing: float) -> float:
-    """A bearing as an observation writes it: whole degrees, the side kept."""
-    return float(round(abs(bearing))) * (1.0 if bearing >= 0 else -1.0)
+def _stated_bearing(bearing: float, precision: TextPrecision) -> float:
+    """A bearing as an observation writes it: its degrees as written, the side kept."""
+    return precision.stated_degrees(abs(bearing)) * (1.0 if bearing >= 0 else -1.0)
 
 
-def describe_object(obj: SeenObject) -> str:
+def describe_object(obj: SeenObject, precision: TextPrecision = TEXT_PRECISION) -> str:
     """``a small red object to the left (25 degrees left, about 3.1 m away)``."""
     bearing = obj.bearing_deg or 0.0
     side = "left" if bearing >= 0 else "right"
-    degrees = round(abs(bearing))
-    geometry = f"{degrees} degree{'' if degrees == 1 else 's'} {side}"
+    degrees = precision.degrees_text(abs(bearing))
+    geometry = f"{degrees} {DEGREES if float(degrees) != 1 else DEGREES[:-1]} {side}"
     if obj.distance_m is not None:
-        geometry += f", about {obj.distance_m:.1f} m away"
+        geometry += f", {ABOUT} {precision.metres_text(obj.distance_m)} {METRES} {AWAY}"
     return f"a {obj.size} {obj.colour} object {obj.direction} ({geometry})"
 
 
-def describe_objects(objects: Sequence[SeenObject]) -> str:
+def describe_objects(objects: Sequence[SeenObject],
+                     precision: TextPrecision = TEXT_PRECISION) -> str:
     """The geometric observation of one frame from its colour regions (largest first)."""
     if not objects:
         return NOTHING_IN_VIEW
-    return "I see " + "; ".join(describe_object(o) for o in objects) + "."
+    return "I see " + "; ".join(describe_object(o, precision) for o in objects) + "."
 
 
-def observation(record: FrameRecord) -> str:
+def observation(record: FrameRecord, precision: TextPrecision = TEXT_PRECISION) -> str:
     """What a frame's line says it shows: the VLM's own text, else its objects."""
-    return record.vlm_text if record.vlm_text is not None else describe_objects(record.objects)
+    if record.vlm_text is not None:
+        return record.vlm_text
+    return describe_objects(record.objects, precision)
 
 
 def lm_action(
@@ -220,9 +226,10 @@ def lm_action(
     return vlm_action or measured
 
 
-def _action(record: FrameRecord, style: TextStyle) -> str:
+def _action(record: FrameRecord, style: TextStyle, precision: TextPrecision) -> str:
     """The ``After <action>`` of a frame line (not frame 0's)."""
-    measured = describe_motion(record.motion, style.layout) if record.motion else None
+    measured = (describe_motion(record.motion, style.layout, precision) if record.motion
+                else None)
     source = record.motion_source if measured else None
     vlm = record.vlm_action
     if style.report_motion and measured and vlm:
@@ -248,75 +255,87 @@ def timed_route(frames: Sequence[FrameRecord], style: TextStyle) -> bool:
 
 
 def frame_line(index: int, record: FrameRecord, style: TextStyle,
-               age_s: float | None = None) -> str:
+               age_s: float | None = None, precision: TextPrecision = TEXT_PRECISION) -> str:
     """One frame's line; ``age_s``: how long before the last key frame it was taken (the robot
     route states it, the benchmark route does not)."""
     head = f"Frame {index}"
     if age_s is not None:
-        head += f" ({written_age(age_s):.0f} s before the last key frame)"
+        head += f" ({precision.seconds_text(written_age(age_s, precision))} {AGE_WORDS})"
+    seen = observation(record, precision)
     if index == 0:
-        return f"{head}: Observe: {observation(record)}"
-    return f"{head}: After {_action(record, style)}, Observe: {observation(record)}"
+        return f"{head}: Observe: {seen}"
+    return f"{head}: After {_action(record, style, precision)}, Observe: {seen}"
 
 
-def frame_lines(frames: Sequence[FrameRecord], style: TextStyle) -> list[str]:
+def frame_lines(frames: Sequence[FrameRecord], style: TextStyle,
+                precision: TextPrecision = TEXT_PRECISION) -> list[str]:
     timed = timed_route(frames, style)
     last = frames[-1].stamp if frames else 0.0
-    return [frame_line(i, f, style, last - f.stamp if timed else None)
+    return [frame_line(i, f, style, last - f.stamp if timed else None, precision)
             for i, f in enumerate(frames)]
 
 
-def _ago(age_s: float) -> str:
-    return f"{age_s:.0f} s" if age_s < 60.0 else f"{age_s / 60.0:.0f} min"
+def _ago(age_s: float, precision: TextPrecision) -> str:
+    if age_s < 60.0:
+        return f"{precision.seconds_text(age_s)} s"
+    return f"{age_s / 60.0:.0f} min"
 
 
-def bearing_words(bearing: float) -> str:
+def bearing_words(bearing: float, precision: TextPrecision = TEXT_PRECISION) -> str:
     """How a line states a bearing: ``back-left (113 degrees left)``."""
     side = "left" if bearing >= 0 else "right"
-    return f"{quadrant(bearing)} ({abs(bearing):.0f} degrees {side})"
+    return f"{quadrant(bearing)} ({precision.degrees_text(abs(bearing))} {DEGREES} {side})"
 
 
-def place_line(note: ObjectPlace | ColourNote) -> str:
+def place_line(note: ObjectPlace | ColourNote, precision: TextPrecision = TEXT_PRECISION
+               ) -> str:
     """One line of the places block: where an object is now and how sure that is, or when a
     colour was seen: ``- red object seen 16 min ago (last 990 s ago); now 4.5 m away,
     front-right (27 degrees right), within about 0.4 m; seen from a spot now 3.1 m away, ...``.
     """
+    s, m = precision.seconds_text, precision.metres_text
     if isinstance(note, ColourNote):
         if note.last_seen_s is None:
             return f"- {note.colour}: in none of these frames."
-        return f"- {note.colour} last seen {note.last_seen_s:.0f} s ago."
-    seen = ", ".join(_ago(a) for a in note.visits_s)
-    parts = [f"{note.name} seen {seen} ago (last {note.last_s:.0f} s ago)"]
+        return f"- {note.colour} last seen {s(note.last_seen_s)} s ago."
+    seen = ", ".join(_ago(a, precision) for a in note.visits_s)
+    parts = [f"{note.name} seen {seen} ago (last {s(note.last_s)} s ago)"]
     if note.now is not None:
         distance, bearing = note.now
-        where = f"now {distance:.1f} m away, {bearing_words(bearing)}"
+        where = f"now {m(distance)} {METRES} {AWAY}, {bearing_words(bearing, precision)}"
         if not note.triangulated:
             where += ", guessed from one view"
         if note.uncertainty_m is not None:
-            where += f", within about {max(note.uncertainty_m, 0.1):.1f} m"
+            where += f", within {ABOUT} {m(max(note.uncertainty_m, precision.metres))} {METRES}"
         parts.append(where)
     if note.seen_from is not None:
         distance, bearing = note.seen_from
         parts.append("seen from about here" if distance < HERE_M else
-                     f"seen from a spot now {distance:.1f} m away, {bearing_words(bearing)}")
+                     f"seen from a spot now {m(distance)} {METRES} {AWAY}, "
+                     f"{bearing_words(bearing, precision)}")
     if note.nearby:
-        parts.append("nearest named: " + ", ".join(f"{c} {d:.1f} m" for c, d in note.nearby))
+        parts.append("nearest named: " + ", ".join(f"{c} {m(d)} {METRES}"
+                                                   for c, d in note.nearby))
     return "- " + "; ".join(parts) + "."
 
 
-def places_block(notes: Sequence[ObjectPlace | ColourNote]) -> str:
+def places_block(notes: Sequence[ObjectPlace | ColourNote],
+                 precision: TextPrecision = TEXT_PRECISION) -> str:
     """The block a memory writes after the frames; empty without a line."""
-    return "\n".join([PLACES_HEADING, *(place_line(n) for n in notes)]) if notes else ""
+    lines = [place_line(n, precision) for n in notes]
+    return "\n".join([PLACES_HEADING, *lines]) if notes else ""
 
 
-def render(record: PerceptionRecord, prompts: PromptSet | None = None) -> str:
+def render(record: PerceptionRecord, prompts: PromptSet | None = None,
+           precision: TextPrecision = TEXT_PRECISION) -> str:
     """The reasoning LM's user message in the official code's shape: the instruction, the
     frame lines wrapped in ``<`` and ``>`` after ``Video content:``, a memory's places block,
-    then the question (``VLM_perception_API.py`` of Embodied-R.code)."""
+    then the question (``VLM_perception_API.py`` of Embodied-R.code); amounts as
+    ``precision`` writes them."""
     p = prompts or default_prompts()
-    lines = "\n".join(frame_lines(record.frames, record.style))
+    lines = "\n".join(frame_lines(record.frames, record.style, precision))
     video = f"{p.lm_instruction}\nVideo content:\n<\n{p.preamble}\n{lines}\n>\n"
-    notes = places_block(record.places or ())
+    notes = places_block(record.places or (), precision)
     return f"{video}{notes}\n{record.question_block}" if notes else (
         f"{video}{record.question_block}")
 
@@ -327,8 +346,6 @@ def render(record: PerceptionRecord, prompts: PromptSet | None = None) -> str:
 #: middle of its third of an image of the default 70-degree field of view
 _THIRD_DEG = math.degrees(math.atan(math.tan(math.radians(70.0 / 2)) * 2 / 3))
 COARSE_BEARING = {"left": _THIRD_DEG, "right": -_THIRD_DEG, "ahead": 0.0}
-_AMOUNT_RE = re.compile(r"about (-?\d+(?:\.\d+)?) (m|degrees)")
-_PART_SPLIT_RE = re.compile(r",? then | and ")
 
 
 @dataclass(frozen=True)
@@ -366,59 +383,39 @@ class PerceptionText:
     options: tuple[tuple[str, str], ...]
 
 
-def action_words(text: str | None) -> tuple[MotionPart, ...]:
-    """The components a VLM's action names (``rotate right, about 38 degrees``), in order."""
-    if not text:
-        return ()
-    parts = []
-    for piece in _PART_SPLIT_RE.split(text.strip().lower()):
-        action = action_of(piece)
-        if action is not None:
-            m = _AMOUNT_RE.search(piece)
-            parts.append((action, float(m.group(1)) if m else None))
-    return tuple(parts)
-
-
-def first_action(text: str | None) -> tuple[str | None, float | None]:
-    """The action a phrase starts with and the first amount it names: ``stay still`` is 0."""
-    if not text:
-        return None, None
-    low = text.strip().lower()
-    if low.startswith("stay still"):
-        return "stay still", 0.0
-    m = _AMOUNT_RE.search(low)
-    return action_of(low), float(m.group(1)) if m else None
-
-
-def _stated_motion(motion: Motion, layout: FrameLayout) -> tuple[MotionPart, ...]:
+def _stated_motion(motion: Motion, layout: FrameLayout, precision: TextPrecision
+                   ) -> tuple[MotionPart, ...]:
     """The components a measured motion's words state, amounts as written."""
     if layout == "timed":
-        return tuple(motion_parts(motion))
+        return tuple((a, None if x is None else _stated_amount(a, x, precision))
+                     for a, x in motion_parts(motion, precision))
     part = _primary_part(motion)
     if part is None:
         return ()
     action, amount = part
     if amount is None:
         return ((action, None),)
-    written = f"{amount:.0f}" if action.startswith(("rotate", "tilt")) else f"{amount:.1f}"
-    return ((action, float(written)),)
+    return ((action, _stated_amount(action, amount, precision)),)
 
 
 def _stated_frame(index: int, record: FrameRecord, style: TextStyle,
-                  age_s: float | None) -> FrameText:
+                  age_s: float | None, precision: TextPrecision) -> FrameText:
     sightings: dict[str, Sighting] = {}
     for obj in record.objects if not record.described_by_vlm else ():
         if obj.colour and obj.colour not in sightings and obj.bearing_deg is not None:
-            distance = None if obj.distance_m is None else float(f"{obj.distance_m:.1f}")
+            distance = (None if obj.distance_m is None
+                        else precision.stated_metres(obj.distance_m))
             sightings[obj.colour] = Sighting(obj.colour, obj.size or "", obj.direction or "",
-                                             _stated_bearing(obj.bearing_deg), distance, True)
-    age = written_age(age_s) if age_s is not None else None
+                                             _stated_bearing(obj.bearing_deg, precision),
+                                             distance, True)
+    age = (float(precision.seconds_text(written_age(age_s, precision))) if age_s is not None
+           else None)
     if index == 0:
         return FrameText(0, None, None, sightings, (), age)
     # the line states the measured motion wherever it shows it (beside a VLM's action too)
     states_measured = style.report_motion or not record.described_by_vlm
     if record.motion is not None and states_measured:
-        parts = _stated_motion(record.motion, style.layout)
+        parts = _stated_motion(record.motion, style.layout, precision)
         if not parts:
             return FrameText(index, "stay still", 0.0, sightings, (), age)
         action, amount = primary_part(parts) if len(parts) > 1 else parts[0]
@@ -432,13 +429,14 @@ def _stated_frame(index: int, record: FrameRecord, style: TextStyle,
     return FrameText(index, action, amount, sightings, parts, age)
 
 
-def stated_view(record: PerceptionRecord) -> PerceptionText:
-    """The record as its text states it: ages, motions and bearings as written (what a reader
-    of the text can know), the question and its options."""
+def stated_view(record: PerceptionRecord, precision: TextPrecision = TEXT_PRECISION
+                ) -> PerceptionText:
+    """The record as its text (rendered with ``precision``) states it: ages, motions and
+    bearings as written (what a reader of the text can know), the question and its options."""
     frames = record.frames
     timed = timed_route(frames, record.style)
     last = frames[-1].stamp if frames else 0.0
-    stated = tuple(_stated_frame(i, f, record.style, last - f.stamp if timed else None)
-                   for i, f in enumerate(frames))
+    stated = tuple(_stated_frame(i, f, record.style, last - f.stamp if timed else None,
+                                 precision) for i, f in enumerate(frames))
     return PerceptionText(stated, record.question.strip(),
                           tuple(parse_options(list(record.options))))

@@ -23,19 +23,16 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from embodied_r_ros.core.actions import Motion
 from embodied_r_ros.core.colors import COLOUR_NAMES
 from embodied_r_ros.core.poses import Pose, heading_deg, wrap_deg
 from embodied_r_ros.core.records import (
     ColourNote,
-    FrameRecord,
     ObjectPlace,
-    PerceptionRecord,
     PlaceNote,
 )
 from embodied_r_ros.memory.errors import SpatialMemoryError
 from embodied_r_ros.memory.labels import LabelMatcher, singular
-from embodied_r_ros.memory.placements import Placement, place_frames
+from embodied_r_ros.memory.placements import Placement
 from embodied_r_ros.memory.query_terms import question_terms
 from embodied_r_ros.memory.time_phrases import parse_time_phrases
 
@@ -206,47 +203,3 @@ def place_notes(placements: Sequence[Placement], question: str, options: Sequenc
                          key=lambda p: _relevance(p, near, now.stamp))
         notes += [object_place(p, now, others) for p in chosen[:OBJECTS_PER_COLOUR]]
     return tuple(notes)
-
-
-# -- records without a store ----------------------------------------------------------------------
-
-def _before(pose: Pose, motion: Motion) -> Pose:
-    """The pose a metric ``motion`` (in the earlier pose's heading frame) ended at ``pose``
-    from."""
-    yaw = pose.yaw_deg - motion.yaw_deg
-    c, s = math.cos(math.radians(yaw)), math.sin(math.radians(yaw))
-    return Pose(pose.x - (c * motion.forward - s * motion.left),
-                pose.y - (s * motion.forward + c * motion.left), pose.z - motion.up, yaw,
-                pose.pitch_deg - motion.pitch_deg)
-
-
-def frame_poses(frames: Sequence[FrameRecord]) -> list[Pose | None]:
-    """Each frame's camera pose: the record's own where every frame has one, else the
-    measured metric motions composed back from the last frame (at the origin, facing +x); a
-    frame before an unknown motion has none."""
-    if all(f.pose is not None for f in frames):
-        return [f.pose for f in frames]
-    out: list[Pose | None] = [None] * len(frames)
-    if frames:
-        out[-1] = Pose()
-    for i in range(len(frames) - 1, 0, -1):
-        motion, pose = frames[i].motion, out[i]
-        if pose is None or motion is None or not motion.metric:
-            break
-        out[i - 1] = _before(pose, motion)
-    return out
-
-
-def record_places(record: PerceptionRecord, matcher: LabelMatcher | None = None
-                  ) -> tuple[PlaceNote, ...]:
-    """The places a record carries, else those its own frames place (from their poses, or
-    the motions it measured): a window's record read as a memory's would be."""
-    if record.places is not None:
-        return record.places
-    poses = frame_poses(record.frames)
-    newest = next((p for p in reversed(poses) if p is not None), None)
-    if newest is None:
-        return ()
-    placements = place_frames(zip(record.frames, poses, strict=True))
-    return place_notes(placements, record.question, record.options,
-                       Now.at(record.frames[-1].stamp, newest), matcher)

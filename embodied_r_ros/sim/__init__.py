@@ -2,12 +2,12 @@
 
 No ROS imports: the bag is written with ``rosbags``. Typical use::
 
+    from embodied_r_ros.reading.text_decides import TextDecides
     from embodied_r_ros.sim import ensure_sample
-    paths = ensure_sample()          # bag/, video.mp4, questions.jsonl, world.json
+    paths = ensure_sample(decides=TextDecides)   # bag/, video.mp4, questions.jsonl, world.json
 """
 
 from embodied_r_ros.sim.camera import PinholeCamera
-from embodied_r_ros.sim.floor_plan import FloorPlan, make_floor_plan
 from embodied_r_ros.sim.generate import (
     SAMPLE_SPEC,
     WorldPaths,
@@ -25,7 +25,6 @@ from embodied_r_ros.sim.world import World, WorldSpec, build_world
 __all__ = [
     "CATEGORIES",
     "SAMPLE_SPEC",
-    "FloorPlan",
     "PinholeCamera",
     "RenderedFrame",
     "Renderer",
@@ -42,7 +41,6 @@ __all__ = [
     "ensure_sample",
     "generate_questions",
     "generate_world",
-    "make_floor_plan",
     "make_scene",
     "parse_counts",
     "plan_trajectory",

@@ -1,10 +1,12 @@
 """Render a world once and write all of it: bag, video, questions and a manifest.
 
 Frames are rendered once, written to the bag and the video, and kept for the questions, which
-are generated last: each is asked only where the text the robot writes for its clip decides it
-(:mod:`~embodied_r_ros.sim.text_decides`), and the manifest counts what was skipped, by
-category and reason. ``ensure_sample`` makes the project's shared sample on first use instead
-of committing binaries to the repository.
+are generated last: each is asked only where the text the robot writes for its clip decides it,
+and the manifest counts what was skipped, by category and reason. That check is the caller's
+(:data:`DecidesFor`: the rule reader's
+:class:`~embodied_r_ros.reading.text_decides.TextDecides`), so the generator does not depend on
+how a text is read. ``ensure_sample`` makes the project's shared sample on first use instead of
+committing binaries to the repository.
 """
 
 from __future__ import annotations
@@ -15,16 +17,17 @@ import json
 import logging
 import os
 import shutil
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import ExitStack, contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Protocol
 
 import numpy as np
 
+from embodied_r_ros.sim.question_rows import Draft
 from embodied_r_ros.sim.questions import CATEGORIES, generate_questions, parse_counts
 from embodied_r_ros.sim.render import Renderer
-from embodied_r_ros.sim.text_decides import TextDecides
 from embodied_r_ros.sim.visibility import Visibility
 from embodied_r_ros.sim.world import EPOCH_NS, World, WorldSpec, body_twist, build_world
 from embodied_r_ros.sim.writers import BagWriter, Mp4Writer, Topics, write_json, write_jsonl
@@ -37,6 +40,22 @@ GENERATOR_VERSION = 3
 SAMPLE_SPEC = WorldSpec(seed=7, frames=350)
 SAMPLE_QUESTIONS = 30
 BAG_DIR, VIDEO, QUESTIONS, MANIFEST = "bag", "video.mp4", "questions.jsonl", "world.json"
+
+
+class DecidesCheck(Protocol):
+    """Whether a rendered world's own perception text decides a question draft."""
+
+    def __call__(self, draft: Draft) -> bool: ...
+
+    def skipped_by_category(self) -> dict[str, dict[str, int]]:
+        """What was left out, ``{category: {reason: count}}``, for the manifest."""
+        ...
+
+    def close(self) -> None: ...
+
+
+#: makes the check of one world from its frames (in order); None asks every draft
+DecidesFor = Callable[[World, Sequence[np.ndarray]], DecidesCheck]
 
 
 @dataclass(frozen=True)
@@ -146,20 +165,21 @@ def generate_world(spec: WorldSpec, out_dir: Path | str,
                    counts: Mapping[str, int] | str | int = SAMPLE_QUESTIONS, *,
                    bag: bool = True, raw: bool = True, compressed: bool = False,
                    video: bool = True, force: bool = False,
-                   topics: Topics | None = None) -> WorldPaths:
-    """Render ``spec`` and write its bag, video, questions and manifest under ``out_dir``."""
+                   topics: Topics | None = None, decides: DecidesFor | None) -> WorldPaths:
+    """Render ``spec`` and write its bag, video, questions and manifest under ``out_dir``;
+    ``decides`` checks each question draft (None: every draft is asked)."""
     counts = parse_counts(counts)
     topics = topics or Topics()
     out = Path(out_dir)
     world = build_world(spec)
     with exclusive_output(out):
-        return _write_world(world, out, counts, topics, bag=bag, raw=raw,
+        return _write_world(world, out, counts, topics, decides, bag=bag, raw=raw,
                             compressed=compressed, video=video, force=force)
 
 
-def _write_world(world: World, out: Path, counts: Mapping[str, int], topics: Topics, *,
-                 bag: bool, raw: bool, compressed: bool, video: bool, force: bool
-                 ) -> WorldPaths:
+def _write_world(world: World, out: Path, counts: Mapping[str, int], topics: Topics,
+                 decides: DecidesFor | None, *, bag: bool, raw: bool, compressed: bool,
+                 video: bool, force: bool) -> WorldPaths:
     spec = world.spec
     prepare_out_dir(out, force, bag, video)
     paths = _paths(out, bag, video)
@@ -184,11 +204,12 @@ def _write_world(world: World, out: Path, counts: Mapping[str, int], topics: Top
             if (i + 1) % 100 == 0:
                 log.info("rendered %d/%d frames", i + 1, world.n_frames)
     vis = Visibility.from_pixels(pixels, spec.width * spec.height, spec.rate_hz)
-    check = TextDecides(world, images)
+    check = decides(world, images) if decides is not None else None
     try:
         rows = generate_questions(world, vis, counts, check)
     finally:
-        check.close()
+        if check is not None:
+            check.close()
     short = {c: n for c, n in counts.items()
              if n > sum(1 for r in rows if r["category"] == c)}
     if short:
@@ -196,7 +217,8 @@ def _write_world(world: World, out: Path, counts: Mapping[str, int], topics: Top
                     ", ".join(f"{c} ({n} asked)" for c, n in short.items()))
     write_jsonl(paths.questions, rows)
     write_json(paths.manifest, {**manifest(world, vis, counts, rows, topics),
-                                "questions_skipped": check.skipped_by_category()})
+                                "questions_skipped": check.skipped_by_category() if check
+                                else {}})
     return paths
 
 
@@ -219,8 +241,10 @@ def _is_current(out_dir: Path, spec: WorldSpec, counts: Mapping[str, int]) -> bo
 
 
 def ensure_sample(out_dir: Path | str | None = None, spec: WorldSpec = SAMPLE_SPEC,
-                  questions: str | int | Mapping[str, int] = SAMPLE_QUESTIONS) -> WorldPaths:
-    """The shared sample world, generated on first use into ``out_dir`` and reused afterwards.
+                  questions: str | int | Mapping[str, int] = SAMPLE_QUESTIONS, *,
+                  decides: DecidesFor | None) -> WorldPaths:
+    """The shared sample world, generated on first use into ``out_dir`` and reused afterwards
+    (its questions checked by ``decides``, as :func:`generate_world`'s).
 
     Defaults: seed 7, 350 frames (35 s at 10 Hz), 640x480, 30 questions, raw and JPEG images,
     in :func:`default_sample_dir`. Generation goes to a temporary sibling directory that is
@@ -235,7 +259,7 @@ def ensure_sample(out_dir: Path | str | None = None, spec: WorldSpec = SAMPLE_SP
     if tmp.exists():
         shutil.rmtree(tmp)
     log.info("generating the sample world into %s", out)
-    generate_world(spec, tmp, counts, compressed=True)
+    generate_world(spec, tmp, counts, compressed=True, decides=decides)
     if out.exists():
         if _is_current(out, spec, counts):  # another process won the race
             shutil.rmtree(tmp)

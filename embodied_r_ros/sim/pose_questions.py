@@ -21,12 +21,14 @@ import math
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
 from embodied_r_ros.core.actions import ActionThresholds, primary_action
 from embodied_r_ros.core.odometry import PoseTrack
 from embodied_r_ros.core.poses import Pose, relative_motion
+from embodied_r_ros.sim.question_basis import START, QuestionBasis
 from embodied_r_ros.sim.question_rows import Draft
 from embodied_r_ros.sim.question_rules import (
     ACTION_QUESTION,
@@ -37,13 +39,26 @@ from embodied_r_ros.sim.question_rules import (
     SEQUENCE_QUESTION,
     TURNS,
     action_choices,
+    action_picks,
     bearing_deg,
     clear_quadrant,
     progress_choices,
+    progress_picks,
     progress_question,
     sequence_choices,
+    sequence_picks,
     turn_of,
 )
+
+
+def _basis(kind: str, options: Sequence[Sequence[str | int]], places: Sequence[str] = (),
+           plan: Sequence[tuple[int, str, float]] = (), **truth: Any) -> dict[str, Any]:
+    """A draft's basis: what it asks (its options in the draft's order), then the times and
+    steps its answer was computed from."""
+    asks = QuestionBasis(kind, places=tuple(places), plan=tuple(plan),
+                         options=tuple(tuple(o) for o in options))
+    return {**asks.to_dict(), **truth}
+
 
 #: the categories odometry decides (appearance order needs to see objects)
 ODOMETRY_CATEGORIES: tuple[str, ...] = (
@@ -99,6 +114,12 @@ class Step:
         if self.action.startswith("move"):
             return f"{self.action} about {amount:.1f} m"
         return f"{self.action} about {amount:.0f} degrees"
+
+    @property
+    def stated_amount(self) -> float:
+        """The amount as :meth:`describe` states it."""
+        amount = round(self.amount, 6)
+        return float(f"{amount:.1f}" if self.action.startswith("move") else f"{amount:.0f}")
 
 
 #: per-tick thresholds of :func:`steps_of`: 5 deg/s and 0.1 m/s count as moving
@@ -169,15 +190,16 @@ class OdometryQuestions:
     def _skip(self, category: str) -> None:
         self.skipped[category] += 1
 
-    def _places(self, now: float) -> list[tuple[str, str, float]]:
-        """Earlier places to ask about at ``now``: (in a question, in an option, time)."""
+    def _places(self, now: float) -> list[tuple[str, str, float, str]]:
+        """Earlier places to ask about at ``now``: (in a question, in an option, time, the
+        place in a question's basis)."""
         out = [("the point where you started (at the first frame of the video)",
-                "the point where I started", self.first)]
+                "the point where I started", self.first, START)]
         for ago in (5, 10, 20):
             t = self.track.frame_at_or_before(now - ago)
             if t is not None and t - self.first >= 2.0:
                 out.append((f"the place where you were {ago} seconds before the last frame",
-                            f"where I was {ago} seconds ago", t))
+                            f"where I was {ago} seconds ago", t, str(ago)))
         return out
 
     # categories -----------------------------------------------------------------------
@@ -191,25 +213,26 @@ class OdometryQuestions:
             if pa is None or pb is None or primary_action(relative_motion(pa, pb)) != step.action:
                 self._skip("action_generation")
                 continue
-            single.append(Draft("action_generation", ACTION_QUESTION,
-                                action_choices(step.action, rng), *clip,
-                                {"steps": [step.action]}))
+            picks = action_picks(step.action, rng)
+            single.append(Draft("action_generation", ACTION_QUESTION, action_choices(picks),
+                                *clip, _basis("motion", [(a,) for a in picks],
+                                              steps=[step.action])))
         for a, b in itertools.pairwise(self.steps):
             if b.t0 - a.t1 > TICK_SEC + 1e-9 or a.duration < 1.5 or b.duration < 1.5:
                 continue
             clip = self._clip(a.t0 + 0.5, b.t1 - 0.5)
             if clip is None:
                 continue
-            double.append(Draft("action_generation", SEQUENCE_QUESTION,
-                                sequence_choices(a.action, b.action, rng), *clip,
-                                {"steps": [a.action, b.action]}))
+            pairs = sequence_picks(a.action, b.action, rng)
+            double.append(Draft("action_generation", SEQUENCE_QUESTION, sequence_choices(pairs),
+                                *clip, _basis("sequence", pairs, steps=[a.action, b.action])))
         return [single, double]
 
     def relative_direction(self, rng: np.random.Generator) -> list[list[Draft]]:
         out = []
         for now in self._nows(4.0, 2.0):
             cur = self.track.at(now)
-            for said, _, t in self._places(now):
+            for said, _, t, place in self._places(now):
                 ref = self.track.at(t)
                 if cur is None or ref is None or math.dist((cur.x, cur.y), (ref.x, ref.y)) < 1.0:
                     continue
@@ -217,12 +240,13 @@ class OdometryQuestions:
                 if answer is None:
                     self._skip("relative_direction")
                     continue
+                quadrants = (answer, *[q for q in QUADRANTS if q != answer])
                 out.append(Draft(
                     "relative_direction",
                     f"Where is {said} relative to you now (at the last frame of the video): to "
                     "your front-left, front-right, back-left, or back-right?",
-                    (answer, *[q for q in QUADRANTS if q != answer]), self.first, now,
-                    {"place_t": t}))
+                    quadrants, self.first, now,
+                    _basis("place_direction", [(q,) for q in quadrants], (place,), place_t=t)))
         return [out]
 
     def relative_distance(self, rng: np.random.Generator) -> list[list[Draft]]:
@@ -234,10 +258,10 @@ class OdometryQuestions:
                 continue
             places = self._places(now)
             dist = {}
-            for said, short, t in places:
+            for said, short, t, place in places:
                 ref = self.track.at(t)
                 if ref is not None:
-                    dist[t] = (math.dist((cur.x, cur.y), (ref.x, ref.y)), said, short)
+                    dist[t] = (math.dist((cur.x, cur.y), (ref.x, ref.y)), said, short, place)
             for (ta, a), (tb, b) in itertools.combinations(dist.items(), 2):
                 if abs(a[0] - b[0]) < DISTANCE_MARGIN_M:
                     self._skip("relative_distance")
@@ -247,7 +271,7 @@ class OdometryQuestions:
                     "relative_distance",
                     f"Which is closer to you now (at the last frame of the video): {a[1]}, or "
                     f"{b[1]}?", (close[2], far[2]), self.first, now,
-                    {"places_t": [ta, tb]}))
+                    _basis("nearer_place", [(close[3],), (far[3],)], places_t=[ta, tb])))
             if self.first in dist:
                 d = dist[self.first][0]
                 edges = [e for lo, hi, _ in buckets for e in (lo, hi) if 0 < e < math.inf]
@@ -255,12 +279,13 @@ class OdometryQuestions:
                     self._skip("relative_distance")
                     continue
                 answer = next(text for lo, hi, text in buckets if lo <= d < hi)
+                bands = (answer, *[t for _, _, t in buckets if t != answer])
                 how_far.append(Draft(
                     "relative_distance",
                     "How far are you now (at the last frame of the video) from the point where "
                     "you started (at the first frame), in a straight line?",
-                    (answer, *[t for _, _, t in buckets if t != answer]), self.first, now,
-                    {"place_t": self.first}))
+                    bands, self.first, now,
+                    _basis("how_far", [(b,) for b in bands], (START,), place_t=self.first)))
         return [nearer, how_far]
 
     def route_planning(self, rng: np.random.Generator) -> list[list[Draft]]:
@@ -268,7 +293,7 @@ class OdometryQuestions:
         options = (*TURNS, "Go forward")
         for now in self._nows(4.0, 2.0):
             cur = self.track.at(now)
-            for said, _, t in self._places(now):
+            for said, _, t, place in self._places(now):
                 ref = self.track.at(t)
                 if cur is None or ref is None or math.dist((cur.x, cur.y), (ref.x, ref.y)) < 1.0:
                     continue
@@ -277,12 +302,13 @@ class OdometryQuestions:
                 if answer is None:
                     self._skip("route_planning")
                     continue
+                moves = (answer, *[o for o in options if o != answer])
                 out.append(Draft(
                     "route_planning",
                     f"You want to go back to {said}. What should you do first, from where you "
                     "are now (the last frame of the video)?",
-                    (answer, *[o for o in options if o != answer]), self.first, now,
-                    {"place_t": t}))
+                    moves, self.first, now,
+                    _basis("way_back", [(o,) for o in moves], (place,), place_t=t)))
         return [out]
 
     def progress_evaluation(self, rng: np.random.Generator) -> list[list[Draft]]:
@@ -300,9 +326,12 @@ class OdometryQuestions:
                 continue
             steps = self.steps[: min(len(self.steps), k + 3)]
             described = [s.describe() for s in steps]
-            choices = progress_choices(k, described, rng)
-            if choices is None:
+            picks = progress_picks(k, len(described), rng)
+            if picks is None:
                 continue
-            out.append(Draft("progress_evaluation", progress_question(described), choices,
-                             self.first, now, {"step": k + 1, "action": step.action}))
+            plan = [(j + 1, s.action, s.stated_amount) for j, s in enumerate(steps)]
+            out.append(Draft("progress_evaluation", progress_question(described),
+                             progress_choices(picks, described), self.first, now,
+                             _basis("progress", [(j + 1,) for j in picks], plan=plan,
+                                    step=k + 1, action=step.action)))
         return [out]

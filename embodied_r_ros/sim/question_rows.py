@@ -15,13 +15,18 @@ from typing import Any
 
 import numpy as np
 
+from embodied_r_ros.sim.question_basis import QuestionBasis
+
 
 @dataclass(frozen=True)
 class Draft:
     """A question before its options are lettered; ``choices[0]`` is the correct one.
 
     ``start``/``end`` delimit its clip in the caller's units (frame indices for the synthetic
-    world, seconds for a recording); ``basis`` says what the answer was computed from.
+    world, seconds for a recording); ``basis`` says what the question asks
+    (:class:`~embodied_r_ros.sim.question_basis.QuestionBasis` as a dict, its options in the
+    order of ``choices``; the lettered row carries them in letter order) and, for a recording,
+    the times its answer was computed from.
     """
 
     category: str
@@ -115,17 +120,22 @@ class Letters:
 
 def lettered(d: Draft, position: int, rng: np.random.Generator) -> dict[str, Any]:
     """The row fields of a draft with its answer at ``position``: category, question,
-    options (``"A. text"``), answer and answer_text."""
-    wrong = [d.choices[j] for j in 1 + rng.permutation(len(d.choices) - 1)]
-    ordered = wrong[:position] + [d.choices[0]] + wrong[position:]
+    options (``"A. text"``), answer and answer_text, and the draft's question basis (when it
+    has one: its options in letter order)."""
+    wrong_order = [int(j) for j in 1 + rng.permutation(len(d.choices) - 1)]
+    order = wrong_order[:position] + [0] + wrong_order[position:]
     letters = string.ascii_uppercase
-    return {
+    fields: dict[str, Any] = {
         "category": d.category,
         "question": d.question,
-        "options": [f"{letters[j]}. {text}" for j, text in enumerate(ordered)],
+        "options": [f"{letters[j]}. {d.choices[k]}" for j, k in enumerate(order)],
         "answer": letters[position],
         "answer_text": d.choices[0],
     }
+    if "kind" in d.basis:  # what it asks, in letter order; what else the basis says, as it is
+        asks = QuestionBasis.from_dict(d.basis).reordered(order)
+        fields["basis"] = {**d.basis, **asks.to_dict()}
+    return fields
 
 
 def draft_rows(pools_of: Callable[[str, np.random.Generator], list[list[Draft]]],

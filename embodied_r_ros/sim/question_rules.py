@@ -68,33 +68,45 @@ def sentence(action: str) -> str:
     return f"I {action}."
 
 
-def action_choices(action: str, rng: np.random.Generator) -> tuple[str, ...]:
-    """"What did you do" options: the action, its opposite and two others at random."""
+def action_picks(action: str, rng: np.random.Generator) -> tuple[str, ...]:
+    """"What did you do" options' actions: the action, its opposite and two others at
+    random."""
     others = [a for a in ACTIONS if a not in (action, OPPOSITE[action])]
-    picks = [OPPOSITE[action], *rng.choice(others, 2, replace=False).tolist()]
-    return tuple(sentence(a) for a in [action, *picks])
+    return (action, OPPOSITE[action], *rng.choice(others, 2, replace=False).tolist())
 
 
-def sequence_choices(first: str, second: str, rng: np.random.Generator) -> tuple[str, ...]:
-    """"Which sequence" options: the right order and three wrong variants of it."""
+def action_choices(picks: Sequence[str]) -> tuple[str, ...]:
+    return tuple(sentence(a) for a in picks)
+
+
+def sequence_picks(first: str, second: str, rng: np.random.Generator
+                   ) -> tuple[tuple[str, str], ...]:
+    """"Which sequence" options' action pairs: the right order and three wrong variants."""
     right = (first, second)
     wrong = {(second, first), (OPPOSITE[first], second), (first, OPPOSITE[second]),
              (OPPOSITE[first], OPPOSITE[second])}
     wrong.discard(right)
     wrong_list = sorted(wrong)
-    chosen = [wrong_list[i] for i in rng.permutation(len(wrong_list))[:3]]
-    return tuple(f"I {x}, then I {y}." for x, y in [right, *chosen])
+    return (right, *[wrong_list[i] for i in rng.permutation(len(wrong_list))[:3]])
 
 
-def progress_choices(k: int, described: Sequence[str], rng: np.random.Generator
-                     ) -> tuple[str, ...] | None:
-    """"Which step are you on" options (step ``k`` of ``described``): neighbours first."""
-    near = [j for j in (k - 1, k + 1) if 0 <= j < len(described)]
-    far = [j for j in rng.permutation(len(described)).tolist() if j not in (k, *near)]
+def sequence_choices(picks: Sequence[tuple[str, str]]) -> tuple[str, ...]:
+    return tuple(f"I {x}, then I {y}." for x, y in picks)
+
+
+def progress_picks(k: int, n_steps: int, rng: np.random.Generator) -> tuple[int, ...] | None:
+    """"Which step are you on" options (step ``k`` of ``n_steps``, from 0): neighbours
+    first."""
+    near = [j for j in (k - 1, k + 1) if 0 <= j < n_steps]
+    far = [j for j in rng.permutation(n_steps).tolist() if j not in (k, *near)]
     picks = (near + far)[:3]
     if len(picks) < 2:
         return None
-    return tuple(f"I am on step {j + 1}: {described[j]}." for j in [k, *picks])
+    return (k, *picks)
+
+
+def progress_choices(picks: Sequence[int], described: Sequence[str]) -> tuple[str, ...]:
+    return tuple(f"I am on step {j + 1}: {described[j]}." for j in picks)
 
 
 def progress_question(described: Sequence[str]) -> str:

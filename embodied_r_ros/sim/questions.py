@@ -8,20 +8,23 @@ renderer's visibility) are asked about, and cases near a decision boundary (an o
 straight ahead, two nearly equal distances, ...) are skipped so every answer is unambiguous.
 
 Each category draws from its own random stream, so changing one category's count leaves the
-other categories' questions unchanged; answer letters are balanced per category.
+other categories' questions unchanged; answer letters are balanced per category. Every draft
+carries what it asks (:class:`~embodied_r_ros.sim.question_basis.QuestionBasis`), and so does
+its row: what reads a question later reads that, not the wording.
 """
 
 from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 
 from embodied_r_ros.core.actions import primary_action
 from embodied_r_ros.core.poses import heading_deg, relative_motion, wrap_deg
 from embodied_r_ros.sim import question_rows
+from embodied_r_ros.sim.question_basis import QuestionBasis
 from embodied_r_ros.sim.question_rows import Draft, Keep, draft_rows
 from embodied_r_ros.sim.question_rules import (
     ACTION_QUESTION,
@@ -30,12 +33,15 @@ from embodied_r_ros.sim.question_rules import (
     QUADRANTS,
     SEQUENCE_QUESTION,
     action_choices,
+    action_picks,
     bearing_deg,
     clear_quadrant,
     progress_choices,
+    progress_picks,
     progress_question,
     sentence,
     sequence_choices,
+    sequence_picks,
     side_of,
     turn_of,
 )
@@ -52,6 +58,13 @@ CATEGORIES: tuple[str, ...] = (
 )
 
 APPEARANCE_GAP_S = 1.0
+
+
+def _basis(kind: str, options: Sequence[Sequence[str | int]], objects: Sequence[str] = (),
+           plan: Sequence[tuple[int, str, float]] = ()) -> dict:
+    """A draft's basis (its options in the draft's order, the correct one first)."""
+    return QuestionBasis(kind, tuple(objects), plan=tuple(plan),
+                         options=tuple(tuple(o) for o in options)).to_dict()
 
 
 def parse_counts(spec: str | int | Mapping[str, int]) -> dict[str, int]:
@@ -94,15 +107,17 @@ class _Generator:
             motion = relative_motion(self.world.poses[clip[0]], self.world.poses[clip[1]])
             if primary_action(motion) != seg.action:
                 continue
-            single.append(Draft("action_generation", ACTION_QUESTION,
-                                action_choices(seg.action, rng), *clip))
+            picks = action_picks(seg.action, rng)
+            single.append(Draft("action_generation", ACTION_QUESTION, action_choices(picks),
+                                *clip, _basis("motion", [(a,) for a in picks])))
         for a, b in itertools.pairwise(segs):
             i0 = math.ceil(a.t0 * self.rate - 1e-9)
             i1 = min(self.last, math.floor(b.t1 * self.rate + 1e-9))
             if (a.t1 - a.t0) < MIN_CLIP_S or (min(b.t1, self.world.duration) - b.t0) < MIN_CLIP_S:
                 continue
-            double.append(Draft("action_generation", SEQUENCE_QUESTION,
-                                sequence_choices(a.action, b.action, rng), i0, i1))
+            pairs = sequence_picks(a.action, b.action, rng)
+            double.append(Draft("action_generation", SEQUENCE_QUESTION, sequence_choices(pairs),
+                                i0, i1, _basis("sequence", pairs)))
         for i in self._every(3.0, 1.5):
             pose = self.world.poses[i]
             for k in self.vis.seen_by(i):
@@ -119,12 +134,13 @@ class _Generator:
                 rest = [a for a in ("rotate left", "rotate right", "move forward") if a != answer]
                 extra = rng.choice(["move backward", "move upward", "move downward",
                                     "tilt upward", "tilt downward"])
+                moves = [answer, *rest, str(extra)]
                 nxt.append(Draft(
                     "action_generation",
                     f"You are asked to navigate to the {obj.name}. At your current position "
                     "(the last frame of the video), what is your next move?",
-                    tuple(sentence(a) for a in [answer, *rest, str(extra)]),
-                    0, i,
+                    tuple(sentence(a) for a in moves),
+                    0, i, _basis("navigate", [(a,) for a in moves], [obj.name]),
                 ))
         return [single, nxt, double]
 
@@ -141,13 +157,13 @@ class _Generator:
                 answer = clear_quadrant(angle)
                 if answer is None:
                     continue
-                rest = [q for q in QUADRANTS if q != answer]
+                said = (answer, *[q for q in QUADRANTS if q != answer])
                 ego.append(Draft(
                     "relative_direction",
                     f"Where is the {obj.name} relative to you now (at the last frame of the "
                     "video): to your front-left, front-right, back-left, or back-right?",
-                    (answer, *rest),
-                    0, i,
+                    said,
+                    0, i, _basis("direction", [(q,) for q in said], [obj.name]),
                 ))
         seen = self.vis.seen_by(self.last)
         objs = self.world.scene.objects
@@ -158,13 +174,15 @@ class _Generator:
             answer = side_of(wrap_deg(heading_deg(pa, pc) - heading_deg(pa, pb)))
             if answer is None:
                 continue
+            sides = (answer, *[s for s in ("left", "right", "back") if s != answer])
             allo.append(Draft(
                 "relative_direction",
                 f"If I am standing by the {objs[a].name} and facing the {objs[b].name}, is the "
                 f"{objs[c].name} to my left, right, or back? An object is to my back if I would "
                 "have to turn at least 135 degrees in order to face it.",
-                (answer, *[s for s in ("left", "right", "back") if s != answer]),
+                sides,
                 0, self.last,
+                _basis("allocentric", [(s,) for s in sides], [objs[k].name for k in (a, b, c)]),
             ))
         return [ego, allo]
 
@@ -184,12 +202,14 @@ class _Generator:
                 if dist[1][0] - dist[0][0] < DISTANCE_MARGIN_M:
                     continue
                 listed = [objs[k].name for k in rng.permutation(combo)]
+                names = (objs[dist[0][1]].name, *[objs[k].name for _, k in dist[1:]])
                 out.append(Draft(
                     "relative_distance",
                     "Measuring from the closest point of each object, which of these objects "
                     f"({', '.join(listed)}) is the closest to the {objs[target].name}?",
-                    (objs[dist[0][1]].name, *[objs[k].name for _, k in dist[1:]]),
+                    names,
                     0, self.last,
+                    _basis("closest", [(n,) for n in names], [*listed, objs[target].name]),
                 ))
         return out
 
@@ -214,12 +234,13 @@ class _Generator:
             right = tuple(order)
             perms = [p for p in itertools.permutations(combo) if p != right]
             wrong = [perms[j] for j in rng.permutation(len(perms))[:3]]
+            orders = [[objs[k].name for k in p] for p in [right, *wrong]]
             out.append(Draft(
                 "appearance_order",
                 "What will be the first-time appearance order of the following objects in the "
                 f"video: {', '.join(listed)}?",
-                tuple(", ".join(objs[k].name for k in p) for p in [right, *wrong]),
-                0, self.last,
+                tuple(", ".join(names) for names in orders),
+                0, self.last, _basis("order", orders, listed),
             ))
         return out
 
@@ -250,6 +271,7 @@ class _Generator:
                 "destination.",
                 tuple(", ".join(p) for p in [right, *wrong]),
                 0, self.last,
+                _basis("route", [right, *wrong], [objs[k].name for k in (a, b, c, d)]),
             ))
         return [out]
 
@@ -268,25 +290,28 @@ class _Generator:
             i = round(float(rng.choice(times)) * self.rate)
             steps = segs[: min(len(segs), k + 3)]
             described = [s.describe() for s in steps]
-            choices = progress_choices(k, described, rng)
-            if choices is None:
+            picks = progress_picks(k, len(described), rng)
+            if picks is None:
                 continue
-            out.append(Draft("progress_evaluation", progress_question(described), choices,
-                             0, i))
+            plan = [(j + 1, s.action, s.stated_amount) for j, s in enumerate(steps)]
+            out.append(Draft("progress_evaluation", progress_question(described),
+                             progress_choices(picks, described), 0, i,
+                             _basis("progress", [(j + 1,) for j in picks], plan=plan)))
         return [out]
 
 
 def generate_questions(world: World, vis: Visibility, counts: Mapping[str, int],
                        keep: Keep | None = None) -> list[dict]:
     """Question rows (see the module notes) for ``world``; fewer when geometry allows fewer.
-    ``keep``: asks only the drafts it allows (:class:`~embodied_r_ros.sim.text_decides
-    .TextDecides`: those the world's own perception text decides)."""
+    ``keep``: asks only the drafts it allows (those the world's own perception text decides:
+    :data:`~embodied_r_ros.sim.generate.DecidesFor`)."""
     gen = _Generator(world, vis)
     seed = world.spec.seed
     rate = world.spec.rate_hz
 
     def row(d: Draft, fields: dict, number: int) -> dict:
         start, end = int(d.start), int(d.end)
+        basis = fields.pop("basis")
         return {
             "id": f"seed{seed}-q{number:03d}",
             "scene_seed": seed,
@@ -295,6 +320,7 @@ def generate_questions(world: World, vis: Visibility, counts: Mapping[str, int],
             "t_end": round(end / rate, 3),
             "stamp_start_ns": world.stamp_ns(start),
             "stamp_end_ns": world.stamp_ns(end),
+            "basis": basis,
         }
 
     return draft_rows(lambda category, rng: getattr(gen, category)(rng), CATEGORIES, counts,

@@ -111,6 +111,11 @@ class Segment:
             return f"{self.action} about {self.amount:.1f} m"
         return f"{self.action} about {self.amount:.0f} degrees"
 
+    @property
+    def stated_amount(self) -> float:
+        """The amount as :meth:`describe` states it (rounded as written)."""
+        return float(f"{self.amount:.1f}" if is_metric(self.action) else f"{self.amount:.0f}")
+
 
 @dataclass(frozen=True)
 class Trajectory:

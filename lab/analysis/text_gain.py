@@ -5,7 +5,7 @@ the long world's questions separately (:mod:`lab.long_world.rows` writes one row
 question and text, its id ending in ``-memory`` or ``-window``). The memory's gain is the
 difference on the same questions, so it is paired by question; and the questions of one world
 are asked about its few objects, so besides the paired bootstrap over questions the pooled gain
-gets one over worlds (:func:`~embodied_r_ros.core.intervals.clustered_difference`). Several eval
+gets one over worlds (:func:`clustered_difference`). Several eval
 directories (worlds evaluated in parts) pool into one table: per world, per category, pooled.
 
 ``python -m lab.analysis.text_gain RUN [RUN ...] --model long-sft``
@@ -20,7 +20,9 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from embodied_r_ros.core.intervals import clustered_difference, paired_difference
+import numpy as np
+
+from embodied_r_ros.core.intervals import BOOTSTRAP_SAMPLES, paired_difference
 
 _WORLD_RE = re.compile(r"^(.*)-q\d+$")
 
@@ -57,6 +59,32 @@ class Gain:
     worlds: int = 0
     world_low: float | None = None
     world_high: float | None = None
+
+
+def clustered_difference(
+    a: Sequence[float], b: Sequence[float], clusters: Sequence[str],
+    samples: int = BOOTSTRAP_SAMPLES, seed: int = 0,
+) -> tuple[float, float, float]:
+    """:func:`~embodied_r_ros.core.intervals.paired_difference` where questions come in
+    clusters that share a cause (the questions of one world are asked about its few objects):
+    the bootstrap resamples whole clusters, so the interval holds for another draw of clusters,
+    not of questions from these ones. With one question a cluster it is
+    :func:`~embodied_r_ros.core.intervals.paired_difference`'s interval, draw for
+    draw (clusters are numbered in order of first appearance)."""
+    if not len(a) == len(b) == len(clusters):
+        raise ValueError(f"paired values and clusters differ in length: {len(a)}, {len(b)}, "
+                         f"{len(clusters)}")
+    if not len(a):
+        return (0.0, 0.0, 0.0)
+    diff = np.asarray(a, dtype=np.float64) - np.asarray(b, dtype=np.float64)
+    index = {name: i for i, name in enumerate(dict.fromkeys(clusters))}
+    member = np.array([index[c] for c in clusters])
+    sums = np.bincount(member, weights=diff, minlength=len(index))
+    counts = np.bincount(member, minlength=len(index)).astype(np.float64)
+    picks = np.random.default_rng(seed).integers(0, len(index), size=(samples, len(index)))
+    means = sums[picks].sum(axis=1) / counts[picks].sum(axis=1)
+    return (float(diff.mean()), float(np.percentile(means, 2.5)),
+            float(np.percentile(means, 97.5)))
 
 
 def world_of(question: str) -> str:

@@ -13,7 +13,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from embodied_r_ros.sim.world_command import (
+from embodied_r_ros.world_command import (
     UsageError,
     add_output_arguments,
     check_outputs,

@@ -6,7 +6,7 @@ and the places block the memory writes after them: where each object the questio
 objects nearest it, placed by the memory from the poses of every frame that showed it
 (:mod:`embodied_r_ros.memory.places`). This reader uses exactly those notes, the record's
 ``places`` (a record without them, a window's, is placed from its own frames the same way:
-:func:`~embodied_r_ros.memory.places.record_places`), never the world's ground truth. Its
+:func:`record_places`), never the world's ground truth. Its
 accuracy is what the text allows at best.
 
 Its evidence states each step in the words of the places lines (where an object is now, how
@@ -34,14 +34,22 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from embodied_r_ros.core.actions import Motion
 from embodied_r_ros.core.colors import COLOUR_NAMES
 from embodied_r_ros.core.perception_text import bearing_words
-from embodied_r_ros.core.poses import quadrant
+from embodied_r_ros.core.poses import Pose, quadrant
 from embodied_r_ros.core.reasoning import parse_options
-from embodied_r_ros.core.records import ColourNote, ObjectPlace, PerceptionRecord, PlaceNote
+from embodied_r_ros.core.records import (
+    ColourNote,
+    FrameRecord,
+    ObjectPlace,
+    PerceptionRecord,
+    PlaceNote,
+)
 from embodied_r_ros.memory.labels import head_word, label_words, singular
-from embodied_r_ros.memory.places import record_places
-from embodied_r_ros.sim.rule_reader import OracleAnswer, letter_where
+from embodied_r_ros.memory.placements import place_frames
+from embodied_r_ros.memory.places import Now, place_notes
+from embodied_r_ros.reading.rule_reader import OracleAnswer, letter_where
 from embodied_r_training.data.row_records import record_of
 from lab.long_world.question_rules import AGE_BANDS, DISTANCE_BANDS, nearest_turn
 
@@ -84,6 +92,48 @@ def names(ref: Reference, note: ObjectPlace) -> bool:
         return note.colour == ref.colour
     stated = {w for w in label_words(note.name) if w in COLOUR_NAMES}
     return head_word(note.name) == singular(ref.shape) and (not stated or ref.colour in stated)
+
+
+def _before(pose: Pose, motion: Motion) -> Pose:
+    """The pose a metric ``motion`` (in the earlier pose's heading frame) ended at ``pose``
+    from."""
+    yaw = pose.yaw_deg - motion.yaw_deg
+    c, s = math.cos(math.radians(yaw)), math.sin(math.radians(yaw))
+    return Pose(pose.x - (c * motion.forward - s * motion.left),
+                pose.y - (s * motion.forward + c * motion.left), pose.z - motion.up, yaw,
+                pose.pitch_deg - motion.pitch_deg)
+
+
+def frame_poses(frames: Sequence[FrameRecord]) -> list[Pose | None]:
+    """Each frame's camera pose: the record's own where every frame has one, else the
+    measured metric motions composed back from the last frame (at the origin, facing +x); a
+    frame before an unknown motion has none."""
+    if all(f.pose is not None for f in frames):
+        return [f.pose for f in frames]
+    out: list[Pose | None] = [None] * len(frames)
+    if frames:
+        out[-1] = Pose()
+    for i in range(len(frames) - 1, 0, -1):
+        motion, pose = frames[i].motion, out[i]
+        if pose is None or motion is None or not motion.metric:
+            break
+        out[i - 1] = _before(pose, motion)
+    return out
+
+
+def record_places(record: PerceptionRecord) -> tuple[PlaceNote, ...]:
+    """The places a record carries, else those its own frames place (from their poses, or the
+    motions it measured, by the memory's placements): a window's record read as a memory's
+    would be."""
+    if record.places is not None:
+        return record.places
+    poses = frame_poses(record.frames)
+    newest = next((p for p in reversed(poses) if p is not None), None)
+    if newest is None:
+        return ()
+    placements = place_frames(zip(record.frames, poses, strict=True))
+    return place_notes(placements, record.question, record.options,
+                       Now.at(record.frames[-1].stamp, newest))
 
 
 class Places:

@@ -20,9 +20,9 @@ import numpy as np
 
 from embodied_r_ros.core.poses import Pose
 from embodied_r_ros.sim.camera import PinholeCamera, clip_polygon
-from embodied_r_ros.sim.floor_plan import FloorPlan
 from embodied_r_ros.sim.render import RenderedFrame
 from embodied_r_ros.sim.scene import Mesh, SceneObject, object_mesh
+from lab.long_world.floor_plan import FloorPlan
 from lab.long_world.textures import MIP_LEVELS, Atlases
 
 _SKY_TOP = np.array([150.0, 185.0, 225.0])

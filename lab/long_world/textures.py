@@ -14,8 +14,8 @@ from dataclasses import dataclass
 import cv2
 import numpy as np
 
-from embodied_r_ros.sim.floor_plan import CORRIDOR, FloorPlan, WallFace
 from embodied_r_ros.sim.scene import TEXTURE_PX_PER_M, floor_texture, wall_texture
+from lab.long_world.floor_plan import CORRIDOR, FloorPlan, WallFace
 
 MIP_LEVELS = 5
 _PAD_PX = 32  # between wall textures in the atlas, so coarse mip levels do not bleed

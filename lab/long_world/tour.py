@@ -20,9 +20,9 @@ from collections.abc import Sequence
 import numpy as np
 
 from embodied_r_ros.core.poses import Pose, heading_deg, wrap_deg
-from embodied_r_ros.sim.floor_plan import CORRIDOR, FloorPlan
 from embodied_r_ros.sim.scene import SceneObject
 from embodied_r_ros.sim.trajectory import MotionLimits, Segment, Trajectory
+from lab.long_world.floor_plan import CORRIDOR, FloorPlan
 
 CAMERA_HEIGHT_M = 1.5
 CAMERA_PITCH_DEG = -10.0

@@ -18,10 +18,10 @@ import numpy as np
 
 from embodied_r_ros.core.poses import Pose
 from embodied_r_ros.sim.camera import PinholeCamera
-from embodied_r_ros.sim.floor_plan import CORRIDOR, FloorPlan, make_floor_plan
 from embodied_r_ros.sim.scene import COLOURS, SHAPES, SceneObject
 from embodied_r_ros.sim.trajectory import Trajectory
 from embodied_r_ros.sim.world import MAX_FRAMES, MAX_SIDE, FrameTimeline
+from lab.long_world.floor_plan import CORRIDOR, FloorPlan, make_floor_plan
 from lab.long_world.tour import plan_tour
 
 MAX_LONG_OBJECTS = 40

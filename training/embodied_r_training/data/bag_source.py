@@ -17,6 +17,7 @@ import numpy as np
 from embodied_r_ros.core.bags import CAMERA_INFO_TYPE, POSE_TYPES, WINDOW_SLACK_NS
 from embodied_r_ros.core.odometry import PoseTrack
 from embodied_r_ros.core.pipeline import EmbodiedR
+from embodied_r_ros.sim.question_basis import QuestionBasis
 from embodied_r_training.data.dataset_files import BuildError
 from embodied_r_training.data.samples import (
     KeyFrames,
@@ -108,6 +109,24 @@ def _window_ns(row: dict[str, Any], start_ns: int, end_ns: int) -> tuple[int, in
     return int(lo), int(hi)
 
 
+def _basis(row: dict[str, Any], n_options: int) -> dict[str, Any] | None:
+    """The row's question basis as written (checked where it says what the question asks:
+    a known kind, one entry per option); None without one."""
+    basis = row.get("basis")
+    if basis is None:
+        return None
+    if not isinstance(basis, dict):
+        raise RowError("basis", "expected an object")
+    if "kind" in basis:
+        try:
+            asks = QuestionBasis.from_dict(basis)
+        except (ValueError, TypeError, KeyError) as exc:
+            raise RowError("basis", str(exc)) from None
+        if len(asks.options) != n_options:
+            raise RowError("basis", f"{len(asks.options)} options for {n_options} choices")
+    return basis
+
+
 def row_sample(row: Any, bag_path: Path, start_ns: int, end_ns: int) -> Sample:
     """The sample of one question row; :class:`RowError` names the field at fault."""
     if not isinstance(row, dict):
@@ -128,6 +147,7 @@ def row_sample(row: Any, bag_path: Path, start_ns: int, end_ns: int) -> Sample:
     if not isinstance(category, str):
         raise RowError("category", "expected text")
     scene = row.get("scene", row.get("scene_seed", bag_path.stem))
+    basis = _basis(row, len(options))
     sample = Sample(
         id=qid,
         scene=str(scene),
@@ -139,6 +159,7 @@ def row_sample(row: Any, bag_path: Path, start_ns: int, end_ns: int) -> Sample:
         extra={
             "window_ns": [start, end],
             **({"answer_text": row["answer_text"]} if "answer_text" in row else {}),
+            **({"basis": basis} if basis is not None else {}),
         },
     )
     try:

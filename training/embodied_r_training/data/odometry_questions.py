@@ -110,6 +110,7 @@ def odometry_questions(
 
     def row(d: Draft, fields: dict[str, Any], number: int) -> dict[str, Any]:
         start, end = exact[d.start], exact[d.end]
+        basis = fields.pop("basis")
         return {
             "id": f"{scene}-q{number:03d}",
             "scene": scene,
@@ -119,7 +120,7 @@ def odometry_questions(
             "stamp_start_ns": start,
             "stamp_end_ns": end,
             "basis": {k: _from_start(v, bag.start_ns) if k.endswith("_t") else v
-                      for k, v in d.basis.items()},
+                      for k, v in basis.items()},
         }
 
     rows = draft_rows(decided, ODOMETRY_CATEGORIES, wanted, seed, row)

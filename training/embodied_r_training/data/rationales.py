@@ -2,8 +2,9 @@
 
 DeepSeek-R1 (arXiv 2501.12948, section 2.3.1) starts RL from a model fine-tuned on a few thousand
 readable reasoning traces; here the traces are written from a built row: its own perception text
-(as it states it, read by :mod:`embodied_r_ros.sim.rule_reader`) for the evidence, and the row's
-solution for the conclusion.
+(as it states it, read by :mod:`embodied_r_ros.reading.rule_reader`) for the evidence, what the
+question asks from its basis (:mod:`embodied_r_ros.sim.question_basis`), and the row's solution
+for the conclusion.
 
 The think text walks through the key frames in order and copies, frame by frame, only what the
 question needs (the motion, and where the question's objects are), then draws the conclusion
@@ -28,22 +29,21 @@ those rows.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from embodied_r_ros.core.actions import ACTIONS
-from embodied_r_ros.core.colors import COLOUR_NAMES
 from embodied_r_ros.core.perception_text import FrameText, PerceptionText
 from embodied_r_ros.core.reasoning import parse_options
-from embodied_r_ros.sim.rule_reader import (
+from embodied_r_ros.reading.rule_reader import (
     Map,
     build_map,
     colour_of,
     first_sightings,
-    plan_steps,
 )
+from embodied_r_ros.sim import question_basis
+from embodied_r_ros.sim.question_basis import PATH_KINDS, QuestionBasis
 from embodied_r_training.data.oracle import solve
 from embodied_r_training.data.row_records import perception_of
 
@@ -118,14 +118,13 @@ def _now(world: Map, colour: str) -> str:
     return text + "."
 
 
-def _names(question: str) -> list[str]:
-    """Object names ("red box") in the order the question mentions them."""
-    found = re.findall(rf"\b((?:{'|'.join(COLOUR_NAMES)}) [a-z]+)\b", question)
-    out: list[str] = []
-    for name in found:
-        if name not in out:
-            out.append(name)
-    return out
+def _names(b: QuestionBasis) -> list[str]:
+    """The object names ("red box") a question names, in the order it mentions them (a route
+    names its start, the object it faces and its goal before the waypoint between)."""
+    if b.kind in PATH_KINDS:
+        return []
+    names = [b.objects[i] for i in (0, 1, 3, 2)] if b.kind == "route" else list(b.objects)
+    return list(dict.fromkeys(names))
 
 
 # ---------------------------------------------------------------- per category
@@ -141,25 +140,24 @@ def _track(p: PerceptionText, colour: str) -> str:
     return f"{walk} {_now(world, colour)}"
 
 
-def _action_generation(p: PerceptionText, answer: str) -> str:
-    q = p.question
-    if q.startswith("You are asked to navigate to the"):
-        names = _names(q)
+def _action_generation(p: PerceptionText, b: QuestionBasis, answer: str) -> str:
+    if b.kind == "navigate":
+        names = _names(b)
         return _track(p, colour_of(names[0]) if names else "")
     return _walk(p)
 
 
-def _relative_direction(p: PerceptionText, answer: str) -> str:
-    colours = [colour_of(n) for n in _names(p.question)]
+def _relative_direction(p: PerceptionText, b: QuestionBasis, answer: str) -> str:
+    colours = [colour_of(n) for n in _names(b)]
     if not colours:  # a place of the robot's own path: the motions locate it
         return _walk(p)
-    if p.question.startswith("Where is the"):
+    if b.kind == "direction":
         return _track(p, colours[0])
     return _walk(p, colours, motions="none")
 
 
-def _relative_distance(p: PerceptionText, answer: str) -> str:
-    names = _names(p.question)
+def _relative_distance(p: PerceptionText, b: QuestionBasis, answer: str) -> str:
+    names = _names(b)
     if not names:  # places of the robot's own path: the motions locate them
         return _walk(p)
     target = names[-1]
@@ -177,8 +175,8 @@ def _last_shared(p: PerceptionText, a: str, b: str) -> FrameText | None:
     return next((f for f in reversed(p.frames) if a in f.sightings and b in f.sightings), None)
 
 
-def _appearance_order(p: PerceptionText, answer: str) -> str:
-    colours = [colour_of(n) for n in _names(p.question)]
+def _appearance_order(p: PerceptionText, b: QuestionBasis, answer: str) -> str:
+    colours = [colour_of(n) for n in _names(b)]
     first = first_sightings(p)
     order = sorted((c for c in colours if c in first), key=lambda c: first[c])
     missing = [c for c in colours if c not in first]
@@ -189,15 +187,15 @@ def _appearance_order(p: PerceptionText, answer: str) -> str:
     return f"{walk} {seen}"
 
 
-def _route_planning(p: PerceptionText, answer: str) -> str:
-    colours = [colour_of(n) for n in _names(p.question)]
+def _route_planning(p: PerceptionText, b: QuestionBasis, answer: str) -> str:
+    colours = [colour_of(n) for n in _names(b)]
     if not colours:  # the way back to a place of the robot's own path
         return _walk(p)
     return _walk(p, colours, motions="none")
 
 
-def _progress_evaluation(p: PerceptionText, answer: str) -> str:
-    steps = plan_steps(p.question)
+def _progress_evaluation(p: PerceptionText, b: QuestionBasis, answer: str) -> str:
+    steps = b.plan
     mapping: dict[int, int] = {}
     current, done = 0, 0.0
     for f in p.frames[1:]:
@@ -246,7 +244,8 @@ def rationale(row: Mapping[str, Any], *, letter: bool = True) -> Rationale:
         evidence, supported = str(reading["evidence"]), reading.get("letter") == choice
     else:
         writer = _WRITERS.get(str(row.get("category")))
-        evidence = writer(perception_of(row), text) if writer else ""
+        stated = perception_of(row)
+        evidence = writer(stated, question_basis.of_row(row, stated), text) if writer else ""
         supported = solve(row).letter == choice
     if letter:
         notes = f"{options_listing(row['options'])} {evidence}".rstrip()

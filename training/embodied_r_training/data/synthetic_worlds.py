@@ -133,6 +133,7 @@ def _world_key(split: SplitPlan, seed: int) -> dict[str, Any]:
 def build_seed(split: SplitPlan, seed: int, root: Path, *, keep_bag: bool = False) -> Path:
     """One seed -> ``root/worlds/<split>/seed-N`` (a built dataset); reused when finished."""
     from embodied_r_ros.core.profiles import load_config
+    from embodied_r_ros.reading.text_decides import TextDecides
     from embodied_r_ros.sim.generate import generate_world
 
     out = root / "worlds" / split.name / f"seed-{seed}"
@@ -146,7 +147,8 @@ def build_seed(split: SplitPlan, seed: int, root: Path, *, keep_bag: bool = Fals
     if work.exists():
         shutil.rmtree(work)
     t0 = time.perf_counter()
-    paths = generate_world(split.world_spec(seed), work, split.questions, video=False, force=True)
+    paths = generate_world(split.world_spec(seed), work, split.questions, video=False, force=True,
+                           decides=TextDecides)
     t1 = time.perf_counter()
     assert paths.bag is not None
     build_from_bag(paths.bag, paths.questions, out, image_topic="/camera/image_raw",

@@ -20,25 +20,27 @@ from embodied_r_ros.core.perception_text import PerceptionText, stated_view
 from embodied_r_ros.core.pipeline import EmbodiedR
 from embodied_r_ros.core.reasoning import format_question
 from embodied_r_ros.core.records import FrameRecord, PerceptionRecord, TextStyle
+from embodied_r_ros.reading.rule_reader import (
+    bearing_from_last,
+    place_of,
+    progress_step,
+    solve_action_generation,
+)
+from embodied_r_ros.reading.text_margins import (
+    DISAGREES,
+    NEAR,
+    UNDECIDED,
+    UNSEEN,
+    reason_to_skip,
+)
+from embodied_r_ros.sim import question_basis
+from embodied_r_ros.sim.question_basis import QuestionBasis
 from embodied_r_ros.sim.question_rows import Draft
 from embodied_r_ros.sim.question_rules import (
     DISTANCE_BANDS,
     DISTANCE_MARGIN_M,
     clear_quadrant,
     turn_of,
-)
-from embodied_r_ros.sim.rule_reader import (
-    bearing_from_last,
-    place_of,
-    progress_step,
-    solve_action_generation,
-)
-from embodied_r_ros.sim.text_margins import (
-    DISAGREES,
-    NEAR,
-    UNDECIDED,
-    UNSEEN,
-    reason_to_skip,
 )
 from embodied_r_training.data.bag_source import BagFrames
 from embodied_r_training.data.row_records import perception_of
@@ -97,8 +99,9 @@ class TextCheck:
         path = poses(p.frames)
         last = path[-1]
         answer = draft.choices[0]
+        asks = _asks(draft)
         if draft.category in ("relative_direction", "route_planning"):
-            place = place_of(p, path, draft.question)
+            place = place_of(p, path, asks.places[0]) if asks.places else None
             if place is None:
                 return UNPLACED
             bearing = bearing_from_last(path, place)
@@ -108,14 +111,15 @@ class TextCheck:
                 decided = "Go forward" if abs(bearing) <= 15.0 else turn_of(bearing)
             return NEAR if decided is None else None if decided == answer else DISAGREES
         if draft.category == "relative_distance":
-            if draft.question.startswith("How far"):
+            if asks.kind == "how_far":
                 d = math.dist((last.x, last.y), (path[0].x, path[0].y))
                 edges = [e for lo, hi, _ in DISTANCE_BANDS for e in (lo, hi) if 0 < e < math.inf]
                 if min(abs(d - e) for e in edges) < BAND_MARGIN_M:
                     return NEAR
                 band = next(text for lo, hi, text in DISTANCE_BANDS if lo <= d < hi)
                 return None if band == answer else DISAGREES
-            places = [place_of(p, path, c) for c in draft.choices]
+            places = [place_of(p, path, str(said[0])) if said else None
+                      for said in asks.options]
             if any(pl is None for pl in places):
                 return UNPLACED
             dist = [math.dist((last.x, last.y), (pl.x, pl.y)) for pl in places if pl]
@@ -123,10 +127,15 @@ class TextCheck:
                 return NEAR
             return None if dist[0] < dist[1] else DISAGREES
         if draft.category == "progress_evaluation":
-            return None if progress_step(p) == draft.basis.get("step") else OFF_PLAN
+            return None if progress_step(p, asks) == draft.basis.get("step") else OFF_PLAN
         if draft.category == "action_generation":
-            return None if solve_action_generation(p).letter == "A" else DISAGREES
+            return None if solve_action_generation(p, asks).letter == "A" else DISAGREES
         return None
+
+
+def _asks(draft: Draft) -> QuestionBasis:
+    """What an odometry draft asks (its basis; its options in the draft's order)."""
+    return QuestionBasis.from_dict(draft.basis)
 
 
 
@@ -138,5 +147,7 @@ __all__ = ["DISAGREES", "GAP", "NEAR", "OFF_PLAN", "UNDECIDED", "UNPLACED", "UNS
 
 def row_reason_to_skip(row: dict[str, Any]) -> str | None:
     """None when the built row's perception text decides its answer clearly
-    (:func:`~embodied_r_ros.sim.rule_reader.reason_to_skip`), else why not."""
-    return reason_to_skip(str(row.get("category")), perception_of(row), str(row["solution"]))
+    (:func:`~embodied_r_ros.reading.text_margins.reason_to_skip`), else why not."""
+    stated = perception_of(row)
+    return reason_to_skip(str(row.get("category")), stated, question_basis.of_row(row, stated),
+                          str(row["solution"]))

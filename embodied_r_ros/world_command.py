@@ -1,7 +1,9 @@
 """``embodied-r world``: render a synthetic egocentric world and write its bag, video and QA.
 
 Arguments are parsed as text and validated here, so every bad value ends in one clear line on
-stderr and exit status 2, never a traceback.
+stderr and exit status 2, never a traceback. The command joins the generator to the rule reader:
+each question is asked only where the world's own text decides it
+(:class:`~embodied_r_ros.reading.text_decides.TextDecides`).
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from embodied_r_ros.reading.text_decides import TextDecides
 from embodied_r_ros.sim.generate import WorldPaths, generate_world
 from embodied_r_ros.sim.questions import CATEGORIES, parse_counts
 from embodied_r_ros.sim.world import WorldSpec
@@ -132,7 +135,8 @@ def run_world(args: argparse.Namespace) -> int:
         print(f"{PROG}: error: {exc}", file=sys.stderr)
         return 2
     return write_world(PROG, "world", spec, out,
-                       lambda: generate_world(spec, out, counts, **output_options(args)))
+                       lambda: generate_world(spec, out, counts, **output_options(args),
+                                              decides=TextDecides))
 
 
 def output_options(args: argparse.Namespace) -> dict[str, bool]:

@@ -1,6 +1,10 @@
 """The rule reader: answers a question from what its perception text states alone, the LM's
 ceiling, and says whether that text decides the answer clearly.
 
+What the question asks comes from its structured basis
+(:class:`~embodied_r_ros.sim.question_basis.QuestionBasis`: the objects and places it names and
+what each option says), never from its wording.
+
 The reasoning LM sees only the perception text (key-frame actions with odometry amounts and the
 colour-region observations of :mod:`embodied_r_ros.core.colors`) and the question. This reader
 takes exactly what that text states (the records' stated view,
@@ -13,14 +17,13 @@ category's information at all.
 
 Objects are named ``"<colour> <shape>"`` with one object per colour, so a sighting of a colour is
 a sighting of that object. Whether the text decides a question clearly is
-:mod:`embodied_r_ros.sim.text_margins`.
+:mod:`embodied_r_ros.reading.text_margins`.
 """
 
 from __future__ import annotations
 
 import math
-import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,9 +31,8 @@ from embodied_r_ros.core.actions import ACTIONS
 from embodied_r_ros.core.dead_reckoning import Pose2D, pose_at_age, poses
 from embodied_r_ros.core.perception_text import FrameText, PerceptionText, Sighting
 from embodied_r_ros.core.poses import heading_deg, quadrant, wrap_deg
-from embodied_r_ros.sim.question_rules import (
-    DISTANCE_BANDS,
-)
+from embodied_r_ros.sim.question_basis import PATH_KINDS, Option, QuestionBasis, place_age
+from embodied_r_ros.sim.question_rules import DISTANCE_BANDS
 
 #: where the text gives no range and one viewpoint only, objects are put this far away
 ASSUMED_RANGE_M: float | None = 3.5
@@ -122,11 +124,16 @@ class OracleAnswer:
     evidence: str  # one line: what in the text decided it
 
 
-def letter_where(options: Sequence[tuple[str, str]], pred: Any) -> str | None:
+def letter_where(options: Sequence[tuple[str, Any]], pred: Any) -> str | None:
     for letter, text in options:
         if pred(text):
             return letter
     return None
+
+
+def lettered(p: PerceptionText, b: QuestionBasis) -> list[tuple[str, Option]]:
+    """The options' letters with what each says (the basis's options, in letter order)."""
+    return [(letter, said) for (letter, _), said in zip(p.options, b.options, strict=False)]
 
 
 def _motions(p: PerceptionText) -> list[tuple[int, str, float]]:
@@ -145,61 +152,48 @@ def _runs(p: PerceptionText) -> list[tuple[str, float, list[int]]]:
     return runs
 
 
-def _option_actions(text: str) -> list[str]:
-    low = text.lower()
-    found = sorted((low.find(a), a) for a in ACTIONS if a in low)
-    return [a for _, a in found]
-
-
-def solve_action_generation(p: PerceptionText) -> OracleAnswer:
-    q = p.question
-    if q.startswith("You are asked to navigate to the"):
-        target = re.search(r"navigate to the (\w+ \w+)\.", q)
-        colour = colour_of(target.group(1)) if target else ""
+def solve_action_generation(p: PerceptionText, b: QuestionBasis) -> OracleAnswer:
+    options = lettered(p, b)
+    if b.kind == "navigate":
+        colour = colour_of(b.objects[0]) if b.objects else ""
         bearing = build_map(p).bearing_now(colour)
         if bearing is None:
             return OracleAnswer(None, f"the {colour} object is never seen")
         move = ("move forward" if abs(bearing) <= 12.0 else
                 "rotate left" if bearing > 0 else "rotate right")
         return OracleAnswer(
-            letter_where(p.options, lambda t: t.lower().startswith(f"i {move}")),
+            letter_where(options, lambda said: said == (move,)),
             f"the {colour} object is about {abs(bearing):.0f} degrees "
             f"{'left' if bearing > 0 else 'right'} now: {move}")
     runs = _runs(p)
     if not runs:
         return OracleAnswer(None, "no motion reported")
-    if q.startswith("Which sequence"):
+    if b.kind == "sequence":
         # the two longest runs in time order (short runs straddle a boundary)
         by_size = sorted(runs, key=lambda r: -len(r[2]))
         chosen = sorted(by_size[:2], key=lambda r: r[2][0]) if len(runs) > 1 else runs * 2
         pair = [r[0] for r in chosen]
-        letter = letter_where(p.options, lambda t: _option_actions(t) == pair)
+        letter = letter_where(options, lambda said: list(said) == pair)
         if letter is None:  # the order within the text first
             firsts = [r[0] for r in runs[:2]]
-            letter = letter_where(p.options, lambda t: _option_actions(t) == firsts)
+            letter = letter_where(options, lambda said: list(said) == firsts)
         return OracleAnswer(letter, f"{pair[0]}, then {pair[1]}")
     totals: dict[str, int] = {}
     for action, _, idx in runs:
         totals[action] = totals.get(action, 0) + len(idx)
     best = max(totals, key=lambda a: totals[a])
-    return OracleAnswer(letter_where(p.options, lambda t: _option_actions(t) == [best]), best)
+    return OracleAnswer(letter_where(options, lambda said: said == (best,)), best)
 
 
 # ------------------------------------------------- places of the robot's own path (odometry)
 
-#: a place of the path as a question says it, and as an option says it
-_PLACE_RE = re.compile(r"the point where (?:you|I) started|"
-                       r"(?:the place where you were|where I was) (\d+) seconds (?:before|ago)")
-
-
-def place_of(p: PerceptionText, path: Sequence[Pose2D], text: str) -> Pose2D | None:
-    """The pose of the first place ``text`` names: frame 0's, or the one its age locates."""
-    m = _PLACE_RE.search(text)
-    if m is None:
-        return None
-    if m.group(1) is None:
+def place_of(p: PerceptionText, path: Sequence[Pose2D], place: str) -> Pose2D | None:
+    """The pose of a place of the path (:func:`~embodied_r_ros.sim.question_basis.place_age`):
+    frame 0's, or the one its age locates."""
+    age = place_age(place)
+    if age is None:
         return path[0]
-    return pose_at_age(p.frames, path, float(m.group(1)))
+    return pose_at_age(p.frames, path, age)
 
 
 def bearing_from_last(path: Sequence[Pose2D], place: Pose2D) -> float:
@@ -208,95 +202,85 @@ def bearing_from_last(path: Sequence[Pose2D], place: Pose2D) -> float:
     return wrap_deg(heading_deg((last.x, last.y), (place.x, place.y)) - last.yaw)
 
 
-def solve_path_question(p: PerceptionText) -> OracleAnswer | None:
+def solve_path_question(p: PerceptionText, b: QuestionBasis) -> OracleAnswer | None:
     """Questions about places of the robot's own path (``embodied-r-train questions``): the
     written motions dead-reckoned, the places located by their stated ages; None when the
     question is not one of them."""
-    q = p.question
+    if b.kind not in PATH_KINDS:
+        return None
     path = poses(p.frames)
     last = path[-1]
-    if q.startswith(("Where is", "You want to go back to")):
-        place = place_of(p, path, q)
+    options = lettered(p, b)
+    if b.kind in ("place_direction", "way_back"):
+        place = place_of(p, path, b.places[0])
         if place is None:
-            return None if _PLACE_RE.search(q) is None else OracleAnswer(None, "no such age")
+            return OracleAnswer(None, "no such age")
         bearing = bearing_from_last(path, place)
-        if q.startswith("Where is"):
+        if b.kind == "place_direction":
             where = quadrant(bearing)
-            return OracleAnswer(letter_where(p.options, lambda t: t == where),
+            return OracleAnswer(letter_where(options, lambda said: said == (where,)),
                                 f"the place at about {bearing:.0f} degrees: {where}")
         a = abs(bearing)
         first = ("Go forward" if a <= 27.5 else "Turn Back" if a >= 135.0
                  else "Turn Left" if bearing > 0 else "Turn Right")
-        return OracleAnswer(letter_where(p.options, lambda t: t == first),
+        return OracleAnswer(letter_where(options, lambda said: said == (first,)),
                             f"the place at about {bearing:.0f} degrees: {first}")
-    if q.startswith("Which is closer to you now"):
+    if b.kind == "nearer_place":
         best: tuple[float, str] | None = None
-        for letter, text in p.options:
-            place = place_of(p, path, text)
+        for letter, said in options:
+            place = place_of(p, path, str(said[0])) if said else None
             if place is not None:
                 d = math.dist((last.x, last.y), (place.x, place.y))
                 best = min(best, (d, letter)) if best else (d, letter)
         return OracleAnswer(best[1] if best else None,
                             f"about {best[0]:.1f} m" if best else "no place located")
-    if q.startswith("How far are you now") and _PLACE_RE.search(q):
-        d = math.dist((last.x, last.y), (path[0].x, path[0].y))
-        band = next(text for lo, hi, text in DISTANCE_BANDS if lo <= d < hi)
-        return OracleAnswer(letter_where(p.options, lambda t: t == band),
-                            f"about {d:.1f} m: {band}")
-    return None
+    d = math.dist((last.x, last.y), (path[0].x, path[0].y))
+    band = next(text for lo, hi, text in DISTANCE_BANDS if lo <= d < hi)
+    return OracleAnswer(letter_where(options, lambda said: said == (band,)),
+                        f"about {d:.1f} m: {band}")
 
 
-def solve_relative_direction(p: PerceptionText) -> OracleAnswer:
-    q = p.question
-    on_path = solve_path_question(p)
+def solve_relative_direction(p: PerceptionText, b: QuestionBasis) -> OracleAnswer:
+    on_path = solve_path_question(p, b)
     if on_path is not None:
         return on_path
-    m = re.match(r"Where is the (\w+ \w+) relative to you now", q)
     world = build_map(p)
-    if m:
-        colour = colour_of(m.group(1))
+    options = lettered(p, b)
+    if b.kind == "direction":
+        colour = colour_of(b.objects[0])
         bearing = world.bearing_now(colour)
         if bearing is None:
             return OracleAnswer(None, f"the {colour} object is never seen")
         where = quadrant(bearing)
-        return OracleAnswer(letter_where(p.options, lambda t: t == where),
+        return OracleAnswer(letter_where(options, lambda said: said == (where,)),
                             f"{colour} at about {bearing:.0f} degrees: {where}")
-    if not ALLOCENTRIC_RE.match(q):
+    if b.kind != "allocentric":
         return OracleAnswer(None, "unknown question")
-    angle = allocentric_angle(p, world)
+    angle = allocentric_angle(b, world)
     if angle is None:
         return OracleAnswer(None, "an object's position is unknown")
     side = "back" if abs(angle) >= 135.0 else "left" if angle > 0 else "right"
-    return OracleAnswer(letter_where(p.options, lambda t: t == side),
+    return OracleAnswer(letter_where(options, lambda said: said == (side,)),
                         f"turn {angle:.0f} degrees: {side}")
 
 
-ALLOCENTRIC_RE = re.compile(r"If I am standing by the (\w+ \w+) and facing the (\w+ \w+), is the "
-                      r"(\w+ \w+)")
-ROUTE_RE = re.compile(r"You are a robot beginning at the (\w+ \w+) and facing the (\w+ \w+)\..*"
-                       r"Go forward until the (\w+ \w+) 4\..*Go forward until the (\w+ \w+)\.",
-                       re.DOTALL)
-
-
-def allocentric_angle(p: PerceptionText, world: Map) -> float | None:
+def allocentric_angle(b: QuestionBasis, world: Map) -> float | None:
     """Standing by the first object facing the second, the turn to the third (left > 0), as
     the text places them; None where one cannot be placed (or another question)."""
-    m = ALLOCENTRIC_RE.match(p.question)
-    if m is None:
+    if b.kind != "allocentric":
         return None
-    pa, pb, pc = (world.position(colour_of(n)) for n in m.groups())
+    pa, pb, pc = (world.position(colour_of(n)) for n in b.objects)
     if pa is None or pb is None or pc is None:
         return None
     return wrap_deg(heading_deg(pa, pc) - heading_deg(pa, pb))
 
 
-def route_angles(p: PerceptionText, world: Map) -> tuple[float, float] | None:
+def route_angles(b: QuestionBasis, world: Map) -> tuple[float, float] | None:
     """The two turns of an object route (at its second and third waypoints, left > 0), as the
     text places the objects; None where one cannot be placed (or another question)."""
-    m = ROUTE_RE.match(p.question)
-    if m is None:
+    if b.kind != "route":
         return None
-    pts = [world.position(colour_of(n)) for n in m.groups()]
+    pts = [world.position(colour_of(n)) for n in b.objects]
     if any(pt is None for pt in pts):
         return None
     a, b, c, d = pts  # type: ignore[misc]
@@ -304,20 +288,19 @@ def route_angles(p: PerceptionText, world: Map) -> tuple[float, float] | None:
             wrap_deg(heading_deg(c, d) - heading_deg(b, c)))
 
 
-def solve_relative_distance(p: PerceptionText) -> OracleAnswer:
-    on_path = solve_path_question(p)
+def solve_relative_distance(p: PerceptionText, b: QuestionBasis) -> OracleAnswer:
+    on_path = solve_path_question(p, b)
     if on_path is not None:
         return on_path
-    m = re.search(r"objects \((.*)\) is the closest to the (\w+ \w+)\?", p.question)
-    if not m:
+    if b.kind != "closest":
         return OracleAnswer(None, "unknown question")
     world = build_map(p)
-    target = world.position(colour_of(m.group(2)))
+    target = world.position(colour_of(b.objects[-1]))
     if target is None:
         return OracleAnswer(None, "the target's position is unknown")
     best: tuple[float, str] | None = None
-    for letter, text in p.options:
-        pos = world.position(colour_of(text))
+    for letter, said in lettered(p, b):
+        pos = world.position(colour_of(str(said[0])))
         if pos is None:
             continue
         d = math.dist(pos, target)
@@ -349,15 +332,15 @@ def appearance_key(first: Mapping[str, tuple[int, float]], name: str) -> tuple[i
     return first.get(colour_of(name), (10**6, 0.0))
 
 
-def solve_appearance_order(p: PerceptionText) -> OracleAnswer:
+def solve_appearance_order(p: PerceptionText, b: QuestionBasis) -> OracleAnswer:
     first = first_sightings(p)
 
     def key(name: str) -> tuple[int, float]:
         return appearance_key(first, name)
 
     best: tuple[tuple[int, ...], str] | None = None
-    for letter, text in p.options:
-        names = [n.strip() for n in text.split(",")]
+    for letter, said in lettered(p, b):
+        names = [str(n) for n in said]
         if [key(n) for n in names] == sorted(key(n) for n in names):
             return OracleAnswer(letter, ", ".join(f"{n} in frame {key(n)[0]}" for n in names))
         # else keep the option with the fewest inversions
@@ -375,35 +358,27 @@ def _turn(angle: float) -> str:
     return "Turn Left" if angle > 0 else "Turn Right"
 
 
-def solve_route_planning(p: PerceptionText) -> OracleAnswer:
-    on_path = solve_path_question(p)
+def solve_route_planning(p: PerceptionText, b: QuestionBasis) -> OracleAnswer:
+    on_path = solve_path_question(p, b)
     if on_path is not None:
         return on_path
-    if not ROUTE_RE.match(p.question):
+    if b.kind != "route":
         return OracleAnswer(None, "unknown question")
-    angles = route_angles(p, build_map(p))
+    angles = route_angles(b, build_map(p))
     if angles is None:
         return OracleAnswer(None, "an object's position is unknown")
     t1, t2 = (_turn(a) for a in angles)
     want = f"{t1}, {t2}"
-    exact = letter_where(p.options, lambda t: t == want)
+    options = lettered(p, b)
+    exact = letter_where(options, lambda said: said == (t1, t2))
     if exact is not None:
         return OracleAnswer(exact, want)
     # rough positions often make a side turn look like a turn back: the option sharing a turn
-    best = max(p.options, key=lambda o: (o[1].split(", ")[0] == t1) + (o[1].split(", ")[-1] == t2))
+    best = max(options, key=lambda o: (o[1][:1] == (t1,)) + (o[1][-1:] == (t2,)))
     return OracleAnswer(best[0], f"{want} (nearest option)")
 
 
-_STEP_RE = re.compile(r"(\d+)\. ([a-z ]+?) about (\d+(?:\.\d+)?) (m|degrees)")
-
-
-def plan_steps(question: str) -> list[tuple[int, str, float]]:
-    """``[1. move backward about 1.1 m; ...]`` -> ``[(1, "move backward", 1.1), ...]``."""
-    inside = question[question.find("[") + 1 : question.find("]")]
-    return [(int(n), a.strip(), float(v)) for n, a, v, _ in _STEP_RE.findall(inside)]
-
-
-def progress_step(p: PerceptionText) -> int | None:
+def progress_step(p: PerceptionText, b: QuestionBasis) -> int | None:
     """The plan step the last frame is in: the reported motions consume the plan in order.
 
     A motion counts towards the nearest step ahead with its action; a step whose amount has
@@ -411,7 +386,7 @@ def progress_step(p: PerceptionText) -> int | None:
     may get no motion of its own (it is skipped over) and a mixed motion counts as its main
     action only.
     """
-    steps = plan_steps(p.question)
+    steps = b.plan
     if not steps:
         return None
     current, done = 0, 0.0
@@ -430,16 +405,17 @@ def progress_step(p: PerceptionText) -> int | None:
     return steps[current][0]
 
 
-def solve_progress_evaluation(p: PerceptionText) -> OracleAnswer:
-    number = progress_step(p)
+def solve_progress_evaluation(p: PerceptionText, b: QuestionBasis) -> OracleAnswer:
+    number = progress_step(p, b)
     if number is None:
         return OracleAnswer(None, "the motions do not follow the plan")
-    return OracleAnswer(
-        letter_where(p.options, lambda t: t.startswith(f"I am on step {number}:")),
-        f"step {number}")
+    return OracleAnswer(letter_where(lettered(p, b), lambda said: said == (number,)),
+                        f"step {number}")
 
 
-SOLVERS = {
+#: a solver answers a question of its category from the text and the question's basis
+Solver = Callable[[PerceptionText, QuestionBasis], OracleAnswer]
+SOLVERS: dict[str, Solver] = {
     "action_generation": solve_action_generation,
     "relative_direction": solve_relative_direction,
     "relative_distance": solve_relative_distance,
@@ -449,9 +425,10 @@ SOLVERS = {
 }
 
 
-def solve_text(category: str, p: PerceptionText) -> OracleAnswer:
-    """The reader's answer to a question of ``category`` from what its text states."""
+def solve_text(category: str, p: PerceptionText, b: QuestionBasis) -> OracleAnswer:
+    """The reader's answer to a question of ``category`` (asking ``b``) from what its text
+    states."""
     solver = SOLVERS.get(category)
     if solver is None:
         return OracleAnswer(None, "unknown category")
-    return solver(p)
+    return solver(p, b)

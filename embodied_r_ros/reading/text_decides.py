@@ -1,5 +1,5 @@
 """Whether the synthetic world's own perception text decides a question: the world asks only
-those.
+those (the generator's check, :data:`~embodied_r_ros.sim.generate.DecidesFor`).
 
 A question about a clip is answered by a reader of the text the robot writes for that clip: the
 clip's key frames as the frame buffer keeps them, the odometry motions between them, and what
@@ -8,8 +8,9 @@ the ``offline`` profile's geometric perception finds in each (:meth:`EmbodiedR.r
 .pipeline.EmbodiedR.perceive_window`, as ``embodied-r-train build`` does for the world's bag).
 The generator draws its candidates as before and keeps one only where the rule reader reaches
 the answer from that record clear of every decision boundary
-(:func:`~embodied_r_ros.sim.rule_reader.reason_to_skip`, the margins the odometry questions
-keep), counting what it skips by category and reason.
+(:func:`~embodied_r_ros.reading.text_margins.reason_to_skip`, the margins the odometry
+questions keep), reading what the draft asks from its basis, and counts what it skips by
+category and reason.
 """
 
 from __future__ import annotations
@@ -27,8 +28,9 @@ from embodied_r_ros.core.poses import Pose
 from embodied_r_ros.core.profiles import load_config
 from embodied_r_ros.core.reasoning import format_question
 from embodied_r_ros.core.records import FrameRecord, PerceptionRecord
+from embodied_r_ros.reading.text_margins import reason_to_skip
+from embodied_r_ros.sim.question_basis import QuestionBasis
 from embodied_r_ros.sim.question_rows import Draft
-from embodied_r_ros.sim.text_margins import reason_to_skip
 from embodied_r_ros.sim.world import World
 
 
@@ -85,7 +87,8 @@ class TextDecides:
         options = tuple(f"{chr(65 + i)}. {c}" for i, c in enumerate(d.choices))
         record = PerceptionRecord(frames, d.question, options,
                                   format_question(d.question, options), self.style)
-        return reason_to_skip(d.category, stated_view(record), "A")
+        return reason_to_skip(d.category, stated_view(record), QuestionBasis.from_dict(d.basis),
+                              "A")
 
     def __call__(self, d: Draft) -> bool:
         why = self.reason_to_skip(d)
