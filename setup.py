@@ -84,6 +84,8 @@ setup(
         "memory": ["matplotlib>=3.9", "mcap>=1.6"],
         # memory.backend: postgres (libpq comes in the binary wheel)
         "postgres": ["psycopg[binary]>=3.2"],
+        # viewer.enabled: Foxglove's WebSocket protocol served by the all-in-one process
+        "viewer": ["foxglove-sdk>=0.30,<0.31"],
     },
     entry_points={
         "console_scripts": [

@@ -113,12 +113,12 @@ class ExportCounts:
     objects: int = 0
 
 
-def _time(stamp: float) -> dict[str, int]:
+def foxglove_time(stamp: float) -> dict[str, int]:
     ns = max(0, round(stamp * 1e9))
     return {"sec": ns // 1_000_000_000, "nsec": ns % 1_000_000_000}
 
 
-def _pose(p: Pose) -> dict[str, Any]:
+def foxglove_pose(p: Pose) -> dict[str, Any]:
     """A planar-and-pitch pose as Foxglove's position and orientation (yaw about z, then
     pitch about the body's y; positive pitch looks up, so the rotation about y is negative)."""
     y, pch = math.radians(p.yaw_deg) / 2, -math.radians(p.pitch_deg) / 2
@@ -137,7 +137,7 @@ def object_entity(p: Placement) -> dict[str, Any]:
     wide = 2.0 * p.uncertainty_m
     how = "" if p.triangulated else ", one view"
     return {
-        "timestamp": _time(p.first), "frame_id": FRAME_ID, "id": f"{p.robot}/{p.id}",
+        "timestamp": foxglove_time(p.first), "frame_id": FRAME_ID, "id": f"{p.robot}/{p.id}",
         "lifetime": {"sec": 0, "nsec": 0}, "frame_locked": False,
         "metadata": [{"key": k, "value": str(v)} for k, v in (
             ("label", p.label), ("robot", p.robot), ("uncertainty_m", round(p.uncertainty_m, 2)),
@@ -205,10 +205,10 @@ def export_mcap(store: MemoryStore, robot: str, out: Path) -> ExportCounts:
             objects_until(row.stamp)
             rows += 1
             first = row.stamp if first is None else first
-            t = _time(row.stamp)
+            t = foxglove_time(row.stamp)
             if row.pose is not None:
                 poses += 1
-                pose = _pose(row.pose)
+                pose = foxglove_pose(row.pose)
                 path.append(pose)
                 write(POSE_TOPIC, row.stamp, {"timestamp": t, "frame_id": FRAME_ID,
                                               "pose": pose})

@@ -30,6 +30,7 @@ from embodied_r_ros.core.reasoning import format_question
 from embodied_r_ros.core.streaming import KeyFrameNote
 from embodied_r_ros.memory.errors import BAD_TIME_PHRASE, SpatialMemoryError
 from embodied_r_ros.memory.factory import embedder_for, open_store, recorder_for, retriever_for
+from embodied_r_ros.memory.placements import Placement
 from embodied_r_ros.memory.retrieval import Retriever, Selection
 from embodied_r_ros.memory.store import MemoryStore
 
@@ -243,6 +244,11 @@ class MemoryWriter:
         with self._io:
             s = read_stats(self.store, self.robot, self.location)
         return replace(s, recorded=self.recorded, failed=self.failed, dropped=self.dropped)
+
+    def placements(self) -> list[Placement]:
+        """This robot's placed objects as stored now. Raises :class:`SpatialMemoryError`."""
+        with self._io:
+            return self.store.placements([self.robot])
 
     def clear(self, before: float | None = None) -> tuple[int, int]:
         """Delete this robot's rows (those before ``before``): ``(deleted, rows left)``.
