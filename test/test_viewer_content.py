@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import logging
 import socket
+from pathlib import Path
 
 import pytest
 
@@ -87,3 +88,11 @@ def test_another_host_warns_and_a_taken_port_is_one_error_line(
     assert [level for level, _ in records] == [logging.WARNING, logging.ERROR], records
     assert "not loopback" in records[0][1] and "authenticate" in records[0][1]
     assert f":{port}" in records[1][1] and "\n" not in records[1][1]
+
+
+def test_the_shipped_layout_is_the_one_the_export_writes() -> None:
+    from embodied_r_ros.memory.export import foxglove_layout
+
+    shipped = Path(__file__).resolve().parents[1] / "config" / "foxglove-layout.json"
+    assert json.loads(shipped.read_text()) == foxglove_layout(), (
+        "regenerate config/foxglove-layout.json from foxglove_layout()")
