@@ -96,3 +96,35 @@ def test_the_shipped_layout_is_the_one_the_export_writes() -> None:
     shipped = Path(__file__).resolve().parents[1] / "config" / "foxglove-layout.json"
     assert json.loads(shipped.read_text()) == foxglove_layout(), (
         "regenerate config/foxglove-layout.json from foxglove_layout()")
+
+
+def test_a_late_client_gets_the_objects_and_the_last_trace_at_once() -> None:
+    from embodied_r_ros.viewer.content import ObjectMap
+    from embodied_r_ros.viewer.server import start_viewer
+    from lab.foxglove_client import FoxgloveClient
+
+    feed = ViewerFeed()
+    topics = {"/r/memory/objects": "objects", "/r/query/trace": "trace", "/r/path": "path"}
+    server = start_viewer(ViewerConfig(enabled=True, port=0), topics, feed,
+                          runner=None)  # type: ignore[arg-type]
+    assert server is not None
+    try:
+        mug = PlacedObject("robot/1", "mug", 1.0, 2.0, 0.3, (("mug", 2),))
+        feed.emit("/r/memory/objects", ObjectMap(5.0, (mug,)))
+        trace = query_trace(6.0, "q", [], "", "front", QueryResult.failure("BUSY", "busy"),
+                            None)
+        feed.emit("/r/query/trace", trace)
+        feed.emit("/r/path", ())  # a stream: not kept for late clients
+        client = FoxgloveClient(f"ws://127.0.0.1:{server.port}")
+        try:
+            client.subscribe(list(topics))
+            client.wait(lambda: client.messages["/r/memory/objects"]
+                        and client.messages["/r/query/trace"], 10, "the latched channels")
+            entity = client.messages["/r/memory/objects"][-1]["entities"][0]
+            assert entity["texts"][0]["text"] == "mug (mug 2)"
+            assert client.messages["/r/query/trace"][-1]["error_code"] == "BUSY"
+            assert not client.messages["/r/path"]
+        finally:
+            client.close()
+    finally:
+        server.stop()

@@ -44,18 +44,32 @@ def is_loopback(host: str) -> bool:
         return False
 
 
+#: kinds whose latest message a client that subscribes late gets at once (a state, not a
+#: stream: the placed objects change rarely, a trace comes once per question)
+LATCHED_KINDS = frozenset({"objects", "trace"})
+
+
 class ViewerServer:
     """The running server: its channels fed from a :class:`ViewerFeed`."""
 
-    def __init__(self, server: Any, context: Any,
-                 channels: Mapping[str, tuple[Channel, str]]) -> None:
-        self._server = server
+    def __init__(self, context: Any, channels: Mapping[str, tuple[Channel, str]]) -> None:
+        #: the SDK's server, once started
+        self.server: Any = None
         self._context = context  # the channels live while their context does
         self._channels = channels
+        self._latest: dict[str, object] = {}  # a latched kind's last item, by topic
+
+    def on_subscribe(self, _client: Any, channel: Any) -> None:
+        """A late subscriber to a latched channel gets its latest message (the others on
+        the channel get it again: harmless for a state)."""
+        found = self._channels.get(channel.topic)
+        item = self._latest.get(channel.topic)
+        if found is not None and item is not None:
+            found[0].log(RENDER[found[1]][1](item))
 
     @property
     def port(self) -> int:
-        return int(self._server.port)
+        return int(self.server.port) if self.server is not None else 0
 
     def publish(self, topic: str, item: object) -> None:
         """``item`` on ``topic``'s channel, rendered only while a client subscribes to it."""
@@ -63,11 +77,14 @@ class ViewerServer:
         if found is None:
             return
         channel, kind = found
+        if kind in LATCHED_KINDS:
+            self._latest[topic] = item
         if channel.has_sinks():
             channel.log(RENDER[kind][1](item))
 
     def stop(self) -> None:
-        self._server.stop()
+        if self.server is not None:
+            self.server.stop()
 
 
 def _query_handler(runner: QueryRunner) -> Callable[[Any], bytes]:
@@ -109,15 +126,15 @@ def start_viewer(cfg: ViewerConfig, topics: Mapping[str, str], feed: ViewerFeed,
             request=MessageSchema(encoding="json", schema=_JSON_OBJECT),
             response=MessageSchema(encoding="json", schema=_JSON_OBJECT)),
             handler=_query_handler(runner))
-        server = foxglove.start_server(
+        viewer = ViewerServer(context, channels)
+        viewer.server = foxglove.start_server(
             name="embodied_r", host=cfg.host, port=cfg.port, context=context,
             capabilities=[Capability.Services], supported_encodings=["json"],
-            services=[service], **tls)
+            services=[service], server_listener=viewer, **tls)
     except Exception as exc:  # the robot runs on without its viewer
         logger.error(f"viewer: not started on {cfg.host}:{cfg.port}: "
                      f"{str(exc).splitlines()[0] if str(exc) else type(exc).__name__}")
         return None
-    viewer = ViewerServer(server, context, channels)
     feed.add_sink(viewer.publish)
     scheme = "wss" if tls else "ws"
     logger.info(f"viewer: Foxglove at {scheme}://{cfg.host}:{viewer.port}, "
