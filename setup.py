@@ -31,7 +31,7 @@ setup(
     package_data={
         # config/ is reached from inside the package (embodied_r_ros/config is a link to it), so
         # profiles, prompts and the Fast DDS profile travel with every install: wheel, colcon, -e
-        PACKAGE: ["config/*.yaml", "config/*.xml", "config/profiles/*.yaml",
+        PACKAGE: ["config/*.yaml", "config/*.xml", "config/*.json", "config/profiles/*.yaml",
                   # the shipped LoRA adapter of the offline model smollm2-135m-embodied-r
                   "models/*/*.json", "models/*/*.safetensors", "models/*/*.md"],
         "embodied_r_training": ["configs/*.yaml", "accelerate/*.yaml", "README.md"],
@@ -41,7 +41,8 @@ setup(
         ("share/ament_index/resource_index/packages", [f"resource/{PACKAGE}"]),
         (f"share/{PACKAGE}", ["package.xml"]),
         (f"share/{PACKAGE}/launch", glob("launch/*.launch.py")),
-        (f"share/{PACKAGE}/config", glob("config/*.yaml") + glob("config/*.xml")),
+        (f"share/{PACKAGE}/config",
+         glob("config/*.yaml") + glob("config/*.xml") + glob("config/*.json")),
         (f"share/{PACKAGE}/config/profiles", glob("config/profiles/*.yaml")),
     ],
     install_requires=[
@@ -84,6 +85,8 @@ setup(
         "memory": ["matplotlib>=3.9", "mcap>=1.6"],
         # memory.backend: postgres (libpq comes in the binary wheel)
         "postgres": ["psycopg[binary]>=3.2"],
+        # viewer.enabled: Foxglove's WebSocket protocol served by the all-in-one process
+        "viewer": ["foxglove-sdk>=0.30,<0.31"],
     },
     entry_points={
         "console_scripts": [

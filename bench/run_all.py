@@ -52,6 +52,9 @@ BENCHMARKS = (
               "longer reply, tokens and CPU time", quick=("--frames", "2", "--repeat", "1")),
     Benchmark("ros_ingest", "frame-buffer CPU and memory for a 720p 30 Hz camera",
               needs=("ros",), quick=("--seconds", "3", "--minutes", "0.5")),
+    Benchmark("viewer_cost", "the all-in-one's CPU with the viewer off, on, and on with a "
+              "Foxglove client, at 720p 30 Hz", needs=("ros",),
+              full=("--seconds", "10", "--rounds", "2"), quick=("--seconds", "2", "--rounds", "1")),
     Benchmark("ros_query_overhead", "what the ROS layer adds to a query",
               needs=("ros",), quick=("--queries", "5", "--window", "10")),
     Benchmark("soak_memory", "the all-in-one's memory while answering for minutes",

@@ -43,6 +43,8 @@ FORBIDDEN = {
     "embodied_r_ros.serving": ("embodied_r_ros.agent", "embodied_r_ros.nodes", TRAINING, LAB),
     "embodied_r_ros.memory": ("embodied_r_ros.agent", "embodied_r_ros.nodes", "embodied_r_ros.sim",
                               "embodied_r_ros.serving", TRAINING, LAB),
+    # what an operator watches: built for the nodes, never from them
+    "embodied_r_ros.viewer": ("embodied_r_ros.nodes", "embodied_r_ros.sim", TRAINING, LAB),
     # the package's top (CLI, demo, player, client) and every other subpackage
     "embodied_r_ros": (TRAINING, LAB),
     f"{TRAINING}.data": (f"{TRAINING}.rl", f"{TRAINING}.evaluation", *TRAINING_TOP,
@@ -56,7 +58,8 @@ FORBIDDEN = {
 #: packages whose modules never import ROS
 ROS_FREE = ("embodied_r_ros.core", "embodied_r_ros.agent", "embodied_r_ros.sim",
             "embodied_r_ros.reading",
-            "embodied_r_ros.serving", "embodied_r_ros.memory", f"{TRAINING}.data",
+            "embodied_r_ros.serving", "embodied_r_ros.memory", "embodied_r_ros.viewer",
+            f"{TRAINING}.data",
             f"{TRAINING}.rl",
             f"{TRAINING}.evaluation")
 

@@ -28,6 +28,7 @@ ROSDEP: dict[str, str] = {
     "geometry_msgs": "geometry_msgs",
     "sensor_msgs": "sensor_msgs",
     "nav_msgs": "nav_msgs",
+    "visualization_msgs": "visualization_msgs",
     "diagnostic_msgs": "diagnostic_msgs",
     "lifecycle_msgs": "lifecycle_msgs",
     "tf2_msgs": "tf2_msgs",  # the pip route builds it (tools/setup_ros.py)
@@ -55,6 +56,7 @@ OPTIONAL: dict[str, str] = {
     "tensorboard": "train",
     "psycopg": "postgres",
     "mcap": "memory",
+    "foxglove": "viewer",
 }
 #: pip distributions (install_requires) the ROS modules above stand for; ROS comes from ROS
 PIP = {"numpy": "numpy", "cv2": "opencv-python-headless", "yaml": "pyyaml",
@@ -131,7 +133,7 @@ def test_every_optional_module_comes_with_its_extra() -> None:
     extras = ast.literal_eval(setup_keywords()["extras_require"])  # type: ignore[arg-type]
     assert set(OPTIONAL.values()) <= set(extras), set(OPTIONAL.values()) - set(extras)
     distribution = {"cv2": "opencv-python-headless", "PIL": "pillow", "llama_cpp":
-                    "llama-cpp-python", "httpx2": "httpx"}
+                    "llama-cpp-python", "httpx2": "httpx", "foxglove": "foxglove-sdk"}
     for module, extra in OPTIONAL.items():
         names = {requirement_name(s).lower() for s in extras[extra]}
         assert distribution.get(module, module).lower() in names, (module, extra, names)

@@ -163,6 +163,9 @@ class QueryRunner:
         self._closed = False
         self._tokens: set[CancelToken] = set()
         self._threads: set[threading.Thread] = set()
+        #: told of every answer (the request, its result, the window read: None for scope
+        #: memory or a refusal); called on the asking thread, after the answer is made
+        self.on_answer: list[Callable[[QueryRequest, QueryResult, Window | None], None]] = []
 
     def close(self, wait_sec: float = 10.0) -> None:
         """Stop every query in flight (answered CANCELLED), refuse new ones, and wait (up to
@@ -193,6 +196,17 @@ class QueryRunner:
         cancel: CancelToken | None = None,
     ) -> QueryResult:
         """Answer ``request``; never raises. ``cancel`` (the caller's) stops it early."""
+        windows: list[Window] = []
+        outcome = self._run(request, on_progress, cancel, windows)
+        for listener in list(self.on_answer):
+            try:
+                listener(request, outcome, windows[0] if windows else None)
+            except Exception:  # a viewer hiccup must not fail the query
+                log.exception("answer listener failed")
+        return outcome
+
+    def _run(self, request: QueryRequest, on_progress: ProgressFn | None,
+             cancel: CancelToken | None, windows: list[Window]) -> QueryResult:
         start = time.perf_counter()
         try:
             question, camera, scope = self._validate(request)
@@ -220,7 +234,7 @@ class QueryRunner:
         def work() -> None:
             try:
                 box.append(self._answer(camera, request.window_sec, question, on_progress,
-                                        token, scope))
+                                        token, scope, windows))
             finally:
                 answered.set()
                 slot.release()
@@ -254,6 +268,7 @@ class QueryRunner:
         on_progress: ProgressFn | None,
         cancel: CancelToken,
         scope: str = SCOPE_WINDOW,
+        windows: list[Window] | None = None,
     ) -> QueryResult:
         def progress(stage: str, done: int, total: int, text: str) -> None:
             if on_progress is not None and not cancel.stopped:
@@ -272,6 +287,8 @@ class QueryRunner:
                 stamps = [u.stamp for u in used]
             else:
                 window = self.engine.window(camera, window_sec, cancel)
+                if windows is not None:
+                    windows.append(window)
                 raise_if_stopped(cancel)
                 t0 = time.perf_counter()
                 perception = self.engine.perceive(window, question, progress, cancel)

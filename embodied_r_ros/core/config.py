@@ -322,6 +322,25 @@ class MemoryConfig(StrictModel):
         return self
 
 
+class ViewerConfig(StrictModel):
+    """Foxglove's WebSocket protocol served by the all-in-one process itself (``foxglove-sdk``,
+    docs/ros.md "Watching the robot"): off unless enabled, on loopback unless told otherwise."""
+
+    enabled: bool = Field(False, description="serve the viewer channels and the query service")
+    host: str = Field("127.0.0.1", min_length=1, description="address to listen on; another "
+                      "than loopback lets anyone who reaches the port ask the robot questions")
+    port: int = Field(8765, ge=0, le=65535, description="TCP port (0: any free port)")
+    tls_cert: str | None = Field(None, description="PEM certificate file: serve wss:// (it "
+                                 "encrypts; it does not authenticate)")
+    tls_key: str | None = Field(None, description="PEM PKCS#8 key file of tls_cert")
+
+    @model_validator(mode="after")
+    def _tls_pair(self) -> ViewerConfig:
+        if (self.tls_cert is None) != (self.tls_key is None):
+            raise ValueError("viewer.tls_cert and viewer.tls_key go together")
+        return self
+
+
 class Config(StrictModel):
     """The whole pipeline: key frames -> perception -> reasoning."""
 
@@ -332,6 +351,7 @@ class Config(StrictModel):
     reasoning: ReasoningConfig
     cache: CacheConfig = CacheConfig()
     memory: MemoryConfig = MemoryConfig()
+    viewer: ViewerConfig = ViewerConfig()
     prompts: str | None = Field(
         None, description="prompt templates file (default config/prompts.yaml)"
     )

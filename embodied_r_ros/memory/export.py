@@ -113,12 +113,12 @@ class ExportCounts:
     objects: int = 0
 
 
-def _time(stamp: float) -> dict[str, int]:
+def foxglove_time(stamp: float) -> dict[str, int]:
     ns = max(0, round(stamp * 1e9))
     return {"sec": ns // 1_000_000_000, "nsec": ns % 1_000_000_000}
 
 
-def _pose(p: Pose) -> dict[str, Any]:
+def foxglove_pose(p: Pose) -> dict[str, Any]:
     """A planar-and-pitch pose as Foxglove's position and orientation (yaw about z, then
     pitch about the body's y; positive pitch looks up, so the rotation about y is negative)."""
     y, pch = math.radians(p.yaw_deg) / 2, -math.radians(p.pitch_deg) / 2
@@ -137,7 +137,7 @@ def object_entity(p: Placement) -> dict[str, Any]:
     wide = 2.0 * p.uncertainty_m
     how = "" if p.triangulated else ", one view"
     return {
-        "timestamp": _time(p.first), "frame_id": FRAME_ID, "id": f"{p.robot}/{p.id}",
+        "timestamp": foxglove_time(p.first), "frame_id": FRAME_ID, "id": f"{p.robot}/{p.id}",
         "lifetime": {"sec": 0, "nsec": 0}, "frame_locked": False,
         "metadata": [{"key": k, "value": str(v)} for k, v in (
             ("label", p.label), ("robot", p.robot), ("uncertainty_m", round(p.uncertainty_m, 2)),
@@ -205,10 +205,10 @@ def export_mcap(store: MemoryStore, robot: str, out: Path) -> ExportCounts:
             objects_until(row.stamp)
             rows += 1
             first = row.stamp if first is None else first
-            t = _time(row.stamp)
+            t = foxglove_time(row.stamp)
             if row.pose is not None:
                 poses += 1
-                pose = _pose(row.pose)
+                pose = foxglove_pose(row.pose)
                 path.append(pose)
                 write(POSE_TOPIC, row.stamp, {"timestamp": t, "frame_id": FRAME_ID,
                                               "pose": pose})
@@ -228,28 +228,53 @@ def export_mcap(store: MemoryStore, robot: str, out: Path) -> ExportCounts:
     return ExportCounts(rows, poses, thumbs, len(placed))
 
 
+#: the live robot's topics the layout shows too (docs/ros.md, "Watching the robot")
+LIVE_PATH = "/embodied_r/frame_buffer/path"
+LIVE_OBJECTS = "/embodied_r/memory/objects"
+LIVE_KEY_FRAMES = "/embodied_r/frame_buffer/key_frames"
+LIVE_BOXES = "/embodied_r/perception/boxes/front"
+LIVE_TRACE = "/embodied_r/query/trace"
+LIVE_ANSWER_FRAMES = "/embodied_r/query/key_frames"
+
+
 def foxglove_layout() -> dict[str, Any]:
-    """A Foxglove layout for an export: the path and pose in 3D, the thumbnail and the
-    descriptions beside it (import it with Layouts -> Import from file)."""
+    """The shipped Foxglove layout (``config/foxglove-layout.json``; import it with Layouts
+    -> Import from file), for an export and for the live robot alike: the path, the pose and
+    the placed objects in 3D; the key frames with their grounded boxes, the latest query's
+    trace and its key frames (live); the thumbnails and descriptions (an export)."""
     return {
         "configById": {
             "3D!memory": {
                 "followMode": "follow-pose", "followTf": FRAME_ID,
                 "topics": {POSE_TOPIC: {"visible": True},
                            PATH_TOPIC: {"visible": True, "type": "line", "lineWidth": 0.05},
-                           OBJECTS_TOPIC: {"visible": True}},
+                           OBJECTS_TOPIC: {"visible": True},
+                           LIVE_PATH: {"visible": True, "type": "line", "lineWidth": 0.05},
+                           LIVE_OBJECTS: {"visible": True}},
                 "cameraState": {"distance": 20, "perspective": False, "phi": 0, "thetaOffset": 0,
                                 "targetOffset": [0, 0, 0]},
             },
-            "Image!memory": {"imageMode": {"imageTopic": THUMBNAIL_TOPIC}},
+            "Image!memory": {"imageMode": {"imageTopic": LIVE_KEY_FRAMES,
+                                           "annotations": {LIVE_BOXES: {"visible": True}}}},
+            "Image!answer": {"imageMode": {"imageTopic": LIVE_ANSWER_FRAMES}},
+            "Image!thumbnail": {"imageMode": {"imageTopic": THUMBNAIL_TOPIC}},
+            "RawMessages!trace": {"topicPath": LIVE_TRACE, "diffEnabled": False,
+                                  "expansion": "all"},
             "RosOut!memory": {"searchTerms": [], "minLogLevel": 1, "topicToRender":
                               DESCRIPTION_TOPIC},
         },
         "globalVariables": {},
         "userNodes": {},
         "playbackConfig": {"speed": 1},
-        "layout": {"direction": "row", "first": "3D!memory",
-                   "second": {"direction": "column", "first": "Image!memory",
-                              "second": "RosOut!memory", "splitPercentage": 50},
+        "layout": {"direction": "row",
+                   "first": {"direction": "column", "first": "3D!memory",
+                             "second": "RawMessages!trace", "splitPercentage": 60},
+                   "second": {"direction": "column",
+                              "first": {"direction": "row", "first": "Image!memory",
+                                        "second": {"direction": "column",
+                                                   "first": "Image!answer",
+                                                   "second": "Image!thumbnail"},
+                                        "splitPercentage": 60},
+                              "second": "RosOut!memory", "splitPercentage": 60},
                    "splitPercentage": 55},
     }

@@ -32,6 +32,7 @@ from embodied_r_ros.memory.errors import BAD_TIME_PHRASE, SpatialMemoryError
 from embodied_r_ros.memory.factory import embedder_for, open_store, recorder_for, retriever_for
 from embodied_r_ros.memory.labels import LabelMatcher
 from embodied_r_ros.memory.locate import Located, LocateRequest, locate
+from embodied_r_ros.memory.placements import Placement
 from embodied_r_ros.memory.retrieval import Retriever, Selection
 from embodied_r_ros.memory.store import MemoryStore
 
@@ -252,6 +253,11 @@ class MemoryWriter:
         .locate`); raises :class:`SpatialMemoryError` when the store cannot be read."""
         with self._io:
             return locate(self.store, self.robot, request, self.matcher)
+
+    def placements(self) -> list[Placement]:
+        """This robot's placed objects as stored now. Raises :class:`SpatialMemoryError`."""
+        with self._io:
+            return self.store.placements([self.robot])
 
     def clear(self, before: float | None = None) -> tuple[int, int]:
         """Delete this robot's rows (those before ``before``): ``(deleted, rows left)``.

@@ -36,6 +36,7 @@ from embodied_r_ros.nodes.perception_node import PerceptionNode
 from embodied_r_ros.nodes.query_server import QueryServerNode
 from embodied_r_ros.nodes.reasoning_node import ReasoningNode
 from embodied_r_ros.nodes.runtime import start_nodes
+from embodied_r_ros.viewer.content import ViewerFeed
 
 NAMESPACE = "/embodied_r"
 
@@ -127,7 +128,27 @@ def build_nodes(
                              perception.serving, reasoning.reason),
                  memory=MemoryReader(config) if config.memory.enabled else None)
     query.serve_memory(writer, why_not)
-    return [perception, reasoning, query, *buffers]
+    nodes: list[Node] = [perception, reasoning, query, *buffers]
+    if config.viewer.enabled:
+        for cam in query.cameras:
+            perception.boxes_topic(cam)
+        query.viewer = serve_viewer(config, nodes, query)
+    return nodes
+
+
+def serve_viewer(config: Config, nodes: Sequence[Node], query: QueryServerNode) -> Any:
+    """The Foxglove server of the nodes' viewer topics and the query service, or None (it
+    could not start: logged, the robot runs on)."""
+    from embodied_r_ros.viewer.server import start_viewer
+
+    feed = ViewerFeed()
+    topics: dict[str, str] = {}
+    for node in nodes:
+        for topic in getattr(node, "viewer_topics", ()):
+            topic.feed = feed
+            topics[topic.topic] = topic.kind
+    assert query.runner is not None
+    return start_viewer(config.viewer, topics, feed, query.runner, query.get_logger())
 
 
 def main(args: Sequence[str] | None = None) -> int:

@@ -54,7 +54,6 @@ from embodied_r_ros.nodes.conversions import (
     motion_to_msg,
     odometry_to_pose,
     pose_to_msg,
-    rgb_to_image,
     stamp_of_cdr,
     stamp_to_sec,
 )
@@ -76,6 +75,8 @@ from embodied_r_ros.nodes.params import (
 )
 from embodied_r_ros.nodes.tf_poses import TfPoses, tf_poses
 from embodied_r_ros.nodes.transport import IMAGE_QOS, stored_frames_topic, window_service_name
+from embodied_r_ros.nodes.viewer_topics import PathTopic, ViewerTopic, key_frame_image
+from embodied_r_ros.viewer.content import KeyFrameImage
 
 M = TypeVar("M", Image, CompressedImage)
 
@@ -182,9 +183,11 @@ class FrameBufferNode(Node):
                           on_clock_change=False),
             post_callback=guard_subscription(log, "clock jump", self._on_clock_jump),
         )
-        self._key_pub = (
-            self.create_publisher(Image, "~/key_frames", 5) if p["publish_key_frames"] else None
-        )
+        self._key_pub = (ViewerTopic(self, Image, "~/key_frames", key_frame_image, "key_frames")
+                         if p["publish_key_frames"] else None)
+        self.path = PathTopic(self)
+        #: the topics the all-in-one's viewer serves too
+        self.viewer_topics = [t for t in (self._key_pub, self.path.topic) if t is not None]
         # every stored frame as its JPEG: what streaming perception in another process reads
         from embodied_r_interfaces.msg import StoredFrame
 
@@ -348,17 +351,20 @@ class FrameBufferNode(Node):
             self.get_logger().error(f"frame at {stamp:.3f} s failed: {exc}",
                                     throttle_duration_sec=5.0)
             return
+        pose = self.store.pose_at(stamp) if added.decision.sampled else None
+        if added.decision.sampled:
+            self.path.add(stamp, pose)
         if added.decision.sampled and self._stored_pub.get_subscription_count():
             stored = self._stored_type(
                 image=jpeg_to_compressed(added.jpeg, stamp, msg.header.frame_id),
                 keyframe=added.decision.keyframe,
             )
-            pose = self.store.pose_at(stamp)
             if pose is not None:
                 stored.has_pose, stored.pose = True, pose_to_msg(pose)
             self._stored_pub.publish(stored)
-        if added.decision.keyframe and self._key_pub is not None:
-            self._key_pub.publish(rgb_to_image(added.image, stamp, msg.header.frame_id))
+        if added.decision.keyframe and self._key_pub is not None and self._key_pub.wanted:
+            self._key_pub.publish(KeyFrameImage(self.camera_name, stamp, added.jpeg,
+                                                added.image, msg.header.frame_id))
 
     def _on_odom(self, msg: Odometry) -> None:
         try:

@@ -6,7 +6,9 @@ One process writes a memory. In the all-in-one that is the query server's proces
 processes it is the perception node's, which describes the key frames the memory stores and
 receives them, with their poses, from the frame buffers. Either way the services keep their
 names under the node's namespace (``/embodied_r/memory/stats``), so a client does not need to
-know which layout runs.
+know which layout runs. The writer's process also publishes the memory's placed objects on
+``memory/objects`` (:mod:`embodied_r_ros.nodes.viewer_topics`), checked each second and
+republished when they change.
 """
 
 from __future__ import annotations
@@ -24,6 +26,11 @@ from embodied_r_ros.memory.errors import SpatialMemoryError
 from embodied_r_ros.memory.locate import Located, LocateRequest
 from embodied_r_ros.memory.service import MemoryWriter
 from embodied_r_ros.nodes.conversions import sec_to_stamp, stamp_to_sec
+from embodied_r_ros.nodes.viewer_topics import LATCHED, ViewerTopic, now_sec, objects_msg
+from embodied_r_ros.viewer.content import ObjectMap, PlacedObject, placed_objects
+
+#: how often the placed objects are checked for changes (only while someone watches)
+OBJECTS_PERIOD_SEC = 1.0
 
 
 def open_writer(config: Config, logger: Any) -> tuple[MemoryWriter | None, str]:
@@ -93,6 +100,34 @@ class MemoryServices:
         node.create_service(MemoryLocate, "memory/locate",
                             guard_service(self._log, "memory locate", self._on_locate),
                             callback_group=group)
+        from visualization_msgs.msg import MarkerArray
+
+        self.objects = ViewerTopic(node, MarkerArray, "memory/objects", objects_msg, "objects",
+                                   qos=LATCHED)
+        self._shown: tuple[PlacedObject, ...] | None = None
+        self._seen = (-1, 0)  # (rows recorded, subscribers) at the last check
+        self._timer = node.create_timer(OBJECTS_PERIOD_SEC, self.publish_objects,
+                                        callback_group=group)
+
+    def publish_objects(self) -> None:
+        """The placed objects, when they changed since the last check or someone new
+        listens; nothing is read while nobody does."""
+        writer, topic = self.writer, self.objects
+        if writer is None or not topic.wanted:
+            return
+        seen = (writer.recorded, topic.publisher.get_subscription_count())
+        if seen == self._seen:
+            return
+        fresh = seen[1] > self._seen[1]
+        self._seen = seen
+        try:
+            objects = placed_objects(writer.placements())
+        except SpatialMemoryError as err:
+            self._log.warning(f"placed objects not read: {err}", throttle_duration_sec=30.0)
+            return
+        if objects != self._shown or fresh:
+            self._shown = objects
+            topic.publish(ObjectMap(now_sec(), objects))
 
     def _on_stats(self, _request: Any, response: Any) -> Any:
         if self.writer is None:
@@ -123,6 +158,7 @@ class MemoryServices:
             response.deleted, response.rows = self.writer.clear(before if before > 0 else None)
         except SpatialMemoryError as err:
             return fail(response, MEMORY_UNAVAILABLE, str(err))
+        self._seen = (-1, 0)  # the objects are read again
         self._log.info(f"memory cleared: {response.deleted} rows deleted, {response.rows} left")
         response.success = True
         return response

@@ -11,7 +11,8 @@ In ``streaming`` mode (``perception.mode``, with a VLM) it also describes frames
 background as they arrive: from the frame buffers of ``cameras`` (their
 ``frames/<camera>/stored`` topic) in separate mode, handed over in-process in the all-in-one.
 The descriptions are cached, so a query mostly finds its window's ready; key frames' are
-published on ``~/descriptions`` to be recorded and watched. With ``memory.enabled`` key frames
+published on ``~/descriptions`` to be recorded and watched, and the boxes a VLM grounded in
+each on ``~/boxes/<camera>``. With ``memory.enabled`` key frames
 are described in the background whatever the mode (geometrically without a VLM), and each
 description also goes to the spatial memory's writer: in separate processes this node writes
 the memory itself (each key frame with the pose its frame buffer sent with it) and serves
@@ -63,6 +64,8 @@ from embodied_r_ros.nodes.memory_services import MemoryServices, open_writer
 from embodied_r_ros.nodes.model_node import SUCCESS, ModelNode, model_status
 from embodied_r_ros.nodes.params import DEFAULT_CAMERA, Spec, declare
 from embodied_r_ros.nodes.transport import stored_frames_topic
+from embodied_r_ros.nodes.viewer_topics import ViewerTopic, boxes_msg
+from embodied_r_ros.viewer.content import frame_boxes
 
 KEY_POSES_KEPT = 1024  # poses of key frames received and not yet written to the memory
 NOT_CONFIGURED = "the perception node is not configured"
@@ -106,6 +109,27 @@ class PerceptionNode(ModelNode):
         self._key_poses: OrderedDict[tuple[str, float], Pose] = OrderedDict()
         self._poses_lock = threading.Lock()
         self.note_listeners.append(self._record)
+        #: each camera's grounded boxes (``~/boxes/<camera>``), made as cameras appear
+        self._boxes: dict[str, ViewerTopic] = {}
+        self._boxes_lock = threading.Lock()
+        for camera in self.stream_params["cameras"]:
+            self.boxes_topic(camera)
+
+    def boxes_topic(self, camera: str) -> ViewerTopic:
+        """The topic of ``camera``'s grounded boxes (made on first use)."""
+        with self._boxes_lock:
+            topic = self._boxes.get(camera)
+            if topic is None:
+                from visualization_msgs.msg import ImageMarker
+
+                topic = self._boxes[camera] = ViewerTopic(
+                    self, ImageMarker, f"~/boxes/{camera}", boxes_msg, "boxes")
+            return topic
+
+    @property
+    def viewer_topics(self) -> list[ViewerTopic]:
+        with self._boxes_lock:
+            return list(self._boxes.values())
 
     # -- streaming perception ------------------------------------------------------------
 
@@ -248,6 +272,11 @@ class PerceptionNode(ModelNode):
         if note.previous_stamp is not None:
             msg.previous_stamp = sec_to_stamp(note.previous_stamp)
         self._notes.publish(msg)
+        boxes = self.boxes_topic(note.camera)
+        if boxes.wanted:
+            found = frame_boxes(note.camera, note.record)
+            if found.boxes:
+                boxes.publish(found)
         for listener in self.note_listeners:
             listener(note)
 

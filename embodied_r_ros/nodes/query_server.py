@@ -16,6 +16,9 @@ memory the perception node writes (which serves those two), named by the same
 Clients: the request and response queues are deep (``QUERY_QOS``, depth 256) so a burst is
 answered (or refused with ``BUSY``), never lost; a client should use the same depth on its side,
 as :mod:`embodied_r_ros.client` does.
+
+Every answer (or refusal) is traced on ``query/trace`` and its key frames on
+``query/key_frames`` (:mod:`embodied_r_ros.nodes.viewer_topics`), while someone listens.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from rclpy.action import ActionServer, CancelResponse, GoalResponse
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup, ReentrantCallbackGroup
 from rclpy.node import Node
 
+from embodied_r_ros.agent.frame_store import Window
 from embodied_r_ros.agent.guard import (
     GoalTokens,
     finish_goal,
@@ -46,6 +50,7 @@ from embodied_r_ros.core.error_codes import (
     BACKEND_FAILED,
     BACKEND_TIMEOUT,
 )
+from embodied_r_ros.core.query_result import QueryResult
 from embodied_r_ros.core.request import (
     DEFAULT_LIMITS,
     MAX_FEEDBACK_CHARS,
@@ -66,6 +71,14 @@ from embodied_r_ros.nodes.params import (
 )
 from embodied_r_ros.nodes.remote_engine import BACKEND_WAIT_SEC, WINDOW_TIMEOUT_SEC, RemoteEngine
 from embodied_r_ros.nodes.transport import PERCEPTION_ACTION, QUERY_QOS, REASONING_ACTION
+from embodied_r_ros.nodes.viewer_topics import (
+    LATCHED,
+    ViewerTopic,
+    key_frame_msg,
+    now_sec,
+    trace_msg,
+)
+from embodied_r_ros.viewer.content import query_trace
 
 #: a query that last failed with one of these turns the server's diagnostics to WARN
 BACKEND_CODES = frozenset({BACKEND_DOWN, BACKEND_TIMEOUT, BACKEND_FAILED})
@@ -135,6 +148,9 @@ class QueryServerNode(Node):
         self._goals = GoalTokens()
         self._memory: MemorySource | None = None
         self._memory_services: MemoryServices | None = None
+        #: the all-in-one's Foxglove server (viewer.enabled), stopped with this node
+        self.viewer: Any = None
+        self.viewer_topics: list[ViewerTopic] = []
         if not local:
             self._remote = RemoteEngine(
                 self,
@@ -168,6 +184,7 @@ class QueryServerNode(Node):
             memory=memory,
         )
         self._memory = memory
+        self._publish_traces()
         group = ReentrantCallbackGroup()
         self._action_type = QueryAction
         log = self.get_logger()
@@ -199,10 +216,37 @@ class QueryServerNode(Node):
             f"answering at {self.resolve_service_name('query')} for cameras {self.cameras}"
         )
 
+    def _publish_traces(self) -> None:
+        """One ``query/trace`` per answer, and its key frames on ``query/key_frames``."""
+        from sensor_msgs.msg import CompressedImage
+
+        from embodied_r_interfaces.msg import QueryTrace
+
+        assert self.runner is not None
+        self.trace = ViewerTopic(self, QueryTrace, "query/trace", trace_msg, "trace",
+                                 qos=LATCHED)
+        self.key_frames = ViewerTopic(self, CompressedImage, "query/key_frames", key_frame_msg,
+                                      "key_frames", qos=10)
+        self.viewer_topics = [self.trace, self.key_frames]
+        runner = self.runner
+
+        def answered(request: QueryRequest, result: QueryResult, window: Window | None
+                     ) -> None:
+            if not (self.trace.wanted or self.key_frames.wanted):
+                return
+            trace = query_trace(now_sec(), request.question, request.options, request.scope,
+                                request.camera or runner.default_camera, result, window)
+            self.trace.publish(trace)
+            for frame in trace.key_frames:
+                self.key_frames.publish(frame)
+
+        runner.on_answer.append(answered)
+
     def serve_memory(self, writer: MemoryWriter | None, why_not: str) -> None:
         """Serve ``memory/stats`` and ``memory/clear`` for ``writer``, the memory this process
         writes (None: both answer ``MEMORY_UNAVAILABLE`` with ``why_not``); the node closes it."""
         self._memory_services = MemoryServices(self, writer, why_not)
+        self.viewer_topics.append(self._memory_services.objects)
 
     @property
     def memory_writer(self) -> MemoryWriter | None:
@@ -274,6 +318,8 @@ class QueryServerNode(Node):
                             self.get_fully_qualified_name())]
 
     def close(self) -> None:
+        if self.viewer is not None:
+            self.viewer.stop()
         self._goals.cancel_all()
         if self.runner is not None:
             self.runner.close()

@@ -1,0 +1,1 @@
+"""What an operator watches live: content built once, served to ROS topics and Foxglove."""
