@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from embodied_r_ros.core.backends import BackendError, create_backend, offline, resolve_model
+from embodied_r_ros.backends import BackendError, create_backend, offline, resolve_model
 from embodied_r_ros.core.config import ModelConfig
 
 torch = pytest.importorskip("torch")
@@ -96,7 +96,7 @@ def test_every_model_cache_builds_through_one_helper() -> None:
         for path in (repo / "embodied_r_ros" / "core").rglob("*.py")
         if "mkdtemp(" in path.read_text()
     )
-    assert builders == ["embodied_r_ros/core/backends/offline.py"]
+    assert builders == ["embodied_r_ros/backends/offline.py"]
 
 
 def test_other_names_pass_through_and_unknown_offline_names_fail() -> None:
