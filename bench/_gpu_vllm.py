@@ -60,7 +60,7 @@ def build_vl_model_dir(dest: Path) -> dict[str, Any]:
     """The 7B-shaped Qwen2.5-VL directory vLLM serves with dummy weights (no weight files)."""
     from transformers import Qwen2_5_VLConfig
 
-    from embodied_r_ros.backends.offline import build_tokenizer
+    from embodied_r_ros.backends.tiny_models import build_tokenizer
 
     dest.mkdir(parents=True, exist_ok=True)
     tokenizer = build_tokenizer()
