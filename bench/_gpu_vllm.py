@@ -60,7 +60,7 @@ def build_vl_model_dir(dest: Path) -> dict[str, Any]:
     """The 7B-shaped Qwen2.5-VL directory vLLM serves with dummy weights (no weight files)."""
     from transformers import Qwen2_5_VLConfig
 
-    from embodied_r_ros.core.backends.offline import build_tokenizer
+    from embodied_r_ros.backends.tiny_models import build_tokenizer
 
     dest.mkdir(parents=True, exist_ok=True)
     tokenizer = build_tokenizer()
@@ -177,7 +177,7 @@ def perception_latency(url: str, vlm_tokens: int, lm_latency: float, cache: Path
     """``bench/perception_latency.py``'s timings against the served model."""
     import perception_latency as pl  # beside this module
 
-    from embodied_r_ros.core.backends.factory import create_backend
+    from embodied_r_ros.backends.factory import create_backend
     from embodied_r_ros.core.pipeline import EmbodiedR
     from embodied_r_ros.core.profiles import config_from_dict
 

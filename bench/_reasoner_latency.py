@@ -81,7 +81,7 @@ def shape_counts() -> dict[str, int]:
     import torch
     from transformers import Qwen2_5_VLForConditionalGeneration
 
-    from embodied_r_ros.core.backends.offline import build_tokenizer
+    from embodied_r_ros.backends.tiny_models import build_tokenizer
 
     with torch.device("meta"):
         model = Qwen2_5_VLForConditionalGeneration(vl_config(build_tokenizer(), tiny=False))
@@ -96,7 +96,7 @@ def write_checkpoint(root: Path, tiny: bool, device: str) -> Path:
     import torch
     from transformers import GenerationConfig, Qwen2_5_VLForConditionalGeneration
 
-    from embodied_r_ros.core.backends.offline import build_tokenizer
+    from embodied_r_ros.backends.tiny_models import build_tokenizer
 
     dest = root / "Weight_1"
     tokenizer = build_tokenizer()
@@ -163,7 +163,7 @@ def transformers_latency(checkpoint: Path, ids: list[int], repeats: int, gpu: bo
     """The ``workstation`` route: the text decoder in bf16 on CUDA (fp32 on the CPU)."""
     import torch
 
-    from embodied_r_ros.core.backends.factory import create_backend
+    from embodied_r_ros.backends.factory import create_backend
     from embodied_r_ros.core.config import ModelConfig
 
     cfg = ModelConfig(model=str(checkpoint), dtype="bfloat16" if gpu else "float32",

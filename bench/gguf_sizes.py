@@ -92,8 +92,8 @@ def build(root: Path, tiny: bool) -> list[Path]:
     import torch
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
-    from embodied_r_ros.core.backends.gguf_export import write_gguf
-    from embodied_r_ros.core.backends.offline import build_tokenizer
+    from embodied_r_ros.backends.gguf_export import write_gguf
+    from embodied_r_ros.backends.tiny_models import build_tokenizer
 
     source = root / "checkpoint"
     if not (source / "config.json").is_file():

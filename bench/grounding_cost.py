@@ -38,7 +38,7 @@ from typing import Any
 import numpy as np
 from _figures import add_json_option, write_figures
 
-from embodied_r_ros.core.backends.base import ChatBackend, Completion, Conversation, ReplyFn
+from embodied_r_ros.backends.base import ChatBackend, Completion, Conversation, ReplyFn
 from embodied_r_ros.core.config import GroundingConfig, ModelConfig, PerceptionConfig
 from embodied_r_ros.core.grounding import configured_grid, model_image_size
 from embodied_r_ros.core.perception import Perceiver
@@ -117,7 +117,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     add_json_option(parser)
     args = parser.parse_args(argv)
     width, height = (int(v) for v in args.size.lower().split("x"))
-    from embodied_r_ros.core.backends.factory import create_backend
+    from embodied_r_ros.backends.factory import create_backend
 
     logging.getLogger("embodied_r_ros.core.perception").setLevel(logging.ERROR)  # its JSON
     tiny = create_backend(ModelConfig(model="tiny-qwen2.5-vl", device="cpu", dtype="float32",

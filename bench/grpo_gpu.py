@@ -46,10 +46,10 @@ import torch
 from _figures import ROOT  # noqa: F401 - puts the project on the path where it is not installed
 from transformers import Qwen2Config, Qwen2ForCausalLM, TrainerCallback
 
-from embodied_r_ros.core.backends.offline import build_tokenizer
+from embodied_r_ros.backends.tiny_models import build_tokenizer
 from embodied_r_ros.core.reasoning import build_messages, format_question
-from embodied_r_ros.core.rewards import accuracy_reward, completion_text, format_reward
 from embodied_r_training.recipe import TrainConfig, load_train_config
+from embodied_r_training.rewards import accuracy_reward, completion_text, format_reward
 from embodied_r_training.rl.grpo import grpo_kwargs
 from embodied_r_training.rl.policy import load_base, policy_precision
 

@@ -102,7 +102,7 @@ def prompts_digest(rows: Sequence[dict]) -> str:
 # -- one engine (runs in a child process) ----------------------------------------------------
 
 def make_backend(engine: str, model_dir: Path, cache: Path, threads: int) -> Any:
-    from embodied_r_ros.core.backends.factory import create_backend
+    from embodied_r_ros.backends.factory import create_backend
     from embodied_r_ros.core.config import ModelConfig
 
     if engine == "transformers":
@@ -123,7 +123,7 @@ def make_backend(engine: str, model_dir: Path, cache: Path, threads: int) -> Any
 
 def run_engine(args: argparse.Namespace) -> dict[str, Any]:
     """Set-up, load, prefill, latency and ID answers of one engine (child process)."""
-    from embodied_r_ros.core.backends.offline import ensure_offline_model
+    from embodied_r_ros.backends.offline import ensure_offline_model
     from embodied_r_ros.core.reasoning import parse_reasoning
 
     engine = args.worker
@@ -134,12 +134,12 @@ def run_engine(args: argparse.Namespace) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="lm-engine-") as tmp:
         t0 = time.perf_counter()
         if engine.startswith("ct2-"):
-            from embodied_r_ros.core.backends.ctranslate2_backend import ensure_converted
+            from embodied_r_ros.backends.ctranslate2_backend import ensure_converted
 
             ensure_converted(str(model_dir), engine[4:], tmp)
             result["convert_s"] = time.perf_counter() - t0
         elif engine.startswith("llamacpp-"):
-            from embodied_r_ros.core.backends import llamacpp_backend
+            from embodied_r_ros.backends import llamacpp_backend
 
             llamacpp_backend.ensure_converted(str(model_dir), engine[9:], tmp)
             result["convert_s"] = time.perf_counter() - t0
@@ -212,7 +212,7 @@ def reference_texts(path: Path, rows: Sequence[dict], model_dir: Path, batch: in
     without ``generate``, the replies saved so far."""
     import fcntl
 
-    from embodied_r_ros.core.backends.factory import create_backend
+    from embodied_r_ros.backends.factory import create_backend
     from embodied_r_ros.core.config import ModelConfig
 
     lock = path.with_suffix(".lock").open("w")
@@ -270,7 +270,7 @@ def measure_install(package: str) -> float | None:
 
 
 def reference_path(data: Path, model_dir: Path, rows: Sequence[dict]) -> Path:
-    from embodied_r_ros.core.backends.local_engine import source_digest
+    from embodied_r_ros.backends.local_engine import source_digest
 
     key = f"{source_digest(model_dir)[:16]}-{prompts_digest(rows)}"
     return data / f"transformers-id-{key}.json"
@@ -317,7 +317,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         Path(args.out).write_text(json.dumps(run_engine(args)))
         return 0
 
-    from embodied_r_ros.core.backends.offline import ensure_offline_model
+    from embodied_r_ros.backends.offline import ensure_offline_model
     from embodied_r_ros.core.intervals import bootstrap_ci
     from embodied_r_training.data.dataset_files import first_per_category
 

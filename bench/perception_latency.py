@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 from _figures import add_json_option, write_figures
 
-from embodied_r_ros.core.backends.base import ChatBackend, Completion
+from embodied_r_ros.backends.base import ChatBackend, Completion
 from embodied_r_ros.core.pipeline import EmbodiedR
 from embodied_r_ros.core.profiles import config_from_dict
 from embodied_r_ros.core.request import validate_query
@@ -103,7 +103,7 @@ def pipeline(url: str, lm: ChatBackend, cache: str, **perception: Any) -> Embodi
         "reasoning": {"model": {"model": "timed-lm"}},
         "cache": {"dir": cache},
     })
-    from embodied_r_ros.core.backends.factory import create_backend
+    from embodied_r_ros.backends.factory import create_backend
 
     assert cfg.perception.vlm is not None
     return EmbodiedR(cfg, vlm=create_backend(cfg.perception.vlm), lm=lm, load_models=False)

@@ -43,9 +43,9 @@ def measure(args: argparse.Namespace,
             checkpoint: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
     """Every build answers the demo's questions in turn; ``checkpoint`` gets the figures of
     the questions answered so far after each one."""
-    from embodied_r_ros.core.backends import llamacpp_backend
-    from embodied_r_ros.core.backends.factory import create_backend
-    from embodied_r_ros.core.backends.offline import ensure_offline_model
+    from embodied_r_ros.backends import llamacpp_backend
+    from embodied_r_ros.backends.factory import create_backend
+    from embodied_r_ros.backends.offline import ensure_offline_model
     from embodied_r_ros.core.config import ModelConfig
     from embodied_r_ros.core.reasoning import parse_reasoning
 

@@ -104,7 +104,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     add_json_option(parser)
     args = parser.parse_args(argv)
 
-    from embodied_r_ros.core.backends.offline import ensure_offline_model
+    from embodied_r_ros.backends.offline import ensure_offline_model
 
     tmp = Path(tempfile.mkdtemp(prefix="viewer_cost_"))
     for name in ("tiny-qwen2", "tiny-qwen2.5-vl"):

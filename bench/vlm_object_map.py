@@ -83,7 +83,7 @@ from _object_map_figures import (
 )
 from memory_horizons import add_world_options, reasoner_counts, reasoner_subset, world_of
 
-from embodied_r_ros.core.backends.factory import create_backend
+from embodied_r_ros.backends.factory import create_backend
 from embodied_r_ros.core.perception_text import render
 from embodied_r_ros.core.pipeline import EmbodiedR
 from embodied_r_ros.core.profiles import load_config

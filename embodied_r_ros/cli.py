@@ -69,7 +69,7 @@ def _keyframe_config(args: argparse.Namespace) -> KeyframeConfig:
 
 def cmd_keyframes(args: argparse.Namespace) -> int:
     from embodied_r_ros.core.keyframes import select_keyframes
-    from embodied_r_ros.core.video import iter_frames
+    from embodied_r_ros.recordings.video import iter_frames
 
     cfg = _keyframe_config(args)
     selection = select_keyframes(iter_frames(args.path, args.input_fps), cfg)
@@ -101,7 +101,7 @@ def _load_pipeline_config(args: argparse.Namespace):  # noqa: ANN202 - Config
 def cmd_ask(args: argparse.Namespace) -> int:
     from embodied_r_ros.core.pipeline import EmbodiedR
     from embodied_r_ros.core.request import validate_query
-    from embodied_r_ros.core.video import iter_frames, probe_video
+    from embodied_r_ros.recordings.video import iter_frames, probe_video
 
     # everything a user can get wrong is checked before the models load (seconds to minutes)
     question = validate_query(args.question, args.option or [])
@@ -177,7 +177,7 @@ def serve_model(
     If ``cfg.api_key_env`` is set, clients must send that variable's value as a Bearer token;
     without one only a loopback address is served, unless ``insecure``.
     """
-    from embodied_r_ros.core.backends.factory import create_backend
+    from embodied_r_ros.backends.factory import create_backend
     from embodied_r_ros.serving import OpenAIServer
 
     api_key = api_key_from_env(cfg.api_key_env) if cfg.api_key_env else None
@@ -256,10 +256,10 @@ def _add_world(sub: argparse._SubParsersAction) -> None:
 
 
 def _user_errors() -> tuple[type[BaseException], ...]:
-    from embodied_r_ros.core.backends.base import BackendError
+    from embodied_r_ros.backends.base import BackendError
     from embodied_r_ros.core.request import QueryError
-    from embodied_r_ros.core.video import VideoError
     from embodied_r_ros.memory.errors import SpatialMemoryError
+    from embodied_r_ros.recordings.video import VideoError
 
     return (CliError, ConfigError, VideoError, QueryError, BackendError, SpatialMemoryError)
 

@@ -31,9 +31,9 @@ import rclpy
 from rclpy.node import Node
 from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
 
-from embodied_r_ros.core.bags import TF_TYPE, BagError, BagReader
 from embodied_r_ros.nodes.signal_stop import await_signal_shutdown
 from embodied_r_ros.nodes.transport import use_large_frame_transport
+from embodied_r_ros.recordings.bags import TF_TYPE, BagError, BagReader
 
 log = logging.getLogger(__name__)
 

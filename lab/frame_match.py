@@ -25,7 +25,7 @@ import cv2
 import numpy as np
 from tqdm import tqdm
 
-from embodied_r_ros.core.backends.images import (
+from embodied_r_ros.backends.images import (
     as_stored,
     decode_image,
     encode_jpeg,

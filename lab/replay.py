@@ -24,7 +24,6 @@ import numpy as np
 from tqdm import tqdm
 
 from embodied_r_ros.agent.frame_store import FrameStore
-from embodied_r_ros.core.bags import BagReader
 from embodied_r_ros.core.config import Config
 from embodied_r_ros.core.odometry import pose_near
 from embodied_r_ros.core.perception import PerceptionResult
@@ -33,6 +32,7 @@ from embodied_r_ros.core.poses import Pose
 from embodied_r_ros.memory.factory import embedder_for
 from embodied_r_ros.memory.recorder import MemoryRecorder
 from embodied_r_ros.memory.store import MemoryStore
+from embodied_r_ros.recordings.bags import BagReader
 
 log = logging.getLogger(__name__)
 

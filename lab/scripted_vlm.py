@@ -29,7 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
-from embodied_r_ros.core.backends.base import (
+from embodied_r_ros.backends.base import (
     MAX_CHARS_PER_TOKEN,
     BackendError,
     ChatBackend,

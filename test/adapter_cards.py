@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from embodied_r_ros.core.backends import offline
+from embodied_r_ros.backends import offline
 
 
 def checked_card(name: str) -> tuple[dict[str, Any], str]:

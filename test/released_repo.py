@@ -12,8 +12,8 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from embodied_r_ros.core.backends.checkpoints import RELEASED_REPO, RELEASED_RUNS
-from embodied_r_ros.core.backends.offline import MARKER_FILE, ensure_offline_model
+from embodied_r_ros.backends.checkpoints import RELEASED_REPO, RELEASED_RUNS
+from embodied_r_ros.backends.offline import MARKER_FILE, ensure_offline_model
 
 #: the snapshot's commit (any 40 hex digits: the cache only names it)
 COMMIT = "5e1ea5ed0000000000000000000000000000e1e5"

@@ -21,7 +21,7 @@ import cv2
 import numpy as np
 
 from embodied_r_ros.core.poses import Pose
-from embodied_r_ros.core.transforms import Transform
+from embodied_r_ros.recordings.transforms import Transform
 
 TF_DEFINITION = "geometry_msgs/TransformStamped[] transforms"
 #: the camera's mount on the base: 20 cm ahead, 10 cm left, 30 cm up, looking to the left

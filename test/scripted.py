@@ -8,7 +8,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from embodied_r_ros.core.backends.base import (
+from embodied_r_ros.backends.base import (
     ChatBackend,
     Completion,
     Conversation,
@@ -92,7 +92,7 @@ class GroundingVLM(ChatBackend):
                  *, grid: Any = None, max_side: int = 0, reply: str | None = None,
                  reply_if: Any = None,
                  description: str = "1. move forward\n2. a wall ahead\n3. none") -> None:
-        from embodied_r_ros.core.backends.base import ImageGrid
+        from embodied_r_ros.backends.base import ImageGrid
 
         self.boxes = list(boxes)
         self.grid = grid or ImageGrid(28, 3136, 12845056)

@@ -18,7 +18,7 @@ from embodied_r_ros.core.answers import (
     reference_normalize,
     think_letter,
 )
-from embodied_r_ros.core.rewards import accuracy_reward
+from embodied_r_training.rewards import accuracy_reward
 
 # (text, training normalisation, reference-reply normalisation, evaluation extractor)
 TABLE: list[tuple[str, str, str, str]] = [

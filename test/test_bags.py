@@ -10,9 +10,9 @@ import pytest
 from bagdata import FPS, T0_NS, write_bag
 from media import pan_frames
 
-from embodied_r_ros.core.bags import BagError, BagReader
 from embodied_r_ros.core.odometry import odometry_motions, poses_at
 from embodied_r_ros.core.poses import Pose
+from embodied_r_ros.recordings.bags import BagError, BagReader
 
 
 @pytest.fixture(scope="module")

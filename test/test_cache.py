@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from embodied_r_ros.core.cache import DiskStore, MemoryLRU, ReplyCache, write_atomic
+from embodied_r_ros.backends.reply_cache import DiskStore, MemoryLRU, ReplyCache, write_atomic
 
 
 def test_memory_lru_drops_the_least_recently_used() -> None:
@@ -63,7 +63,7 @@ def test_an_edited_entry_is_refused_by_its_digest(tmp_path: Path,
     check, _, text = entry.read_text().partition("\n")
     assert json.loads(text) == "the true reply" and len(check) == 64
     entry.write_text(f"{check}\n{json.dumps('an edited reply')}")
-    with caplog.at_level(logging.WARNING, logger="embodied_r_ros.core.cache"):
+    with caplog.at_level(logging.WARNING, logger="embodied_r_ros.backends.reply_cache"):
         assert ReplyCache(tmp_path).get("abcd") is None
     assert "does not match its digest" in caplog.text
     entry.write_bytes(b"\xff\xfe not utf-8")  # foreign bytes: skipped the same way
@@ -87,7 +87,7 @@ def test_an_unwritable_cache_warns_once_and_the_replies_still_come(
         root = tmp_path / "file" / "cache"
     try:
         cache = ReplyCache(root)
-        with caplog.at_level(logging.WARNING, logger="embodied_r_ros.core.cache"):
+        with caplog.at_level(logging.WARNING, logger="embodied_r_ros.backends.reply_cache"):
             for i in range(3):
                 cache.put(f"k{i}", f"reply {i}")
         assert [cache.get(f"k{i}") for i in range(3)] == ["reply 0", "reply 1", "reply 2"]
@@ -108,7 +108,7 @@ def test_one_atomic_writer_for_the_whole_project() -> None:
         for path in (repo / folder).rglob("*.py")
         if "mkstemp(" in path.read_text()
     ]
-    assert writers == ["embodied_r_ros/core/cache.py"]
+    assert writers == ["embodied_r_ros/backends/reply_cache.py"]
 
 
 def test_write_atomic_replaces_whole_and_leaves_no_temporary(tmp_path: Path) -> None:

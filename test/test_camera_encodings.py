@@ -1,4 +1,4 @@
-"""Camera pictures as robots record them (core/ros_images.py): grey, 16-bit and Bayer images
+"""Camera pictures as robots record them (recordings/ros_images.py): grey, 16-bit and Bayer images
 become RGB for bags and live topics alike; what is no picture is refused with a code."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from embodied_r_ros.core.error_codes import CORRUPT_FRAME, UNSUPPORTED_ENCODING
-from embodied_r_ros.core.ros_images import FrameError, image_to_rgb, message_to_rgb, to_8bit
+from embodied_r_ros.recordings.ros_images import FrameError, image_to_rgb, message_to_rgb, to_8bit
 
 RGB = (200, 100, 50)
 #: where each colour sits in the 2x2 tile of a Bayer pattern (row-major)

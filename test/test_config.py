@@ -173,7 +173,7 @@ def test_the_paper_profiles_run_the_released_reasoner_as_the_official_code(profi
     """The released checkpoint (Weight_1 unless a config names the other run), the official
     batch inference's system prompt, greedy decoding with 3096 new tokens, the official answer
     extraction."""
-    from embodied_r_ros.core.backends.checkpoints import RELEASED_REPO, default_subfolder
+    from embodied_r_ros.backends.checkpoints import RELEASED_REPO, default_subfolder
     from embodied_r_ros.core.prompts import prompts_from
 
     cfg = load_config(profile)

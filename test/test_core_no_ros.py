@@ -1,12 +1,15 @@
 """The core stays ROS-free so training, the CLI and the nodes share one implementation, and
 imports point one way, from the top of each layer cake down:
 
-* ``embodied_r_ros``: ``core`` < ``agent`` (the ROS-free runtime) < ``nodes``; ``sim``,
-  ``serving`` and ``memory`` stand on the core alone; ``reading`` (the rule reader) stands on
-  ``sim`` and the core, and the world generator calls it only through the check it is given;
-  none of them uses the training package;
+* ``embodied_r_ros``: ``core`` (the method) < ``agent`` (the ROS-free runtime) < ``nodes``;
+  ``backends`` (the models behind one chat interface) stand on the core's configuration and
+  are used by it; ``recordings`` (bags, ROS image and tf messages, video files) stand on the
+  core, which never reads a recording itself; ``sim``, ``serving`` and ``memory`` stand on the
+  core alone; ``reading`` (the rule reader) stands on ``sim`` and the core, and the world
+  generator calls it only through the check it is given; none of them uses the training
+  package;
 * ``embodied_r_training``: ``data`` < ``rl`` < ``evaluation`` < the CLI, the export and the
-  training demo on top; ``recipe`` and ``plots`` are leaves every layer may use;
+  training demo on top; ``recipe``, ``rewards`` and ``plots`` are leaves every layer may use;
 * ``lab`` (experiments, benchmark replays, the long world; never installed) stands on both
   installed packages, and nothing installed imports it.
 """
@@ -34,7 +37,15 @@ LAB = "lab"
 FORBIDDEN = {
     "embodied_r_ros.core": ("embodied_r_ros.agent", "embodied_r_ros.nodes", "embodied_r_ros.sim",
                             "embodied_r_ros.serving", "embodied_r_ros.memory",
-                            "embodied_r_ros.reading", TRAINING, LAB),
+                            "embodied_r_ros.reading", "embodied_r_ros.recordings", TRAINING, LAB),
+    "embodied_r_ros.backends": ("embodied_r_ros.agent", "embodied_r_ros.nodes",
+                                "embodied_r_ros.sim", "embodied_r_ros.serving",
+                                "embodied_r_ros.memory", "embodied_r_ros.reading",
+                                "embodied_r_ros.recordings", TRAINING, LAB),
+    "embodied_r_ros.recordings": ("embodied_r_ros.agent", "embodied_r_ros.nodes",
+                                  "embodied_r_ros.sim", "embodied_r_ros.serving",
+                                  "embodied_r_ros.memory", "embodied_r_ros.reading",
+                                  "embodied_r_ros.backends", TRAINING, LAB),
     "embodied_r_ros.agent": ("embodied_r_ros.nodes", "embodied_r_ros.sim", TRAINING, LAB),
     "embodied_r_ros.nodes": ("embodied_r_ros.sim", TRAINING, LAB),
     "embodied_r_ros.sim": ("embodied_r_ros.agent", "embodied_r_ros.nodes",
@@ -56,7 +67,8 @@ FORBIDDEN = {
     TRAINING: (LAB,),
 }
 #: packages whose modules never import ROS
-ROS_FREE = ("embodied_r_ros.core", "embodied_r_ros.agent", "embodied_r_ros.sim",
+ROS_FREE = ("embodied_r_ros.core", "embodied_r_ros.backends", "embodied_r_ros.recordings",
+            "embodied_r_ros.agent", "embodied_r_ros.sim",
             "embodied_r_ros.reading",
             "embodied_r_ros.serving", "embodied_r_ros.memory", "embodied_r_ros.viewer",
             f"{TRAINING}.data",
@@ -146,16 +158,22 @@ def test_the_import_check_sees_relative_and_absolute_imports(tmp_path: Path) -> 
 
 
 def test_importing_every_core_module_loads_no_ros() -> None:
+    """The method and what it stands on (backends, recordings) load no ROS and nothing above."""
+    import embodied_r_ros.backends as backends
+    import embodied_r_ros.recordings as recordings
+
     names = [
         m.name
-        for m in pkgutil.walk_packages(core.__path__, prefix="embodied_r_ros.core.")
+        for pkg in (core, backends, recordings)
+        for m in pkgutil.walk_packages(pkg.__path__, prefix=pkg.__name__ + ".")
         if not m.name.endswith(("vllm_backend",))  # optional extra, not installed in CI
     ]
+    above = tuple(p for p in FORBIDDEN["embodied_r_ros.core"] if p != "embodied_r_ros.recordings")
     code = (
         "import importlib, sys\n"
         f"for n in {names!r}: importlib.import_module(n)\n"
         f"bad = sorted(m for m in sys.modules if m.split('.')[0] in {sorted(ROS_ROOTS)!r}\n"
-        f"             or m.startswith({FORBIDDEN['embodied_r_ros.core']!r}))\n"
+        f"             or m.startswith({above!r}))\n"
         "print('loaded:', bad)\n"
         "sys.exit(1 if bad else 0)\n"
     )

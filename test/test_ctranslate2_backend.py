@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 from engine_helpers import QUESTIONS, chat
 
-from embodied_r_ros.core.backends import create_backend
-from embodied_r_ros.core.backends.base import BackendError
-from embodied_r_ros.core.backends.transformers_backend import TransformersBackend
+from embodied_r_ros.backends import create_backend
+from embodied_r_ros.backends.base import BackendError
+from embodied_r_ros.backends.transformers_backend import TransformersBackend
 from embodied_r_ros.core.config import ModelConfig
 from embodied_r_ros.core.error_codes import BACKEND_FAILED
 
@@ -36,7 +36,7 @@ def test_converts_once_and_rebuilds_when_the_source_changes(
 ) -> None:
     import shutil
 
-    from embodied_r_ros.core.backends.ctranslate2_backend import MARKER_FILE, ensure_converted
+    from embodied_r_ros.backends.ctranslate2_backend import MARKER_FILE, ensure_converted
 
     source = tmp_path / "my-lm"
     shutil.copytree(tiny_models_dir / "tiny-qwen2", source)
@@ -59,7 +59,7 @@ def test_a_model_it_cannot_find_is_one_clear_error(ct2: object, tmp_path: Path,
                                                    released_hub: Path) -> None:
     """A hub id is fetched as files first: one neither cached nor downloadable (offline here)
     is one line, as is a folder that does not exist."""
-    from embodied_r_ros.core.backends.ctranslate2_backend import ensure_converted
+    from embodied_r_ros.backends.ctranslate2_backend import ensure_converted
 
     with pytest.raises(BackendError) as err:
         ensure_converted("someone/some-hub-model", "int8", tmp_path)
@@ -92,7 +92,7 @@ def test_greedy_replies_equal_transformers_batched_and_streamed_with_the_prefix_
                           (3, 2, (2, 1))])
 def test_cores_become_workers_of_one_reply_each(cores: int, per_reply: int,
                                                 expected: tuple[int, int]) -> None:
-    from embodied_r_ros.core.backends.ctranslate2_backend import cpu_threads
+    from embodied_r_ros.backends.ctranslate2_backend import cpu_threads
 
     assert cpu_threads(cores, per_reply) == expected
 
@@ -150,9 +150,9 @@ def test_falls_back_to_transformers_with_one_log_line(
 ) -> None:
     monkeypatch.setitem(sys.modules, "ctranslate2", None)  # import ctranslate2 -> ImportError
     cfg = tiny_config("tiny-qwen2", backend="ctranslate2")
-    with caplog.at_level(logging.INFO, logger="embodied_r_ros.core.backends.factory"):
+    with caplog.at_level(logging.INFO, logger="embodied_r_ros.backends.factory"):
         backend = create_backend(cfg, cache_dir=tiny_models_dir, text_only=True)
     assert isinstance(backend, TransformersBackend)
-    lines = [r for r in caplog.records if r.name == "embodied_r_ros.core.backends.factory"]
+    lines = [r for r in caplog.records if r.name == "embodied_r_ros.backends.factory"]
     assert len(lines) == 1 and "ctranslate2 is not installed" in lines[0].getMessage()
     assert backend.complete([chat(QUESTIONS[0])], max_new_tokens=3)[0].completion_tokens == 3

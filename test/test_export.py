@@ -11,7 +11,7 @@ from peft import LoraConfig, PeftModel, get_peft_model
 from safetensors.torch import load_file
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from embodied_r_ros.core.backends import create_backend, resolve_model
+from embodied_r_ros.backends import create_backend, resolve_model
 from embodied_r_ros.core.config import ModelConfig
 from embodied_r_ros.core.profiles import load_config
 from embodied_r_training.cli import main

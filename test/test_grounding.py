@@ -16,9 +16,8 @@ import numpy as np
 import pytest
 from scripted import GroundingVLM, ScriptedVLM
 
-from embodied_r_ros.core.backends.base import ChatBackend, ImageGrid
-from embodied_r_ros.core.bags import CameraInfo
-from embodied_r_ros.core.cache import ReplyCache
+from embodied_r_ros.backends.base import ChatBackend, ImageGrid
+from embodied_r_ros.backends.reply_cache import ReplyCache
 from embodied_r_ros.core.config import CameraConfig, ConfigError, ModelConfig, PerceptionConfig
 from embodied_r_ros.core.egomotion import camera_matrix
 from embodied_r_ros.core.grounding import (
@@ -35,6 +34,7 @@ from embodied_r_ros.core.profiles import config_from_dict
 from embodied_r_ros.core.prompts import load_prompts
 from embodied_r_ros.core.reasoning import format_question
 from embodied_r_ros.core.request import validate_query
+from embodied_r_ros.recordings.bags import CameraInfo
 
 QWEN25 = ImageGrid(28, 3136, 12845056)  # Qwen2.5-VL's preprocessor_config.json
 QUESTION = format_question("Where is the red chair?", ["A. left", "B. right"])
@@ -338,7 +338,7 @@ def test_geometric_perception_ignores_grounding() -> None:
 def test_grounding_through_the_openai_backend_on_loopback() -> None:
     from http_helpers import openai_cfg
 
-    from embodied_r_ros.core.backends import create_backend
+    from embodied_r_ros.backends import create_backend
     from embodied_r_ros.serving import serve
 
     # the server's model sees the JPEG the client sent (shrunk to 320 px) and answers in the

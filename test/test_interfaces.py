@@ -18,7 +18,7 @@ PACKAGE = Path(embodied_r_ros.__file__).parent
 INTERFACES = PACKAGE.parent / "embodied_r_interfaces"
 MIRROR = PACKAGE / "core" / "error_codes.py"
 #: the layers whose errors reach a SpatialQuery response, and the clients of it
-SERVING = ("core", "agent", "nodes", "serving", "cli.py", "client.py")
+SERVING = ("core", "backends", "recordings", "agent", "nodes", "serving", "cli.py", "client.py")
 CONSTANT = re.compile(r'^string ([A-Z][A-Z0-9_]*)="([^"]*)"$', re.M)
 
 

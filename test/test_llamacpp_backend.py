@@ -15,9 +15,9 @@ from typing import Any
 import pytest
 from engine_helpers import QUESTIONS, chat
 
-from embodied_r_ros.core.backends import create_backend
-from embodied_r_ros.core.backends.base import BackendError
-from embodied_r_ros.core.backends.transformers_backend import TransformersBackend
+from embodied_r_ros.backends import create_backend
+from embodied_r_ros.backends.base import BackendError
+from embodied_r_ros.backends.transformers_backend import TransformersBackend
 from embodied_r_ros.core.config import ConfigError, ModelConfig
 from embodied_r_ros.core.error_codes import BACKEND_FAILED
 from embodied_r_ros.core.profiles import load_config
@@ -41,8 +41,8 @@ def gguf_lm(llama_cpp: object, tiny_models_dir: Path, tiny_config: Callable[...,
 def test_converts_once_and_rebuilds_when_the_source_changes(
     llama_cpp: object, tiny_models_dir: Path, tmp_path: Path
 ) -> None:
-    from embodied_r_ros.core.backends.gguf_export import describe
-    from embodied_r_ros.core.backends.llamacpp_backend import (
+    from embodied_r_ros.backends.gguf_export import describe
+    from embodied_r_ros.backends.llamacpp_backend import (
         MARKER_FILE,
         MODEL_FILE,
         ensure_converted,
@@ -85,7 +85,7 @@ def test_int8_weights_answer(
 def test_what_it_cannot_convert_is_one_clear_error(
     llama_cpp: object, tiny_models_dir: Path, tmp_path: Path, released_hub: Path
 ) -> None:
-    from embodied_r_ros.core.backends.llamacpp_backend import ensure_converted
+    from embodied_r_ros.backends.llamacpp_backend import ensure_converted
 
     with pytest.raises(BackendError) as err:  # a hub id neither cached nor downloadable
         ensure_converted("someone/some-hub-model", "float16", tmp_path)
@@ -110,7 +110,7 @@ def test_a_vl_checkpoint_converts_as_its_text_decoder(
     """The vision tensors are left out; the decoder's are all there."""
     import gguf
 
-    from embodied_r_ros.core.backends.llamacpp_backend import MODEL_FILE, ensure_converted
+    from embodied_r_ros.backends.llamacpp_backend import MODEL_FILE, ensure_converted
 
     built = ensure_converted(str(tiny_models_dir / "tiny-qwen2.5-vl"), "float16", tmp_path)
     reader = gguf.GGUFReader(str(built / MODEL_FILE))
@@ -128,7 +128,7 @@ def test_4_bit_weights_come_from_llama_cpps_quantiser_and_answer(
 ) -> None:
     import gguf
 
-    from embodied_r_ros.core.backends.llamacpp_backend import MODEL_FILE
+    from embodied_r_ros.backends.llamacpp_backend import MODEL_FILE
 
     cfg = tiny_config("tiny-qwen2", backend="llamacpp", quantization=quantization,
                       max_new_tokens=5)
@@ -150,7 +150,7 @@ def test_gpu_layers_need_a_gpu_build_and_fall_back_with_a_warning(
     llama_cpp: Any, tiny_config: Callable[..., ModelConfig],
     caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from embodied_r_ros.core.backends.llamacpp_backend import gpu_layers
+    from embodied_r_ros.backends.llamacpp_backend import gpu_layers
 
     cfg = tiny_config("tiny-qwen2", backend="llamacpp", n_gpu_layers=-1, device="cuda")
     monkeypatch.setattr(llama_cpp, "llama_supports_gpu_offload", lambda: True)
@@ -221,10 +221,10 @@ def test_falls_back_with_one_log_line_when_llama_cpp_is_missing(
         monkeypatch.setitem(sys.modules, "ctranslate2", None)
     monkeypatch.setitem(sys.modules, "llama_cpp", None)  # import llama_cpp -> ImportError
     cfg = tiny_config("tiny-qwen2", backend="llamacpp", quantization="float16")
-    with caplog.at_level(logging.INFO, logger="embodied_r_ros.core.backends.factory"):
+    with caplog.at_level(logging.INFO, logger="embodied_r_ros.backends.factory"):
         backend = create_backend(cfg, cache_dir=tiny_models_dir, text_only=True)
     assert type(backend).__name__ == expected
-    lines = [r for r in caplog.records if r.name == "embodied_r_ros.core.backends.factory"]
+    lines = [r for r in caplog.records if r.name == "embodied_r_ros.backends.factory"]
     assert len(lines) == 1 and "llama-cpp-python is not installed" in lines[0].getMessage()
     assert backend.complete([chat(QUESTIONS[0])], max_new_tokens=3)[0].completion_tokens == 3
 

@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 
 from embodied_r_ros.core.reasoning import parse_options
-from embodied_r_ros.core.rewards import prompt_text
 from embodied_r_training.data.dataset_files import load_rows
 from embodied_r_training.data.rationales import rationale
 from embodied_r_training.data.row_records import record_of
 from embodied_r_training.evaluation.scoring import baseline_completions
+from embodied_r_training.rewards import prompt_text
 from lab.long_world import oracle as long_oracle
 from lab.long_world.oracle import solve
 from lab.long_world.rationales import answer_lines

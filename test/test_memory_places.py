@@ -108,7 +108,7 @@ def test_a_memory_question_is_read_by_the_memory_reader_and_any_other_by_the_lm(
     """``reasoning.memory_model`` reads the texts it was trained on, a memory's; the request's
     scope says which LM reads a text, never its words (a window text quoting the places
     heading is still the LM's)."""
-    from embodied_r_ros.core.backends.factory import create_backend
+    from embodied_r_ros.backends.factory import create_backend
     from embodied_r_ros.core.pipeline import EmbodiedR
     from embodied_r_ros.core.profiles import load_config
     from embodied_r_ros.core.request import SCOPE_MEMORY, SCOPE_WINDOW

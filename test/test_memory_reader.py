@@ -54,7 +54,7 @@ def test_it_reads_where_the_named_objects_are_now(questions: list[dict],
     """As the offline profile runs it (llama.cpp, float16): from the places line of the asked
     object, above chance. (The shipped reasoner, trained on short clips only, walks the frames
     on these texts instead and gets 2 of the 8.)"""
-    from embodied_r_ros.core.backends.factory import create_backend
+    from embodied_r_ros.backends.factory import create_backend
 
     assert len(questions) == 8
     backend = create_backend(ModelConfig(backend="llamacpp", quantization="float16",

@@ -14,7 +14,7 @@ ROOT = Path(__file__).resolve().parents[1]
 OWNERS = {
     "primary_action": "embodied_r_ros/core/actions.py",
     "visual_motions": "embodied_r_ros/core/pipeline.py",
-    "resolve_device": "embodied_r_ros/core/backends/transformers_backend.py",
+    "resolve_device": "embodied_r_ros/backends/transformers_backend.py",
     "write_atomic": None,  # checked below: defined once, wherever it lives
     "wrap_deg": "embodied_r_ros/core/poses.py",
     "quadrant": "embodied_r_ros/core/poses.py",

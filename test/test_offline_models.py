@@ -12,7 +12,13 @@ from typing import Any
 
 import pytest
 
-from embodied_r_ros.core.backends import BackendError, create_backend, offline, resolve_model
+from embodied_r_ros.backends import (
+    BackendError,
+    create_backend,
+    offline,
+    resolve_model,
+    tiny_models,
+)
 from embodied_r_ros.core.config import ModelConfig
 
 torch = pytest.importorskip("torch")
@@ -93,10 +99,10 @@ def test_every_model_cache_builds_through_one_helper() -> None:
     repo = Path(__file__).resolve().parents[1]
     builders = sorted(
         str(path.relative_to(repo))
-        for path in (repo / "embodied_r_ros" / "core").rglob("*.py")
+        for path in (repo / "embodied_r_ros" / "backends").rglob("*.py")
         if "mkdtemp(" in path.read_text()
     )
-    assert builders == ["embodied_r_ros/core/backends/offline.py"]
+    assert builders == ["embodied_r_ros/backends/offline.py"]
 
 
 def test_other_names_pass_through_and_unknown_offline_names_fail() -> None:
@@ -130,7 +136,7 @@ def test_tokenizer_has_qwen_special_tokens_and_chat_template(tiny_models_dir: Pa
     from transformers import AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(tiny_models_dir / "tiny-qwen2")
-    for token in offline.QWEN_SPECIAL_TOKENS:
+    for token in tiny_models.QWEN_SPECIAL_TOKENS:
         assert tok.tokenize(token) == [token]
     messages = [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": "hi"}]}]
     prompt = tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)

@@ -26,10 +26,10 @@ from http_helpers import (
     user,
 )
 
-from embodied_r_ros.core.backends import BackendError, ChatBackend, create_backend
-from embodied_r_ros.core.backends.base import Completion
-from embodied_r_ros.core.backends.images import from_data_url, to_data_url
-from embodied_r_ros.core.backends.openai_backend import OpenAIBackend
+from embodied_r_ros.backends import BackendError, ChatBackend, create_backend
+from embodied_r_ros.backends.base import Completion
+from embodied_r_ros.backends.images import from_data_url, to_data_url
+from embodied_r_ros.backends.openai_backend import OpenAIBackend
 from embodied_r_ros.core.cancel import CancelToken
 from embodied_r_ros.core.config import ConfigError
 from embodied_r_ros.core.error_codes import BACKEND_DOWN, BACKEND_FAILED, BACKEND_TIMEOUT, CANCELLED
@@ -284,7 +284,7 @@ def test_a_failed_batch_is_one_error_and_at_most_one_warning(
 
 
 def test_a_megabyte_reply_is_cut_at_max_new_tokens_worth_of_text() -> None:
-    from embodied_r_ros.core.backends.base import MAX_CHARS_PER_TOKEN
+    from embodied_r_ros.backends.base import MAX_CHARS_PER_TOKEN
 
     huge = {"choices": [{"message": {"role": "assistant", "content": "y" * (1 << 20)},
                          "finish_reason": "stop"}]}

@@ -14,8 +14,8 @@ import pytest
 from media import pan_frames
 from scripted import ScriptedVLM, prompt_of
 
+from embodied_r_ros.backends.base import ChatBackend, Completion, Conversation
 from embodied_r_ros.core.actions import primary_action
-from embodied_r_ros.core.backends.base import ChatBackend, Completion, Conversation
 from embodied_r_ros.core.cancel import CancelToken
 from embodied_r_ros.core.error_codes import BACKEND_FAILED, CANCELLED, NO_FRAMES
 from embodied_r_ros.core.pipeline import MAX_PERCEPTION_CHARS, EmbodiedR, QueryError
@@ -168,7 +168,7 @@ def test_a_backend_that_is_down_is_a_query_error(tmp_path: Path, frames: list[tu
             "cache": {"enabled": False},
         },
     )
-    from embodied_r_ros.core.backends.factory import create_backend
+    from embodied_r_ros.backends.factory import create_backend
 
     pipeline = EmbodiedR(cfg, vlm=create_backend(cfg.perception.vlm), lm=None, load_models=False)
     with pytest.raises(QueryError) as err:

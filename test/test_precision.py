@@ -9,7 +9,7 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
-from embodied_r_ros.core.backends.transformers_backend import resolve_dtype
+from embodied_r_ros.backends.transformers_backend import resolve_dtype
 from embodied_r_training.recipe import load_train_config
 from embodied_r_training.rl.grpo import grpo_kwargs
 from embodied_r_training.rl.policy import load_base, local_model, policy_precision

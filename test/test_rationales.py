@@ -9,14 +9,14 @@ from pathlib import Path
 import pytest
 from old_texts import old_row
 
-from embodied_r_ros.core.backends.base import ChatBackend, Completion
+from embodied_r_ros.backends.base import ChatBackend, Completion
 from embodied_r_ros.core.reasoning import (
     extract_think,
     is_well_formed,
     parse_reasoning,
 )
-from embodied_r_ros.core.rewards import correct
 from embodied_r_training.data.rationales import completion, rationale
+from embodied_r_training.rewards import correct
 
 FORMAT = re.compile(r"^<think>.*?</think>\s*<answer>.*?</answer>$", re.DOTALL)
 NOTHING = "no distinctly coloured object in view."
@@ -279,7 +279,7 @@ def test_the_gold_rationale_check_asks_as_the_reward_and_counts(
 
 
 def _reference(name: str) -> ChatBackend:
-    from embodied_r_ros.core.backends.factory import create_backend
+    from embodied_r_ros.backends.factory import create_backend
     from embodied_r_ros.core.config import ModelConfig
 
     return create_backend(ModelConfig(backend="transformers", model=name, dtype="float32",

@@ -12,10 +12,10 @@ import torch
 
 from embodied_r_ros.core.config import ConfigError
 from embodied_r_ros.core.reasoning import extract_think
-from embodied_r_ros.core.rewards import completion_text
 from embodied_r_training.cli import main
 from embodied_r_training.evaluation.evaluate import EvalError, evaluate_models
 from embodied_r_training.recipe import load_train_config
+from embodied_r_training.rewards import completion_text
 from embodied_r_training.rl.grpo import NamedReward, run_grpo
 from embodied_r_training.rl.sft import run_sft
 from embodied_r_training.train_demo import ABLATION, SHIPPED, evaluate_demo, export_adapter

@@ -23,10 +23,10 @@ from http_helpers import free_port
 from media import pan_frames
 from released_repo import COMMIT, greedy_tokens
 
+from embodied_r_ros.backends import BackendError, ChatBackend, Conversation, create_backend
+from embodied_r_ros.backends.base import Completion
+from embodied_r_ros.backends.checkpoints import RELEASED_REPO
 from embodied_r_ros.core.answers import official_eval_letter
-from embodied_r_ros.core.backends import BackendError, ChatBackend, Conversation, create_backend
-from embodied_r_ros.core.backends.base import Completion
-from embodied_r_ros.core.backends.checkpoints import RELEASED_REPO
 from embodied_r_ros.core.config import CONFIG_DIR, ConfigError, ModelConfig
 from embodied_r_ros.core.pipeline import EmbodiedR
 from embodied_r_ros.core.profiles import load_config

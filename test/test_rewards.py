@@ -6,8 +6,8 @@ import re
 
 import pytest
 
-from embodied_r_ros.core.backends.base import BackendError, ChatBackend, Completion, Conversation
-from embodied_r_ros.core.rewards import (
+from embodied_r_ros.backends.base import BackendError, ChatBackend, Completion, Conversation
+from embodied_r_training.rewards import (
     ConsistencyReward,
     accuracy_reward,
     completion_text,

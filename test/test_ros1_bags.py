@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 from ros1data import rewrite_as_ros1, write_euroc_like
 
-from embodied_r_ros.core.bags import BagReader
 from embodied_r_ros.core.odometry import odometry_motions, poses_at
-from embodied_r_ros.core.transforms import ChainTrack
+from embodied_r_ros.recordings.bags import BagReader
+from embodied_r_ros.recordings.transforms import ChainTrack
 from embodied_r_ros.sim.generate import generate_world
 from embodied_r_ros.sim.world import WorldSpec
 from embodied_r_training.cli import main

@@ -26,9 +26,9 @@ from rcl_interfaces.msg import Log  # noqa: E402
 from rclpy.parameter import Parameter  # noqa: E402
 from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy  # noqa: E402
 
-from embodied_r_ros.core.bags import BagReader  # noqa: E402
 from embodied_r_ros.core.odometry import odometry_motions, poses_at  # noqa: E402
 from embodied_r_ros.nodes.frame_buffer import FrameBufferNode  # noqa: E402
+from embodied_r_ros.recordings.bags import BagReader  # noqa: E402
 from embodied_r_ros.ros_player import BagPlayer  # noqa: E402
 from embodied_r_ros.sim.generate import generate_world  # noqa: E402
 from embodied_r_ros.sim.world import WorldSpec  # noqa: E402

@@ -14,9 +14,9 @@ from typing import Any
 
 import pytest
 
-from embodied_r_ros.core.backends import create_backend
-from embodied_r_ros.core.backends.generation import resolve_generation
-from embodied_r_ros.core.backends.vllm_backend import VLLMBackend
+from embodied_r_ros.backends import create_backend
+from embodied_r_ros.backends.generation import resolve_generation
+from embodied_r_ros.backends.vllm_backend import VLLMBackend
 from embodied_r_ros.core.config import ModelConfig
 
 CONVS = [[{"role": "user", "content": f"question {i}"}] for i in range(3)]

@@ -16,9 +16,9 @@ import numpy as np
 import pytest
 
 from embodied_r_ros import cli
-from embodied_r_ros.core.backends import BackendError, ChatBackend
-from embodied_r_ros.core.backends.base import Completion
-from embodied_r_ros.core.backends.images import decode_image, image_size, to_data_url
+from embodied_r_ros.backends import BackendError, ChatBackend
+from embodied_r_ros.backends.base import Completion
+from embodied_r_ros.backends.images import decode_image, image_size, to_data_url
 from embodied_r_ros.core.cancel import CancelToken
 from embodied_r_ros.serving import OpenAIServer, serve
 from embodied_r_ros.serving.requests import Limits

@@ -11,8 +11,8 @@ import pytest
 from adapter_cards import checked_card
 from worlddata import built_world_rows
 
-from embodied_r_ros.core.backends import offline
-from embodied_r_ros.core.backends.base import ChatBackend
+from embodied_r_ros.backends import offline
+from embodied_r_ros.backends.base import ChatBackend
 from embodied_r_ros.core.config import ModelConfig
 from embodied_r_ros.core.profiles import load_config
 from embodied_r_ros.core.reasoning import is_well_formed, parse_reasoning
@@ -93,7 +93,7 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, tuple[dict, .
 def replies(world: tuple[Path, tuple[dict, ...]], smollm2_dir: Path) -> list[str]:
     """Greedy replies of the shipped reasoner, built offline into the test run's model cache
     (from the base model ``smollm2_dir`` converted there once)."""
-    from embodied_r_ros.core.backends.factory import create_backend
+    from embodied_r_ros.backends.factory import create_backend
 
     path = offline.ensure_offline_model(NAME)
     assert (path / "MODEL_CARD.md").is_file()

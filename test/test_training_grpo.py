@@ -14,15 +14,15 @@ from test_rewards import RuleReference
 from torch import Tensor
 from transformers import AutoModelForCausalLM, TrainerCallback
 
-from embodied_r_ros.core.backends.base import ChatBackend, Completion
+from embodied_r_ros.backends.base import ChatBackend, Completion
 from embodied_r_ros.core.perception_text import observation
-from embodied_r_ros.core.rewards import ConsistencyReward, completion_text
 from embodied_r_training.cli import main
 from embodied_r_training.data.prompt_budget import dataset_layout, fit_prompt, token_counter
 from embodied_r_training.data.row_records import record_of
 from embodied_r_training.evaluation.report import markdown_report, paper_columns
 from embodied_r_training.evaluation.scoring import EvalResult, average_folds, score
 from embodied_r_training.recipe import PAPER_STAGES, load_train_config
+from embodied_r_training.rewards import ConsistencyReward, completion_text
 from embodied_r_training.rl.grpo import NamedReward, grpo_args, run_grpo
 from embodied_r_training.rl.policy import local_model
 from embodied_r_training.rl.schedule import epoch_index, stage_at

@@ -19,9 +19,9 @@ from http_helpers import (
     user,
 )
 
-from embodied_r_ros.core.backends import BackendError, ChatBackend, create_backend
-from embodied_r_ros.core.backends.images import from_data_url, resize_max_side, to_data_url
-from embodied_r_ros.core.backends.openai_backend import OpenAIBackend
+from embodied_r_ros.backends import BackendError, ChatBackend, create_backend
+from embodied_r_ros.backends.images import from_data_url, resize_max_side, to_data_url
+from embodied_r_ros.backends.openai_backend import OpenAIBackend
 from embodied_r_ros.core.cancel import CancelToken
 from embodied_r_ros.core.config import ModelConfig
 from embodied_r_ros.core.error_codes import BACKEND_DOWN, BACKEND_FAILED, CANCELLED
@@ -172,8 +172,8 @@ def test_vllm_missing_is_a_clear_error() -> None:
 
 def test_importing_backends_does_not_import_torch() -> None:
     code = (
-        "import sys, embodied_r_ros.core.backends, embodied_r_ros.serving, "
-        "embodied_r_ros.core.backends.openai_backend; "
+        "import sys, embodied_r_ros.backends, embodied_r_ros.serving, "
+        "embodied_r_ros.backends.openai_backend; "
         "assert not {'torch', 'transformers', 'vllm'} & set(sys.modules), 'heavy import'"
     )
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)

@@ -1,4 +1,4 @@
-"""The tf tree without ROS (core/transforms.py): the camera's chain, its mount, optical axes,
+"""The tf tree without ROS (recordings/transforms.py): the camera's chain, its mount, optical axes,
 interpolation and the one tolerance rule."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import pytest
 
 from embodied_r_ros.core.odometry import odometry_motions, poses_at
 from embodied_r_ros.core.poses import Pose, relative_motion
-from embodied_r_ros.core.transforms import ChainTrack, TfBuffer, Transform, camera_pose
+from embodied_r_ros.recordings.transforms import ChainTrack, TfBuffer, Transform, camera_pose
 
 OPTICAL = Transform.of((0, 0, 0), (-0.5, 0.5, -0.5, 0.5))  # camera_link -> optical (REP 103)
 

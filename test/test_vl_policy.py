@@ -10,12 +10,12 @@ from typing import Any
 import torch
 from transformers import AutoConfig, AutoModelForImageTextToText, AutoTokenizer
 
-from embodied_r_ros.core.backends.factory import create_backend
-from embodied_r_ros.core.backends.text_decoder import load_causal_lm
+from embodied_r_ros.backends.factory import create_backend
+from embodied_r_ros.backends.text_decoder import load_causal_lm
 from embodied_r_ros.core.config import ModelConfig
-from embodied_r_ros.core.rewards import completion_text
 from embodied_r_training.evaluation.evaluate import evaluate
 from embodied_r_training.recipe import load_train_config
+from embodied_r_training.rewards import completion_text
 from embodied_r_training.rl.grpo import NamedReward, run_grpo
 from embodied_r_training.rl.policy import load_policy, local_model
 from embodied_r_training.rl.sft import run_sft

@@ -85,13 +85,13 @@ def check_engine_quantization(backend: str, quantization: str) -> None:
 
 
 class ModelConfig(StrictModel):
-    """A chat model behind one of the backends in ``core/backends``."""
+    """A chat model behind one of the backends in ``backends``."""
 
     # ctranslate2 / llamacpp: the model converted once to a CPU engine; when the engine is not
     # installed, llamacpp falls back to ctranslate2, and ctranslate2 to transformers
     backend: Literal["transformers", "openai", "vllm", "ctranslate2", "llamacpp"] = "transformers"
     # A hub id, a local directory, or an offline model name (``tiny-qwen2``,
-    # ``tiny-qwen2.5-vl``, ``smollm2-135m``) built by ``core/backends/offline.py``.
+    # ``tiny-qwen2.5-vl``, ``smollm2-135m``) built by ``backends/offline.py``.
     model: str = Field(min_length=1)
     revision: str | None = Field(None, min_length=1, description="hub revision (branch, tag "
                                  "or commit) of a hub id; unset: main")
@@ -111,7 +111,7 @@ class ModelConfig(StrictModel):
     generation_from_checkpoint: bool = Field(
         False, description="temperature, top_p, top_k, repetition_penalty and do_sample not "
         "set here come from the checkpoint's generation_config.json, as the official inference "
-        "takes them (core/backends/generation.py)")
+        "takes them (backends/generation.py)")
     batch_size: int = Field(4, ge=1)
     seed: int = 0
     # ctranslate2 / llamacpp backends: weight quantisation (llamacpp: float32, float16, int8
@@ -188,7 +188,7 @@ class CameraConfig(StrictModel):
 
 class TfConfig(StrictModel):
     """Where the camera is when poses come from the tf tree (a ``tf2_msgs/TFMessage`` pose
-    topic in a bag, or the frame buffer's ``pose_source: tf``): core/transforms.py."""
+    topic in a bag, or the frame buffer's ``pose_source: tf``): recordings/transforms.py."""
 
     odom_frame: str = Field("odom", min_length=1, description="the fixed frame poses are "
                             "read in (the chain's top)")

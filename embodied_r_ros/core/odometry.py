@@ -9,7 +9,7 @@ odometry gap therefore reads like the robot did during that gap, not like metres
 seconds away.
 
 Poses come from an odometry topic (:class:`SampledPoses`) or from the tf tree
-(:class:`embodied_r_ros.core.transforms.ChainTrack`); both answer :class:`PoseTrack`'s ``at``,
+(:class:`embodied_r_ros.recordings.transforms.ChainTrack`); both answer :class:`PoseTrack`'s ``at``,
 and the tf tree applies the same rule to each of its moving transforms
 (:func:`nearest_within`).
 """

@@ -36,14 +36,14 @@ from typing import Any, Literal
 
 import numpy as np
 
-from embodied_r_ros.core.actions import Motion, action_of
-from embodied_r_ros.core.backends.base import (
+from embodied_r_ros.backends.base import (
     ChatBackend,
     Completion,
     Conversation,
     raise_if_stopped,
 )
-from embodied_r_ros.core.cache import ReplyCache, digest
+from embodied_r_ros.backends.reply_cache import ReplyCache, digest
+from embodied_r_ros.core.actions import Motion, action_of
 from embodied_r_ros.core.cancel import CancelToken
 from embodied_r_ros.core.colors import colour_objects
 from embodied_r_ros.core.config import CameraConfig, ModelConfig, PerceptionConfig

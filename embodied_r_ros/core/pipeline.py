@@ -15,10 +15,10 @@ from collections.abc import Iterable, Sequence
 
 import numpy as np
 
+from embodied_r_ros.backends.base import BackendError, ChatBackend, Conversation
+from embodied_r_ros.backends.images import as_stored, resize_max_side
+from embodied_r_ros.backends.reply_cache import ReplyCache
 from embodied_r_ros.core.actions import Motion
-from embodied_r_ros.core.backends.base import BackendError, ChatBackend, Conversation
-from embodied_r_ros.core.backends.images import as_stored, resize_max_side
-from embodied_r_ros.core.cache import ReplyCache
 from embodied_r_ros.core.cancel import CancelToken
 from embodied_r_ros.core.config import CameraConfig, Config
 from embodied_r_ros.core.error_codes import (
@@ -58,7 +58,7 @@ def create_models(
     reasoning LMs text-only (a VL checkpoint loads as its text decoder), the memory reader only
     where the memory is on (nothing else writes its texts); ``None`` for a role not asked for
     or not configured."""
-    from embodied_r_ros.core.backends.factory import create_backend
+    from embodied_r_ros.backends.factory import create_backend
 
     vlm = lm = memory_lm = None
     if perception and config.perception.backend == "vlm":

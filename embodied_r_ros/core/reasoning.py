@@ -12,8 +12,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
+from embodied_r_ros.backends.base import Conversation
 from embodied_r_ros.core.answers import official_eval_letter
-from embodied_r_ros.core.backends.base import Conversation
 from embodied_r_ros.core.prompts import PromptSet, default_prompts
 
 LETTERS = "ABCDEFGH"
@@ -118,7 +118,7 @@ def extract_answer(
     answer); ``""`` when none is found.
     ``official``: the official evaluation extractor (:func:`official_eval_letter`), for numbers
     comparable with the paper's. (Training rewards read answers with the official *training*
-    normalisation instead; see :mod:`embodied_r_ros.core.rewards`.)
+    normalisation instead; see :mod:`embodied_r_training.rewards`.)
     """
     if mode == "official":
         return official_eval_letter(completion)

@@ -1,6 +1,6 @@
 """Conversions between rclpy messages and the core's plain types (numpy RGB, seconds, Motion).
 
-Images are converted by the core (:mod:`embodied_r_ros.core.ros_images`, on ``rosbags-image``,
+Images are converted by the core (:mod:`embodied_r_ros.recordings.ros_images`, on ``rosbags-image``,
 which reads live rclpy ``Image``/``CompressedImage`` messages as well as bag messages;
 ``cv_bridge`` is not installable on the pip route), as ``build`` converts a bag's. Every way a
 frame can be unusable ends in :class:`FrameError` with a code the frame buffer counts, so a bad
@@ -19,17 +19,17 @@ from geometry_msgs.msg import Pose as PoseMsg
 from nav_msgs.msg import Odometry
 from sensor_msgs.msg import CompressedImage, Image
 
+from embodied_r_ros.backends.images import decode_image
 from embodied_r_ros.core.actions import Motion
-from embodied_r_ros.core.backends.images import decode_image
 from embodied_r_ros.core.error_codes import CORRUPT_FRAME
 from embodied_r_ros.core.poses import Pose
 from embodied_r_ros.core.query_result import MemoryFrameUsed, QueryResult
 from embodied_r_ros.core.request import MAX_IMAGE_PIXELS
 
 # the node's names for the core's conversions
-from embodied_r_ros.core.ros_images import FrameError as FrameError
-from embodied_r_ros.core.ros_images import compressed_to_rgb as compressed_to_rgb
-from embodied_r_ros.core.ros_images import image_to_rgb as image_to_rgb
+from embodied_r_ros.recordings.ros_images import FrameError as FrameError
+from embodied_r_ros.recordings.ros_images import compressed_to_rgb as compressed_to_rgb
+from embodied_r_ros.recordings.ros_images import image_to_rgb as image_to_rgb
 
 M = TypeVar("M")
 

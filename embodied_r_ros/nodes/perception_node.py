@@ -39,7 +39,6 @@ from rclpy.lifecycle import LifecycleState, TransitionCallbackReturn
 from rclpy.qos import QoSProfile, ReliabilityPolicy, qos_profile_sensor_data
 
 from embodied_r_ros.agent.guard import guard_subscription
-from embodied_r_ros.core.bags import CameraInfo
 from embodied_r_ros.core.cancel import CancelToken
 from embodied_r_ros.core.error_codes import CORRUPT_FRAME
 from embodied_r_ros.core.perception_text import observation
@@ -65,6 +64,7 @@ from embodied_r_ros.nodes.model_node import SUCCESS, ModelNode, model_status
 from embodied_r_ros.nodes.params import DEFAULT_CAMERA, Spec, declare
 from embodied_r_ros.nodes.transport import stored_frames_topic
 from embodied_r_ros.nodes.viewer_topics import ViewerTopic, boxes_msg
+from embodied_r_ros.recordings.bags import CameraInfo
 from embodied_r_ros.viewer.content import frame_boxes
 
 KEY_POSES_KEPT = 1024  # poses of key frames received and not yet written to the memory

@@ -5,12 +5,12 @@ Where a ROS 2 install has ``tf2_ros``, its ``Buffer`` and ``TransformListener`` 
 Elsewhere (the pip route: the package index has no ``tf2_ros``) a small reader of that one chain
 subscribes ``/tf`` (reliable, volatile) and ``/tf_static`` (reliable, transient-local, so the
 mounts published before the node started still arrive) as tf2_ros's listener does, and keeps the
-transforms in the core's :class:`~embodied_r_ros.core.transforms.TfBuffer`, whose lookup is the
+transforms in a :class:`~embodied_r_ros.recordings.transforms.TfBuffer`, whose lookup is the
 one ``build`` applies to bags. Which one runs is decided by import; :attr:`TfPoses.backend` says
 which. Both are :class:`~embodied_r_ros.core.odometry.PoseTrack`\\ s for the frame store.
 Where the chain is still missing a while after the start (``no_tf_warning_sec``), one warning
 names what the tree lacks, in the words the bag reader uses for the same gap
-(:meth:`~embodied_r_ros.core.transforms.TfBuffer.missing_chain`): without it a camera mount
+(:meth:`~embodied_r_ros.recordings.transforms.TfBuffer.missing_chain`): without it a camera mount
 that never arrives only shows as key frames without motion.
 """
 
@@ -23,7 +23,7 @@ from rclpy.clock import Clock, ClockType
 
 from embodied_r_ros.core.config import TfConfig
 from embodied_r_ros.core.poses import Pose
-from embodied_r_ros.core.transforms import (
+from embodied_r_ros.recordings.transforms import (
     ChainTrack,
     TfBuffer,
     Transform,

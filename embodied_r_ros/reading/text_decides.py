@@ -20,7 +20,6 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from embodied_r_ros.core.bags import CameraInfo
 from embodied_r_ros.core.config import Config
 from embodied_r_ros.core.perception_text import stated_view
 from embodied_r_ros.core.pipeline import EmbodiedR
@@ -29,6 +28,7 @@ from embodied_r_ros.core.profiles import load_config
 from embodied_r_ros.core.reasoning import format_question
 from embodied_r_ros.core.records import FrameRecord, PerceptionRecord
 from embodied_r_ros.reading.text_margins import reason_to_skip
+from embodied_r_ros.recordings.bags import CameraInfo
 from embodied_r_ros.sim.question_basis import QuestionBasis
 from embodied_r_ros.sim.question_rows import Draft
 from embodied_r_ros.sim.world import World

@@ -26,7 +26,7 @@ from dataclasses import replace
 from types import FrameType, TracebackType
 from typing import Any
 
-from embodied_r_ros.core.backends.base import BackendError, ChatBackend, Conversation
+from embodied_r_ros.backends.base import BackendError, ChatBackend, Conversation
 from embodied_r_ros.core.cancel import CancelToken
 from embodied_r_ros.core.error_codes import BACKEND_DOWN, BACKEND_FAILED
 from embodied_r_ros.serving.batching import Batcher

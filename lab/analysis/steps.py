@@ -120,7 +120,7 @@ def summarise(steps: Sequence[Steps]) -> dict[str, dict[str, Any]]:
 
 def generate(model: str, prompts: Sequence[Any]) -> list[str]:
     """Greedy replies of the offline model ``model`` on llama.cpp (float16), one at a time."""
-    from embodied_r_ros.core.backends.factory import create_backend
+    from embodied_r_ros.backends.factory import create_backend
     from embodied_r_ros.core.config import ModelConfig
 
     cfg = ModelConfig(backend="llamacpp", model=model, device="cpu", quantization="float16",

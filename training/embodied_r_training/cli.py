@@ -207,7 +207,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
 
 def cmd_questions(args: argparse.Namespace) -> int:
-    from embodied_r_ros.core.bags import BagReader
+    from embodied_r_ros.recordings.bags import BagReader
     from embodied_r_training.data.odometry_questions import (
         fields_help,
         odometry_questions,
@@ -420,10 +420,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _user_errors() -> tuple[type[BaseException], ...]:
-    from embodied_r_ros.core.backends.base import BackendError
-    from embodied_r_ros.core.bags import BagError
+    from embodied_r_ros.backends.base import BackendError
     from embodied_r_ros.core.pipeline import QueryError
-    from embodied_r_ros.core.video import VideoError
+    from embodied_r_ros.recordings.bags import BagError
+    from embodied_r_ros.recordings.video import VideoError
     from embodied_r_training.data.dataset_files import BuildError
     from embodied_r_training.data.splits import SplitError
     from embodied_r_training.evaluation.evaluate import EvalError

@@ -3,7 +3,7 @@
 ``embodied-r-train export RUN --name NAME`` does for a user's run what the package does for the
 shipped ``smollm2-135m-embodied-r``: a LoRA adapter is merged into its base model, full weights
 are copied, and the result is installed atomically as ``<model cache>/NAME`` with a marker that
-:func:`embodied_r_ros.core.backends.offline.resolve_model` recognises, so any config can name it
+:func:`embodied_r_ros.backends.offline.resolve_model` recognises, so any config can name it
 (``reasoning.model.model: NAME``) and every backend loads it like a local directory.
 
 ``RUN`` may be a run directory (its ``final-adapter/`` is preferred, else ``final/``), a
@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from embodied_r_ros.core.backends.offline import (
+from embodied_r_ros.backends.offline import (
     MARKER_FILE,
     OFFLINE_MODELS,
     exported_marker,
@@ -102,8 +102,8 @@ def find_source(run: str | Path, base: str | None = None, *, revision: str | Non
 
 def _checkpoint(run: str, revision: str | None, subfolder: str | None) -> Path:
     """A hub checkpoint (or a directory's folder) as local files."""
-    from embodied_r_ros.core.backends.base import BackendError
-    from embodied_r_ros.core.backends.checkpoints import checkpoint_path
+    from embodied_r_ros.backends.base import BackendError
+    from embodied_r_ros.backends.checkpoints import checkpoint_path
 
     if not Path(run).expanduser().exists() and run.count("/") != 1:
         raise ExportError(f"run {run}: no such directory (nor a hub id such as "
@@ -145,8 +145,8 @@ def check_name(name: str, cache: Path, *, force: bool = False) -> Path:
 def _base_path(base: str) -> str:
     """A local directory for the adapter's base (offline names built, VL checkpoints as their
     text decoder, as training loaded them)."""
-    from embodied_r_ros.core.backends.offline import resolve_model
-    from embodied_r_ros.core.backends.text_decoder import decoder_checkpoint
+    from embodied_r_ros.backends.offline import resolve_model
+    from embodied_r_ros.backends.text_decoder import decoder_checkpoint
 
     try:
         return decoder_checkpoint(resolve_model(base))
@@ -217,10 +217,10 @@ def _digest(path: Path) -> str:
 
 def _gguf(source: Path, tmp: Path, quantization: str) -> None:
     """``tmp/model.gguf`` (the text LM of checkpoint ``source``) and its runtime files."""
-    from embodied_r_ros.core.backends.base import BackendError
-    from embodied_r_ros.core.backends.gguf_export import write_gguf
-    from embodied_r_ros.core.backends.llamacpp_backend import MODEL_FILE
-    from embodied_r_ros.core.backends.local_engine import save_runtime_files
+    from embodied_r_ros.backends.base import BackendError
+    from embodied_r_ros.backends.gguf_export import write_gguf
+    from embodied_r_ros.backends.llamacpp_backend import MODEL_FILE
+    from embodied_r_ros.backends.local_engine import save_runtime_files
 
     try:
         write_gguf(source, tmp / MODEL_FILE, quantization)

@@ -6,7 +6,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from embodied_r_ros.core.rewards import REWARD_NAMES
+from embodied_r_training.rewards import REWARD_NAMES
 
 
 def _pyplot() -> Any:

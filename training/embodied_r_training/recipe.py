@@ -38,7 +38,7 @@ from embodied_r_ros.core.profiles import (
     yaml_names,
 )
 from embodied_r_ros.core.profiles import format_validation_error as format_error
-from embodied_r_ros.core.rewards import REWARD_NAMES
+from embodied_r_training.rewards import REWARD_NAMES
 
 CONFIG_DIR = Path(__file__).resolve().parent / "configs"
 
@@ -60,7 +60,7 @@ class PolicySettings(StrictModel):
     """The reasoning LM being trained: hub id, local directory or offline model name."""
 
     #: the official recipe starts from the VL model and trains its text decoder
-    #: (core/backends/text_decoder.py); "Qwen/Qwen2.5-3B-Instruct" is the text-only alternative
+    #: (backends/text_decoder.py); "Qwen/Qwen2.5-3B-Instruct" is the text-only alternative
     model: str = Field("Qwen/Qwen2.5-VL-3B-Instruct", min_length=1)
     #: the compute (autocast) dtype on CUDA; the trained weights are always fp32 masters
     #: (:mod:`embodied_r_training.rl.precision`); CPU trains in fp32
@@ -395,6 +395,6 @@ def world_size() -> int:
 def device_name(device: Device) -> str:
     """``auto`` -> ``cuda`` when available, else ``cpu``: the backends' ``resolve_device``
     rule, as the device string a ``ModelConfig`` or TRL takes."""
-    from embodied_r_ros.core.backends.transformers_backend import resolve_device
+    from embodied_r_ros.backends.transformers_backend import resolve_device
 
     return resolve_device(device).type

@@ -63,7 +63,7 @@ def _minutes(start: float) -> float:
 
 def export_adapter(adapter: Path, dest: Path) -> Path:
     """The trained PEFT adapter in float16 safetensors (half the float32 size), with its
-    config; the merged model of :mod:`~embodied_r_ros.core.backends.offline` adds it back to
+    config; the merged model of :mod:`~embodied_r_ros.backends.offline` adds it back to
     float32 weights."""
     import torch
     from safetensors.torch import load_file, save_file
@@ -380,7 +380,7 @@ this project's rationales are (the options as `text = letter`, a walk through th
 
 def install_adapter(exported: Path, name: str = "smollm2-135m-embodied-r") -> Path:
     """Copy an exported adapter over the shipped one of offline model ``name``."""
-    from embodied_r_ros.core.backends.offline import ADAPTER_ROOT, ADAPTERS
+    from embodied_r_ros.backends.offline import ADAPTER_ROOT, ADAPTERS
 
     dest = ADAPTER_ROOT / ADAPTERS[name][1]
     dest.mkdir(parents=True, exist_ok=True)

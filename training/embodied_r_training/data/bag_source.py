@@ -14,9 +14,9 @@ from typing import Any
 
 import numpy as np
 
-from embodied_r_ros.core.bags import CAMERA_INFO_TYPE, POSE_TYPES, WINDOW_SLACK_NS
 from embodied_r_ros.core.odometry import PoseTrack
 from embodied_r_ros.core.pipeline import EmbodiedR
+from embodied_r_ros.recordings.bags import CAMERA_INFO_TYPE, POSE_TYPES, WINDOW_SLACK_NS
 from embodied_r_ros.sim.question_basis import QuestionBasis
 from embodied_r_training.data.dataset_files import BuildError
 from embodied_r_training.data.samples import (

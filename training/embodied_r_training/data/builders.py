@@ -47,7 +47,7 @@ def perception_pipeline(config: Config) -> EmbodiedR:
     """EmbodiedR with the perception model only (building never runs the reasoning LM)."""
     vlm = None
     if config.perception.backend == "vlm":
-        from embodied_r_ros.core.backends.factory import create_backend
+        from embodied_r_ros.backends.factory import create_backend
 
         assert config.perception.vlm is not None
         vlm = create_backend(config.perception.vlm)
@@ -111,7 +111,7 @@ def build_from_bag(
     the rest builds (none left is a :class:`BuildError`). With ``odom_topic`` the motions come
     from odometry, else from vision. The camera intrinsics are the config's, else the
     ``camera_info_topic`` (default: the bag's only CameraInfo topic)."""
-    from embodied_r_ros.core.bags import POSE_TYPES, BagReader
+    from embodied_r_ros.recordings.bags import POSE_TYPES, BagReader
     from embodied_r_training.data.bag_source import (
         BagFrames,
         question_samples,

@@ -10,7 +10,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-from embodied_r_ros.core.cache import write_atomic
+from embodied_r_ros.backends.reply_cache import write_atomic
 from embodied_r_training.data.splits import Splits
 
 log = logging.getLogger(__name__)

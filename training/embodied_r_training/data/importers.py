@@ -351,7 +351,7 @@ class VideoFrames:
         self.camera = camera or pipeline.config.perception.camera
 
     def __call__(self, sample: Sample) -> Any:
-        from embodied_r_ros.core.video import VideoError, iter_frames
+        from embodied_r_ros.recordings.video import VideoError, iter_frames
         from embodied_r_training.data.samples import SkipSample, keyframes_of
 
         try:

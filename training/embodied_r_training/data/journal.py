@@ -10,7 +10,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from embodied_r_ros.core.cache import digest
+from embodied_r_ros.backends.reply_cache import digest
 from embodied_r_ros.core.config import Config
 from embodied_r_ros.core.perception import reply_settings
 from embodied_r_ros.core.prompts import prompts_from

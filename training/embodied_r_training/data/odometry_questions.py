@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from embodied_r_ros.core.bags import POSE_TYPES, BagReader
 from embodied_r_ros.core.config import Config, TfConfig
+from embodied_r_ros.recordings.bags import POSE_TYPES, BagReader
 from embodied_r_ros.sim.pose_questions import ODOMETRY_CATEGORIES, OdometryQuestions, Track
 from embodied_r_ros.sim.question_rows import Draft, draft_rows, parse_counts
 from embodied_r_training.data.dataset_files import BuildError, jsonl, write_atomic

@@ -15,8 +15,8 @@ from typing import Any
 from embodied_r_ros.core.legacy_text import parse_perception
 from embodied_r_ros.core.perception_text import PerceptionText, stated_view
 from embodied_r_ros.core.records import PerceptionRecord
-from embodied_r_ros.core.rewards import prompt_text
 from embodied_r_training.data.dataset_files import BuildError
+from embodied_r_training.rewards import prompt_text
 
 
 def has_record(row: Mapping[str, Any]) -> bool:

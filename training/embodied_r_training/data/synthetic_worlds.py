@@ -46,7 +46,7 @@ from multiprocessing import get_context
 from pathlib import Path
 from typing import Any
 
-from embodied_r_ros.core.cache import write_atomic
+from embodied_r_ros.backends.reply_cache import write_atomic
 from embodied_r_ros.core.colors import OBSERVATION_VERSION
 from embodied_r_ros.sim.generate import GENERATOR_VERSION, SAMPLE_SPEC
 from embodied_r_ros.sim.questions import CATEGORIES

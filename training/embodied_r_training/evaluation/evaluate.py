@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from embodied_r_ros.core.backends.base import ChatBackend
+from embodied_r_ros.backends.base import ChatBackend
 from embodied_r_ros.core.config import ModelConfig
 from embodied_r_ros.core.reasoning import AnswerMode
 from embodied_r_training.data.dataset_files import first_per_category, load_rows
@@ -47,7 +47,7 @@ class EvalError(ValueError):
 
 
 def generation_backend(model: str, cfg: TrainConfig) -> ChatBackend:
-    from embodied_r_ros.core.backends.factory import create_backend
+    from embodied_r_ros.backends.factory import create_backend
 
     e = cfg.eval
     return create_backend(

@@ -9,7 +9,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from embodied_r_ros.core.cache import write_atomic
+from embodied_r_ros.backends.reply_cache import write_atomic
 from embodied_r_training.data.dataset_files import jsonl
 from embodied_r_training.evaluation.scoring import EvalResult
 

@@ -12,7 +12,7 @@ from typing import Any
 
 from embodied_r_ros.core.intervals import bootstrap_ci
 from embodied_r_ros.core.reasoning import AnswerMode, extract_answer, is_well_formed
-from embodied_r_ros.core.rewards import solution_letter
+from embodied_r_training.rewards import solution_letter
 
 ANSWER_MODES: tuple[AnswerMode, ...] = ("official", "tag")
 #: ``--model`` names answered by rules instead of an LM
@@ -79,7 +79,7 @@ def score(
     expected: Sequence[float] | None = None,
 ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """Metrics and per-row predictions for ``completions`` of ``rows``; ``judge`` (a
-    :class:`~embodied_r_ros.core.rewards.ConsistencyReward`) measures the consistency rate.
+    :class:`~embodied_r_training.rewards.ConsistencyReward`) measures the consistency rate.
     ``expected``: per-row probabilities of a correct answer that replace the hits (``chance``)."""
     mode: AnswerMode = "official" if answer_mode == "official" else "tag"
     pairs = list(zip(rows, completions, strict=True))

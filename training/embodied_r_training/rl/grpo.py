@@ -24,16 +24,16 @@ from typing import Any
 
 from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
 
-from embodied_r_ros.core.backends.base import ChatBackend
-from embodied_r_ros.core.rewards import (
+from embodied_r_ros.backends.base import ChatBackend
+from embodied_r_training.data.prompt_budget import PromptLayout, dataset_layout
+from embodied_r_training.data.splits import seeded_draw
+from embodied_r_training.recipe import TrainConfig, device_name, world_size
+from embodied_r_training.rewards import (
     REWARD_NAMES,
     ConsistencyReward,
     accuracy_reward,
     format_reward,
 )
-from embodied_r_training.data.prompt_budget import PromptLayout, dataset_layout
-from embodied_r_training.data.splits import seeded_draw
-from embodied_r_training.recipe import TrainConfig, device_name, world_size
 from embodied_r_training.rl.policy import (
     check_adapter,
     checkpointing_flag,

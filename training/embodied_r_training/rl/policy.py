@@ -24,7 +24,7 @@ ADAPTER_DIR = "final-adapter"
 
 def local_model(name: str) -> str:
     """A local directory for offline model names; hub ids and paths pass unchanged."""
-    from embodied_r_ros.core.backends.offline import resolve_model
+    from embodied_r_ros.backends.offline import resolve_model
 
     return resolve_model(name)
 
@@ -64,7 +64,7 @@ def load_base(cfg: TrainConfig, device: str) -> tuple[Any, Any]:
     reference from the model's path, as it does for any causal LM)."""
     from transformers import AutoModelForCausalLM
 
-    from embodied_r_ros.core.backends.text_decoder import decoder_checkpoint
+    from embodied_r_ros.backends.text_decoder import decoder_checkpoint
 
     path = decoder_checkpoint(local_model(cfg.policy.model))
     dtype = master_dtype(policy_precision(cfg, device))

@@ -15,7 +15,7 @@ included: nothing is held in bf16), which CPUs with AMX or AVX512-BF16 compute a
 fast (SmolLM2-135M with LoRA, 4 x 800 tokens forward and backward on 2 CPU cores: 17.9 s
 in fp32, 9.0 s under bf16 autocast).
 The compute dtype follows the inference rule of the backends
-(:func:`embodied_r_ros.core.backends.transformers_backend.resolve_dtype`: ``auto`` is bf16 on
+(:func:`embodied_r_ros.backends.transformers_backend.resolve_dtype`: ``auto`` is bf16 on
 CUDA), so one rule decides both.
 """
 
@@ -57,7 +57,7 @@ def training_precision(dtype: str, device: str, *, adapters_only: bool = False) 
 
     ``adapters_only`` (LoRA): the base weights are frozen, so they are held in the compute
     dtype; PEFT keeps the trainable adapter weights in float32 (``autocast_adapter_dtype``)."""
-    from embodied_r_ros.core.backends.transformers_backend import resolve_dtype
+    from embodied_r_ros.backends.transformers_backend import resolve_dtype
 
     if device != "cuda":
         return Precision("float32", "bfloat16" if dtype == "bfloat16" else "float32")

@@ -19,9 +19,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from embodied_r_ros.core.rewards import accuracy_reward
 from embodied_r_training.data.splits import seeded_draw
 from embodied_r_training.recipe import TrainConfig
+from embodied_r_training.rewards import accuracy_reward
 from embodied_r_training.rl.policy import policy_precision
 
 log = logging.getLogger(__name__)

@@ -11,22 +11,22 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from embodied_r_ros.core.backends.base import ChatBackend
+from embodied_r_ros.backends.base import ChatBackend
 from embodied_r_ros.core.config import ModelConfig
 from embodied_r_ros.core.prompts import PromptSet, prompts_from
 from embodied_r_ros.core.reasoning import AnswerMode
-from embodied_r_ros.core.rewards import (
+from embodied_r_training.data.prompt_budget import PromptLayout
+from embodied_r_training.recipe import TrainConfig
+from embodied_r_training.rewards import (
     REFERENCE_MAX_NEW_TOKENS,
     REFERENCE_TEMPERATURE,
     ConsistencyReward,
 )
-from embodied_r_training.data.prompt_budget import PromptLayout
-from embodied_r_training.recipe import TrainConfig
 
 
 def reference_backend(cfg: TrainConfig, device: str) -> ChatBackend:
     """The frozen reference LM: the configured one, else the policy's initial weights."""
-    from embodied_r_ros.core.backends.factory import create_backend
+    from embodied_r_ros.backends.factory import create_backend
 
     ref = cfg.rewards.reference or ModelConfig(
         backend="transformers",

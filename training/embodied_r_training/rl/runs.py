@@ -14,10 +14,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from embodied_r_ros.core.rewards import REWARD_NAMES
 from embodied_r_training.data.dataset_files import load_rows
 from embodied_r_training.data.prompt_budget import FitReport, PromptLayout, dataset_layout, fit_rows
 from embodied_r_training.recipe import TrainConfig
+from embodied_r_training.rewards import REWARD_NAMES
 
 log = logging.getLogger(__name__)
 

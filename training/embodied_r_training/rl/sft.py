@@ -84,10 +84,10 @@ def reference_rows(
     *, share: float,
 ) -> list[dict[str, Any]]:
     """A seeded ``share`` of the gold rationales as the consistency reference sees them
-    (:func:`~embodied_r_ros.core.rewards.reference_conversation`: the question and the think
+    (:func:`~embodied_r_training.rewards.reference_conversation`: the question and the think
     text only), answered with the solution's letter alone, as its prompt asks."""
     from embodied_r_ros.core.reasoning import question_from_prompt
-    from embodied_r_ros.core.rewards import prompt_text, reference_conversation
+    from embodied_r_training.rewards import prompt_text, reference_conversation
 
     n = round(share * len(gold))
     if n == 0:

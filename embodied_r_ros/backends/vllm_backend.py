@@ -11,7 +11,7 @@ import logging
 from collections.abc import Sequence
 from typing import Any
 
-from embodied_r_ros.core.backends.base import (
+from embodied_r_ros.backends.base import (
     BackendError,
     ChatBackend,
     Completion,
@@ -19,12 +19,12 @@ from embodied_r_ros.core.backends.base import (
     ReplyFn,
     raise_if_stopped,
 )
-from embodied_r_ros.core.backends.checkpoints import config_path
-from embodied_r_ros.core.backends.generation import (
+from embodied_r_ros.backends.checkpoints import config_path
+from embodied_r_ros.backends.generation import (
     GenerationSettings,
     resolve_generation,
 )
-from embodied_r_ros.core.backends.images import to_openai_messages
+from embodied_r_ros.backends.images import to_openai_messages
 from embodied_r_ros.core.cancel import CancelToken
 from embodied_r_ros.core.config import ModelConfig
 from embodied_r_ros.core.error_codes import BACKEND_DOWN, BACKEND_FAILED

@@ -14,7 +14,7 @@ from typing import Any
 import cv2
 import numpy as np
 
-from embodied_r_ros.core.backends.base import Conversation, InvalidConversation, Message
+from embodied_r_ros.backends.base import Conversation, InvalidConversation, Message
 
 DATA_URL_PREFIX = "data:image/jpeg;base64,"
 

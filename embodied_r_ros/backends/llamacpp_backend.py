@@ -34,9 +34,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from embodied_r_ros.core.backends.base import BackendError, Completion, cut_at_stop
-from embodied_r_ros.core.backends.generation import GenerationSettings, resolve_generation
-from embodied_r_ros.core.backends.local_engine import (
+from embodied_r_ros.backends.base import BackendError, Completion, cut_at_stop
+from embodied_r_ros.backends.generation import GenerationSettings, resolve_generation
+from embodied_r_ros.backends.local_engine import (
     MARKER_FILE,
     LocalEngineBackend,
     engine_installed,
@@ -44,8 +44,8 @@ from embodied_r_ros.core.backends.local_engine import (
     import_engine,
     load_tokenizer,
 )
-from embodied_r_ros.core.backends.offline import MARKER_FILE as EXPORT_MARKER
-from embodied_r_ros.core.backends.offline import resolve_model
+from embodied_r_ros.backends.offline import MARKER_FILE as EXPORT_MARKER
+from embodied_r_ros.backends.offline import resolve_model
 from embodied_r_ros.core.cancel import CancelToken
 from embodied_r_ros.core.config import ModelConfig
 from embodied_r_ros.core.error_codes import BACKEND_FAILED
@@ -92,7 +92,7 @@ def ensure_converted(model: str, quantization: str = "float16",
     """The build directory of ``model`` (its ``model.gguf`` and tokenizer), converting it
     first if it is missing or its source changed; ``where``: a hub checkpoint's ``revision``
     and ``subfolder``. A GGUF export is returned as it is."""
-    from embodied_r_ros.core.backends.gguf_export import write_gguf
+    from embodied_r_ros.backends.gguf_export import write_gguf
 
     llama_cpp = _import()
     exported = gguf_dir(model, cache_dir)

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from embodied_r_ros.core.backends.base import BackendError
+from embodied_r_ros.backends.base import BackendError
 from embodied_r_ros.core.config import ModelConfig
 from embodied_r_ros.core.error_codes import BACKEND_FAILED
 
@@ -156,7 +156,7 @@ def local_checkpoint(model: str, cache_dir: str | Path | None = None) -> Path | 
     """The directory of ``model`` where it is already one on this machine (a directory, a built
     offline model, an exported name), or None (a remote server's model id): never fetches or
     builds anything."""
-    from embodied_r_ros.core.backends.offline import (
+    from embodied_r_ros.backends.offline import (
         exported_model,
         is_offline_model,
         model_cache_dir,

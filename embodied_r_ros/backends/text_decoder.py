@@ -24,7 +24,7 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from embodied_r_ros.core.backends.base import BackendError
+from embodied_r_ros.backends.base import BackendError
 from embodied_r_ros.core.error_codes import BACKEND_FAILED
 
 logger = logging.getLogger(__name__)
@@ -130,7 +130,7 @@ def decoder_checkpoint(path: str, cache_dir: str | Path | None = None) -> str:
         return path
     from transformers import AutoConfig, AutoTokenizer
 
-    from embodied_r_ros.core.backends.offline import build_once, model_cache_dir
+    from embodied_r_ros.backends.offline import build_once, model_cache_dir
 
     source = AutoConfig.from_pretrained(path).to_json_string()
     key = hashlib.sha256(f"{Path(path).expanduser().resolve()}\n{source}".encode()).hexdigest()

@@ -32,7 +32,7 @@ from typing import Any
 
 import openai
 
-from embodied_r_ros.core.backends.base import (
+from embodied_r_ros.backends.base import (
     MAX_CHARS_PER_TOKEN,
     BackendError,
     ChatBackend,
@@ -42,12 +42,12 @@ from embodied_r_ros.core.backends.base import (
     ReplyFn,
     raise_if_stopped,
 )
-from embodied_r_ros.core.backends.generation import (
+from embodied_r_ros.backends.generation import (
     GenerationSettings,
     local_checkpoint,
     resolve_generation,
 )
-from embodied_r_ros.core.backends.images import to_openai_messages
+from embodied_r_ros.backends.images import to_openai_messages
 from embodied_r_ros.core.cancel import CancelToken
 from embodied_r_ros.core.config import ModelConfig
 from embodied_r_ros.core.error_codes import BACKEND_DOWN, BACKEND_FAILED, BACKEND_TIMEOUT

@@ -38,7 +38,7 @@ from transformers import (
 )
 from transformers.utils import is_torchvision_available
 
-from embodied_r_ros.core.backends.base import (
+from embodied_r_ros.backends.base import (
     BackendError,
     ChatBackend,
     Completion,
@@ -51,10 +51,10 @@ from embodied_r_ros.core.backends.base import (
     exclusive,
     raise_if_stopped,
 )
-from embodied_r_ros.core.backends.checkpoints import config_path
-from embodied_r_ros.core.backends.generation import resolve_generation
-from embodied_r_ros.core.backends.images import content_parts, resize_max_side
-from embodied_r_ros.core.backends.text_decoder import VL_TYPES, chat_template, load_causal_lm
+from embodied_r_ros.backends.checkpoints import config_path
+from embodied_r_ros.backends.generation import resolve_generation
+from embodied_r_ros.backends.images import content_parts, resize_max_side
+from embodied_r_ros.backends.text_decoder import VL_TYPES, chat_template, load_causal_lm
 from embodied_r_ros.core.cancel import CancelToken
 from embodied_r_ros.core.config import ModelConfig
 from embodied_r_ros.core.error_codes import BACKEND_FAILED

@@ -171,7 +171,7 @@ class ChatBackend(ABC):
         on_reply: ReplyFn | None = None,
     ) -> list[Completion]:
         """Replies in input order. ``None`` settings fall back to the backend's resolved
-        :class:`~embodied_r_ros.core.backends.generation.GenerationSettings`.
+        :class:`~embodied_r_ros.backends.generation.GenerationSettings`.
 
         Raises :class:`BackendError`; ``CANCELLED`` / ``BACKEND_TIMEOUT`` when ``cancel`` stops
         the batch (replies already delivered through ``on_reply`` stay delivered).

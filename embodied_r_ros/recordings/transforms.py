@@ -9,8 +9,8 @@ chain at a stamp, each moving edge interpolated between the samples around it (l
 spherical rotation) under the one rule of ``core/odometry.py``: its nearest sample must be
 within the tolerance, so a gap in the transforms reads as no pose, as a gap in odometry does.
 
-Bags (:mod:`embodied_r_ros.core.bags`) and the frame buffer's fallback tf reader fill a buffer;
-:class:`ChainTrack` turns it into the camera poses every consumer of poses reads
+Bags (:mod:`embodied_r_ros.recordings.bags`) and the frame buffer's fallback tf reader fill a
+buffer; :class:`ChainTrack` turns it into the camera poses every consumer of poses reads
 (:class:`~embodied_r_ros.core.odometry.PoseTrack`), converting a camera frame with optical axes
 (REP 103: z forward, x right, y down; what ``sensor_msgs/Image`` headers name) to the body
 axes of :mod:`embodied_r_ros.core.poses` (x forward, y left, z up).

@@ -23,7 +23,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from embodied_r_ros.core.backends.base import (
+from embodied_r_ros.backends.base import (
     BackendError,
     ChatBackend,
     Completion,
@@ -33,10 +33,10 @@ from embodied_r_ros.core.backends.base import (
     exclusive,
     raise_if_stopped,
 )
-from embodied_r_ros.core.backends.checkpoints import checkpoint_path
-from embodied_r_ros.core.backends.generation import GenerationSettings
-from embodied_r_ros.core.backends.images import content_parts
-from embodied_r_ros.core.backends.offline import build_once, is_offline_model, model_cache_dir
+from embodied_r_ros.backends.checkpoints import checkpoint_path
+from embodied_r_ros.backends.generation import GenerationSettings
+from embodied_r_ros.backends.images import content_parts
+from embodied_r_ros.backends.offline import build_once, is_offline_model, model_cache_dir
 from embodied_r_ros.core.cancel import CancelToken
 from embodied_r_ros.core.config import ModelConfig
 from embodied_r_ros.core.error_codes import BACKEND_DOWN, BACKEND_FAILED
@@ -125,7 +125,7 @@ def save_runtime_files(source: Path, dest: Path) -> None:
     has none), the generation config and the model card."""
     from transformers import AutoTokenizer
 
-    from embodied_r_ros.core.backends.text_decoder import chat_template
+    from embodied_r_ros.backends.text_decoder import chat_template
 
     tokenizer = AutoTokenizer.from_pretrained(source)
     tokenizer.chat_template = chat_template(str(source), tokenizer)

@@ -26,9 +26,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from embodied_r_ros.core.backends.base import BackendError, Completion, cut_at_stop
-from embodied_r_ros.core.backends.generation import GenerationSettings, resolve_generation
-from embodied_r_ros.core.backends.local_engine import (
+from embodied_r_ros.backends.base import BackendError, Completion, cut_at_stop
+from embodied_r_ros.backends.generation import GenerationSettings, resolve_generation
+from embodied_r_ros.backends.local_engine import (
     MARKER_FILE,
     LocalEngineBackend,
     common_prefix,

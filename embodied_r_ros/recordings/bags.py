@@ -4,7 +4,7 @@ Dataset building, the bag player and the demo all need the same three things fro
 (a rosbag2 directory with ``metadata.yaml``, a bare ``.mcap`` / ``.db3`` file, or a ROS 1
 ``.bag`` such as EuRoC's or TUM RGB-D's), so they live here once, on top of ``rosbags`` and
 ``rosbags-image``. Frames come out as ``(rgb_image, stamp_seconds)`` pairs like every other
-video source in the core, converted as the robot converts them (``core/ros_images.py``: mono,
+video source (:mod:`.video`), converted as the robot converts them (:mod:`.ros_images`: mono,
 16-bit and Bayer pictures too). Poses come from an odometry topic or from the tf tree
 (:meth:`BagReader.pose_track`). Everything that goes wrong with a bag (missing, truncated,
 corrupt, wrong topic, undecodable image, no transform chain) is one :class:`BagError` whose
@@ -25,8 +25,8 @@ import numpy as np
 from embodied_r_ros.core.config import CameraConfig, TfConfig
 from embodied_r_ros.core.odometry import PoseTrack, SampledPoses
 from embodied_r_ros.core.poses import Pose
-from embodied_r_ros.core.ros_images import FrameError, message_to_rgb
-from embodied_r_ros.core.transforms import ChainTrack, TfBuffer, frame_name
+from embodied_r_ros.recordings.ros_images import FrameError, message_to_rgb
+from embodied_r_ros.recordings.transforms import ChainTrack, TfBuffer, frame_name
 
 log = logging.getLogger(__name__)
 
