@@ -303,13 +303,34 @@ class Placer:
         visits = [(r.stamp, r.stamp) for r in rays]
         old = self._relocated(new, rays)
         if old is not None:
-            return self._placed(old, rays, [*old.visits, *visits], old.sightings + len(rays),
-                                self._voted(votes_of(old), [e.label for e in support]))
+            return self._claim(self._placed(
+                old, rays, [*old.visits, *visits], old.sightings + len(rays),
+                self._voted(votes_of(old), [e.label for e in support])))
         key = new.label if new.colour else (head_word(votes[0][0]) or votes[0][0])
         fresh = Placement(self._next, self.robot, key, votes[0][0], new.colour, 0.0, 0.0,
                           0.0, False, (), (new.ray.x, new.ray.y), (), 0, votes)
         self._next += 1
-        return self._placed(fresh, rays, visits, len(rays), votes)
+        return self._claim(self._placed(fresh, rays, visits, len(rays), votes))
+
+    def _claim(self, p: Placement) -> Placement:
+        """``p`` with the pending rays it explains better than a new object would (rays of
+        other labels that waited: a wrong name or one the matcher does not join) joined."""
+        stamps = {r.stamp for r in p.rays}
+        mine = []
+        for e in self.pending:
+            score = (self.score(p, e.label, e.ray)
+                     if (e.colour is None) == (p.colour is None) and e.ray.stamp not in stamps
+                     else None)
+            if score is not None and score > NEW_OBJECT_LOG:
+                mine.append(e)
+                stamps.add(e.ray.stamp)
+        if not mine:
+            return p
+        used = {id(e) for e in mine}
+        self.pending = [e for e in self.pending if id(e) not in used]
+        return self._placed(p, [*p.rays, *(e.ray for e in mine)],
+                            [*p.visits, *((e.ray.stamp, e.ray.stamp) for e in mine)],
+                            p.sightings + len(mine), self._voted(p.votes, [e.label for e in mine]))
 
     def _agreeing(self, new: _Pending, group: Sequence[_Pending]) -> list[_Pending] | None:
         """The largest set of ``group``'s rays with ``new`` that place an object (module
