@@ -9,7 +9,8 @@ counted as one) and named by the best-supported one (``label``).
 
 **Association** scores a ray against every placed object in front of its camera: the
 log-likelihood of the object's distance from the ray (the ray's range times its bearing error
-and the place's own uncertainty, added in quadrature) plus the log-probability of the ray's
+and the place's own uncertainty, added in quadrature; a vague place explains any one ray less
+well than a sure one) plus the log-probability of the ray's
 label given the object's votes under a confusion prior (a VLM names an object by another
 object's name :data:`CONFUSION` of the time, a given wrong name a :data:`WRONG_NAME` share of
 that). Beside them stands a *new object* hypothesis of constant score :data:`NEW_OBJECT_LOG`;
@@ -57,6 +58,7 @@ from embodied_r_ros.memory.rays import (
     ASSUMED_RANGE_M,
     BEARING_SIGMA_DEG,
     MIN_CROSSING_DEG,
+    MIN_UNCERTAINTY_M,
     SIGMAS,
     Ray,
     crossing_uncertainty,
@@ -249,12 +251,17 @@ class Placer:
 
     def score(self, p: Placement, label: str, ray: Ray) -> float | None:
         """The log-likelihood that ``p`` is what ``ray`` (named ``label``) saw; None where
-        it lies behind the camera or out of range."""
+        it lies behind the camera, out of range, or more than :data:`GATE_SIGMAS` off the
+        ray."""
         if not in_front(p.position, ray):
             return None
-        s = math.hypot(ray.spread(p.position), p.uncertainty_m / SIGMAS)
+        spread = ray.spread(p.position)
+        s = math.hypot(spread, p.uncertainty_m / SIGMAS)
+        if abs(ray.aside(p.position)) > GATE_SIGMAS * s:
+            return None
+        vague = math.log(s / max(spread, MIN_UNCERTAINTY_M / SIGMAS))
         named = math.log(self.label_odds(votes_of(p), label))
-        return -0.5 * (ray.aside(p.position) / s) ** 2 + named
+        return -0.5 * (ray.aside(p.position) / s) ** 2 - vague + named
 
     def _associate(self, label: str, colour: str | None, ray: Ray, taken: set[int]
                    ) -> Placement | None:
@@ -301,10 +308,12 @@ class Placer:
         rays = [e.ray for e in support]
         votes = self._voted((), [e.label for e in support])
         visits = [(r.stamp, r.stamp) for r in rays]
-        old = self._relocated(new, rays)
-        if old is not None:
+        moved, same = self._relocated(new, rays), self._same_place(new, rays)
+        old = moved or same
+        if old is not None:  # a moved object's old rays go, the same object's stay
             return self._claim(self._placed(
-                old, rays, [*old.visits, *visits], old.sightings + len(rays),
+                old, [*rays, *(old.rays if moved is None else ())], [*old.visits, *visits],
+                old.sightings + len(rays),
                 self._voted(votes_of(old), [e.label for e in support])))
         key = new.label if new.colour else (head_word(votes[0][0]) or votes[0][0])
         fresh = Placement(self._next, self.robot, key, votes[0][0], new.colour, 0.0, 0.0,
@@ -366,6 +375,19 @@ class Placer:
                 if (p.colour is None) == (new.colour is None)
                 and new.ray.stamp - p.last > VISIT_GAP_S
                 and math.dist(p.position, q) < RELOCATE_M and self.matcher.same(p.label, new.label)]
+        return min(near, key=lambda p: math.dist(p.position, q), default=None)
+
+    def _same_place(self, new: _Pending, rays: Sequence[Ray]) -> Placement | None:
+        """The placed object of ``new``'s label that ``rays`` cross within the uncertainty of
+        (of either): rays of it that missed its gate, not another object."""
+        q = triangulate(rays)
+        if q is None:
+            return None
+        spread = crossing_uncertainty(q, rays)
+        near = [p for p in self.placements.values()
+                if (p.colour is None) == (new.colour is None)
+                and math.dist(p.position, q) < max(p.uncertainty_m, spread)
+                and self.matcher.same(p.label, new.label)]
         return min(near, key=lambda p: math.dist(p.position, q), default=None)
 
     def _placed(self, p: Placement, rays: Sequence[Ray], visits: Iterable[tuple[float, float]],
