@@ -20,7 +20,7 @@ from embodied_r_ros.core.records import FrameRecord, ObjectPlace, SeenObject
 from embodied_r_ros.memory import MemoryRecorder, Retriever, SqliteMemoryStore, memory_record
 from embodied_r_ros.memory.embedder import MiniLMEmbedder, model_dir
 from embodied_r_ros.memory.labels import LabelMatcher, head_word, singular
-from embodied_r_ros.memory.placements import ASSUMED_RANGE_M, Placement, place_frames
+from embodied_r_ros.memory.placements import Placement, place_frames
 from embodied_r_ros.memory.places import Now, place_notes
 from embodied_r_ros.memory.store import MemoryStore
 
@@ -204,7 +204,8 @@ def test_a_question_reads_the_stored_placements_not_only_its_frames(tmp_path: Pa
     with SqliteMemoryStore(tmp_path / "m.sqlite3", writable=True) as store:
         recorder = MemoryRecorder(store, "robot")
         _rows(recorder, [seen(0.0, Pose(0.0, 0.0), RED), seen(3.0, Pose(1.0, -1.0), RED),
-                         seen(5.0, Pose(0.0, -2.0), RED), (FrameRecord(1200.0), Pose(8.0, 0.0, 0.0, 180.0)),
+                         seen(5.0, Pose(0.0, -2.0), RED),
+                         (FrameRecord(1200.0), Pose(8.0, 0.0, 0.0, 180.0)),
                          (FrameRecord(1201.0), Pose(8.0, 0.0, 0.0, 180.0))])
         question = "Where is the red box relative to you now?"
         selection = Retriever(store, budget=2, latest=1).select("robot", question)
