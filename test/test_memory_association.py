@@ -5,14 +5,13 @@ label; a lone ray is no place; the stated uncertainty covers the true place."""
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
 
 import numpy as np
 import pytest
 
 from embodied_r_ros.core.poses import Pose
 from embodied_r_ros.core.records import FrameRecord, ObjectPlace, SeenObject
-from embodied_r_ros.memory.embedder import MiniLMEmbedder, model_dir
+from embodied_r_ros.memory.embedder import MiniLMEmbedder
 from embodied_r_ros.memory.labels import LabelMatcher
 from embodied_r_ros.memory.placements import Placer, place_frames
 from embodied_r_ros.memory.places import Now, place_notes
@@ -31,14 +30,6 @@ def view(stamp: float, pose: Pose, *things: tuple[str, tuple[float, float]],
 
 POSES = [Pose(0.0, 0.0), Pose(0.0, -2.0), Pose(1.0, 5.0, 0.0, -45.0), Pose(-1.0, 2.5),
          Pose(2.0, -1.0, 0.0, 60.0), Pose(0.5, 4.0, 0.0, -30.0)]
-
-
-@pytest.fixture(scope="module")
-def minilm() -> Iterator[MiniLMEmbedder]:
-    directory = model_dir()
-    if directory is None:
-        pytest.skip("the embedding model is not installed (make setup installs it)")
-    yield MiniLMEmbedder(directory)
 
 
 def test_a_mislabelled_ray_through_a_placed_object_adds_a_vote_never_a_second_object() -> None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 import re
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
@@ -18,7 +18,7 @@ from embodied_r_ros.core.poses import Pose
 from embodied_r_ros.core.reasoning import format_question
 from embodied_r_ros.core.records import FrameRecord, ObjectPlace, SeenObject
 from embodied_r_ros.memory import MemoryRecorder, Retriever, SqliteMemoryStore, memory_record
-from embodied_r_ros.memory.embedder import MiniLMEmbedder, model_dir
+from embodied_r_ros.memory.embedder import MiniLMEmbedder
 from embodied_r_ros.memory.labels import LabelMatcher, head_word, singular
 from embodied_r_ros.memory.placements import Placement, place_frames
 from embodied_r_ros.memory.places import Now, place_notes
@@ -111,14 +111,6 @@ def test_a_vlms_labelled_objects_are_placed_the_same_way_by_their_labels() -> No
 
 
 # -------------------------------------------------------------------------- labels
-
-
-@pytest.fixture(scope="module")
-def minilm() -> Iterator[MiniLMEmbedder]:
-    directory = model_dir()
-    if directory is None:
-        pytest.skip("the embedding model is not installed (make setup installs it)")
-    yield MiniLMEmbedder(directory)
 
 
 def test_words_name_a_label_by_its_head_noun_singular_and_colours_must_agree() -> None:
