@@ -313,9 +313,12 @@ class PreparedWorld:
     decidable: dict[str, Any]
 
 
-def prepare(args: argparse.Namespace, seed: int, work: Path) -> PreparedWorld:
-    """World ``seed`` (or ``--world``), its truth and its two sets of questions."""
-    world_dir = world_of(argparse.Namespace(**{**vars(args), "seed": seed}), work / f"w{seed}")
+def prepare(args: argparse.Namespace, seed: int, work: Path, world_dir: Path | None = None
+            ) -> PreparedWorld:
+    """World ``seed`` (or ``world_dir``, or ``--world``), its truth and its two sets of
+    questions."""
+    world_dir = world_dir or world_of(argparse.Namespace(**{**vars(args), "seed": seed}),
+                                      work / f"w{seed}")
     truth = load_world(world_dir)
     spec = json.loads((world_dir / "world.json").read_text())["spec"]
     world = build_long_world(LongWorldSpec(**spec))
@@ -387,6 +390,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="share of the other objects called by a synonym or a broader word")
     parser.add_argument("--seeds", type=seeds, default=None,
                         help="comma-separated world seeds played and pooled (default: --seed)")
+    parser.add_argument("--worlds", type=lambda v: [Path(d) for d in v.split(",") if d],
+                        default=None, help="comma-separated long-world folders played and "
+                        "pooled instead of --seeds (their truth is kept in each)")
     parser.add_argument("--odometry-drift", type=float, default=0.0,
                         help="after the tours, the VLM's again on the first world with the "
                         "odometry drifting by this share of the distance travelled (a seeded "
@@ -423,7 +429,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     rows_out: list[dict[str, Any]] = []
     missed: list[str] = []
     try:
-        worlds = [prepare(args, seed, work) for seed in args.seeds or [args.seed]]
+        worlds = ([prepare(args, 0, work, d) for d in args.worlds] if args.worlds else
+                  [prepare(args, seed, work) for seed in args.seeds or [args.seed]])
         meta = {"world": ", ".join(w.name for w in worlds),
                 "questions": {s: sum(len(w.sets[s]) for w in worlds) for s in SETS},
                 "decidable": worlds[0].decidable,
