@@ -390,7 +390,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="share of the other objects called by a synonym or a broader word")
     parser.add_argument("--seeds", type=seeds, default=None,
                         help="comma-separated world seeds played and pooled (default: --seed)")
-    parser.add_argument("--worlds", type=lambda v: [Path(d) for d in v.split(",") if d],
+    parser.add_argument("--worlds", type=lambda v: [d for d in v.split(",") if d],
                         default=None, help="comma-separated long-world folders played and "
                         "pooled instead of --seeds (their truth is kept in each)")
     parser.add_argument("--odometry-drift", type=float, default=0.0,
@@ -429,7 +429,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     rows_out: list[dict[str, Any]] = []
     missed: list[str] = []
     try:
-        worlds = ([prepare(args, 0, work, d) for d in args.worlds] if args.worlds else
+        worlds = ([prepare(args, 0, work, Path(d)) for d in args.worlds] if args.worlds else
                   [prepare(args, seed, work) for seed in args.seeds or [args.seed]])
         meta = {"world": ", ".join(w.name for w in worlds),
                 "questions": {s: sum(len(w.sets[s]) for w in worlds) for s in SETS},
