@@ -84,7 +84,7 @@ def test_a_lone_ray_is_never_a_place_and_a_measured_distance_is_a_guess() -> Non
     assert crossed.triangulated and crossed.position == pytest.approx((1.0, 6.0), abs=1e-6)
     # rays that waited longer than the pool keeps them cross nothing
     late = place_frames([seen(0.0, here, (1.0, 6.0)), seen(9.0, Pose(5.0, 2.0), (1.0, 6.0)),
-                         seen(600.0, Pose(4.0, 1.0), (1.0, 6.0))])
+                         seen(1200.0, Pose(4.0, 1.0), (1.0, 6.0))])
     assert late == []
 
 

@@ -20,7 +20,8 @@ costs more than the miss.
 
 **New objects** (delayed initialisation): a ray that no object explains waits in a pending
 pool (:data:`PENDING_S`). An object is made only where at least :data:`MIN_RAYS` pending rays
-of one label agree: from at least two camera positions, crossing at least
+agree, most of them of one label (the others: wrong names and words the matcher does not join,
+counted as votes): from at least two camera positions, crossing at least
 :data:`~embodied_r_ros.memory.rays.MIN_CROSSING_DEG`, each within :data:`GATE_SIGMAS` of its
 bearing error from the crossing. A lone ray is never a place; one with a measured distance (a
 colour region's floor distance) places a *guess* there (``triangulated`` False, its
@@ -82,7 +83,7 @@ NEW_OBJECT_LOG = -6.0
 MIN_RAYS = 3
 GATE_SIGMAS = 3.0
 #: a pending ray waits this long (seconds) for others to agree with it
-PENDING_S = 240.0
+PENDING_S = 600.0
 MAX_PENDING = 512
 #: camera positions closer than this are one position
 SAME_POSE_M = 0.3
@@ -296,7 +297,8 @@ class Placer:
         """A new object from ``new`` and the pending rays that agree with it, or a guess
         where ``new`` measured its distance; else ``new`` waits (None)."""
         group = [e for e in self.pending if (e.colour is None) == (new.colour is None)
-                 and e.ray.stamp != new.ray.stamp and self.matcher.same(e.label, new.label)]
+                 and e.ray.stamp != new.ray.stamp
+                 and (new.colour is None or e.colour == new.colour)]
         support = self._agreeing(new, group)
         if support is None:
             if new.ray.distance_m is None:
@@ -358,7 +360,8 @@ class Placer:
                 continue
             near = [e for e in near if abs(e.ray.aside(q)) <= GATE_SIGMAS * e.ray.spread(q)]
             rays = [e.ray for e in near]
-            if (len(near) >= MIN_RAYS and _positions(rays) >= 2
+            named = sum(self.matcher.same(e.label, new.label) for e in near)
+            if (len(near) >= MIN_RAYS and 2 * named > len(near) and _positions(rays) >= 2
                     and crossing_deg([r.angle for r in rays]) >= MIN_CROSSING_DEG
                     and triangulate(rays) is not None
                     and (best is None or len(near) > len(best))):
