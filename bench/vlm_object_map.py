@@ -392,7 +392,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="comma-separated world seeds played and pooled (default: --seed)")
     parser.add_argument("--worlds", type=lambda v: [d for d in v.split(",") if d],
                         default=None, help="comma-separated long-world folders played and "
-                        "pooled instead of --seeds (their truth is kept in each)")
+                        "pooled, before the worlds of --seeds (their truth is kept in each)")
     parser.add_argument("--odometry-drift", type=float, default=0.0,
                         help="after the tours, the VLM's again on the first world with the "
                         "odometry drifting by this share of the distance travelled (a seeded "
@@ -429,8 +429,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     rows_out: list[dict[str, Any]] = []
     missed: list[str] = []
     try:
-        worlds = ([prepare(args, 0, work, Path(d)) for d in args.worlds] if args.worlds else
-                  [prepare(args, seed, work) for seed in args.seeds or [args.seed]])
+        worlds = [prepare(args, 0, work, Path(d)) for d in args.worlds or ()]
+        worlds += [prepare(args, seed, work) for seed in args.seeds
+                   or ([] if worlds else [args.seed])]
         meta = {"world": ", ".join(w.name for w in worlds),
                 "questions": {s: sum(len(w.sets[s]) for w in worlds) for s in SETS},
                 "decidable": worlds[0].decidable,
