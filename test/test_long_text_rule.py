@@ -202,10 +202,10 @@ def test_an_object_seen_from_one_place_only_is_not_placed_next_to_another() -> N
 
 def test_an_object_walked_towards_is_placed_from_rays_that_only_cross_together() -> None:
     """A red object at (8, 0) seen while walking towards it: each step's ray crosses the
-    last one by less than the text can triangulate, all three together by about 8 degrees.
-    They are one object, placed where they cross, not three guesses along the rays."""
+    last one by less than the text can triangulate, all four together by about 22 degrees.
+    They are one object, placed where they cross, not guesses along the rays."""
     rows = [_row(0.0, 0.0, 0.3, 0.0, _seen(-2.15)), _row(3.0, 2.0, 0.5, 0.0, _seen(-4.76)),
-            _row(6.0, 4.0, 0.7, 0.0, _seen(-9.93))]
+            _row(6.0, 4.0, 0.7, 0.0, _seen(-9.93)), _row(9.0, 6.0, 0.9, 0.0, _seen(-24.23))]
     (red,) = _reds(rows)
-    assert red.triangulated and [r.stamp for r in red.rays] == [0.0, 3.0, 6.0]
+    assert red.triangulated and [r.stamp for r in red.rays] == [0.0, 3.0, 6.0, 9.0]
     assert red.position == pytest.approx((8.0, 0.0), abs=0.6)

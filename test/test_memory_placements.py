@@ -98,7 +98,7 @@ def test_a_vlms_labelled_objects_are_placed_the_same_way_by_their_labels() -> No
                                       (Pose(-1.0, 1.0), "chair")]):
         frames += [seen(4.0 * t, pose, chair, name=name, box=(10, 20, 60, 90), confidence=0.8,
                         extent_deg=4.0),
-                   seen(4.0 * t, pose, sofa, name="sofa", extent_deg=20.0)]
+                   seen(4.0 * t, pose, sofa, name="sofa", extent_deg=8.0)]
     placed = {p.key: p for p in place_frames(frames)}
     assert set(placed) == {"chair", "sofa"}
     assert placed["chair"].label == "chair" and placed["chair"].colour is None
@@ -107,7 +107,7 @@ def test_a_vlms_labelled_objects_are_placed_the_same_way_by_their_labels() -> No
     assert placed["sofa"].position == pytest.approx(sofa, abs=1e-6)
     assert placed["sofa"].uncertainty_m > placed["chair"].uncertainty_m  # a wide box
     (sofa_ray,) = {r.sigma_deg for r in placed["sofa"].rays}
-    assert sofa_ray == 5.0
+    assert sofa_ray == 2.0
 
 
 # -------------------------------------------------------------------------- labels

@@ -23,7 +23,8 @@ pool (:data:`PENDING_S`). An object is made only where at least :data:`MIN_RAYS`
 agree, most of them of one label (the others: wrong names and words the matcher does not join,
 counted as votes): from at least two camera positions, crossing at least
 :data:`~embodied_r_ros.memory.rays.MIN_CROSSING_DEG`, each within :data:`GATE_SIGMAS` of its
-bearing error from the crossing. A lone ray is never a place; one with a measured distance (a
+bearing error from the crossing, the crossing surer than :data:`MAX_NEW_UNCERTAINTY_M`. A
+lone ray is never a place; one with a measured distance (a
 colour region's floor distance) places a *guess* there (``triangulated`` False, its
 uncertainty a share of the distance). A new object of a label placed within
 :data:`RELOCATE_M` of one that was not seen in this visit is that object again, its earlier
@@ -82,6 +83,8 @@ NEW_OBJECT_LOG = -6.0
 #: pending rays agreeing on a new object: at least this many, within this many bearing errors
 MIN_RAYS = 3
 GATE_SIGMAS = 3.0
+#: a new object's crossing must be at least this sure (metres, as ``uncertainty_m``)
+MAX_NEW_UNCERTAINTY_M = 1.5
 #: a pending ray waits this long (seconds) for others to agree with it
 PENDING_S = 600.0
 MAX_PENDING = 512
@@ -361,9 +364,10 @@ class Placer:
             near = [e for e in near if abs(e.ray.aside(q)) <= GATE_SIGMAS * e.ray.spread(q)]
             rays = [e.ray for e in near]
             named = sum(self.matcher.same(e.label, new.label) for e in near)
+            q = triangulate(rays)
             if (len(near) >= MIN_RAYS and 2 * named > len(near) and _positions(rays) >= 2
                     and crossing_deg([r.angle for r in rays]) >= MIN_CROSSING_DEG
-                    and triangulate(rays) is not None
+                    and q is not None and crossing_uncertainty(q, rays) <= MAX_NEW_UNCERTAINTY_M
                     and (best is None or len(near) > len(best))):
                 best = near
         return best
@@ -382,14 +386,14 @@ class Placer:
 
     def _same_place(self, new: _Pending, rays: Sequence[Ray]) -> Placement | None:
         """The placed object of ``new``'s label that ``rays`` cross within the uncertainty of
-        (of either): rays of it that missed its gate, not another object."""
+        (of both): rays of it that missed its gate, not another object."""
         q = triangulate(rays)
         if q is None:
             return None
         spread = crossing_uncertainty(q, rays)
         near = [p for p in self.placements.values()
                 if (p.colour is None) == (new.colour is None)
-                and math.dist(p.position, q) < max(p.uncertainty_m, spread)
+                and math.dist(p.position, q) < min(p.uncertainty_m, spread)
                 and self.matcher.same(p.label, new.label)]
         return min(near, key=lambda p: math.dist(p.position, q), default=None)
 
