@@ -223,10 +223,11 @@ def test_clearing_rows_drops_the_placements_they_alone_placed(open_store: Opener
     from the start."""
     writer = open_store(writable=True)
     recorder = MemoryRecorder(writer, "robot")
-    for stamp, target, name in ((0.0, (4.0, 2.0), "red"), (1.0, (4.0, 5.0), "blue"),
-                                (1.5, (4.0, 5.0), "blue"), (2.0, (4.0, 5.0), "blue"),
-                                (2.8, (4.0, 2.0), "red"), (3.0, (4.0, 2.0), "red")):
-        pose = Pose(stamp, -stamp, 0.0, 0.0)  # three views each, crossing wide
+    for stamp, target, name, (x, y) in (
+            (0.0, (4.0, 2.0), "red", (0.0, 0.0)), (1.0, (4.0, 5.0), "blue", (0.0, 1.0)),
+            (1.5, (4.0, 5.0), "blue", (2.0, 1.0)), (2.0, (4.0, 5.0), "blue", (8.0, 1.0)),
+            (2.8, (4.0, 2.0), "red", (2.0, -2.0)), (3.0, (4.0, 2.0), "red", (7.0, -1.0))):
+        pose = Pose(x, y, 0.0, 0.0)  # three views each, crossing wide
         bearing = math.degrees(math.atan2(target[1] - pose.y, target[0] - pose.x))
         recorder.record_frame(FrameRecord(stamp, objects=(SeenObject(
             f"{name} object", name, bearing_deg=bearing),)), pose=pose, pose_source="odometry")
