@@ -24,6 +24,15 @@ CATEGORIES = ("object_direction", "object_distance")
 MEDIAN_TARGET_M = 1.0
 READER_TARGET = 0.90
 RETRIEVAL_TARGET_MS = 100.0
+RETRIEVAL_10H_TARGET_MS = 300.0
+P90_TARGET_M = 3.0
+UNPLACED_TARGET = 0.10
+COVERAGE_TARGET = 0.90
+PER_OBJECT_TARGET = 1.2
+#: at every horizon the questions name at least this many objects, none in more than the share
+OBJECTS_NAMED_TARGET = 10
+NAMED_SHARE_TARGET = 0.15
+DRIFT_MARGIN_M = 1.0
 
 
 @dataclass
@@ -33,8 +42,13 @@ class Asked:
     row: dict[str, Any]
     letter: str | None = None
     evidence: str = ""
-    #: per object the question names: its placement's error in metres (None: unplaced)
+    #: per object the question names: its index in the world, its placement's error in
+    #: metres (None: unplaced), whether the stated uncertainty covers that error, and the
+    #: error a perfect perception would make from the drifted odometry
+    objects: list[int] = field(default_factory=list)
     errors: list[float | None] = field(default_factory=list)
+    covered: list[bool | None] = field(default_factory=list)
+    odometry: list[float | None] = field(default_factory=list)
     retrieval_ms: float = 0.0
     #: the 135M readers' letters, where they read it
     readers: dict[str, str | None] = field(default_factory=dict)
@@ -53,6 +67,9 @@ class Played:
     all_placements: list[tuple[float, float, bool]]  # error m, age s, triangulated
     unmatched: int
     hour_ms: list[float]
+    hour10_ms: list[float] = field(default_factory=list)
+    owned: int = 0  # placements of some true object, at the end
+    objects_placed: int = 0  # the true objects they are of
 
 
 def horizon_of_age(age_s: float) -> str:
@@ -100,6 +117,7 @@ def summarise(played: Played) -> dict[str, Any]:
         errors = [e for a in group for e in a.errors]
         figs["placement_error_m"][horizon] = spread([e for e in errors if e is not None],
                                                     sum(e is None for e in errors))
+        figs.setdefault("objects", {})[horizon] = by_object(group)
         for s in SETS:
             figs["reader_accuracy"][s][horizon] = accuracy(
                 [a for a in group if a.row["question_set"] == s])
@@ -113,14 +131,65 @@ def summarise(played: Played) -> dict[str, Any]:
     figs["by_category"] = {
         c: {s: accuracy([a for a in asked if a.row["category"] == c
                          and a.row["question_set"] == s]) for s in SETS} for c in CATEGORIES}
+    figs["placements_per_object"] = (round(played.owned / played.objects_placed, 3)
+                                     if played.objects_placed else None)
     tour = [a.retrieval_ms for a in asked]
     figs["retrieval_ms"] = {
         "tour": {"p50": round(float(np.median(tour)), 2), "p90": round(float(
             np.percentile(tour, 90)), 2), "n": len(tour)} if tour else {},
         "one_hour": {"p50": round(float(np.median(played.hour_ms)), 2), "p90": round(float(
             np.percentile(played.hour_ms, 90)), 2), "n": len(played.hour_ms)}
-        if played.hour_ms else {}}
+        if played.hour_ms else {},
+        "ten_hours": {"p50": round(float(np.median(played.hour10_ms)), 2), "p90": round(float(
+            np.percentile(played.hour10_ms, 90)), 2), "n": len(played.hour10_ms)}
+        if played.hour10_ms else {}}
     return figs
+
+
+def by_object(group: Sequence[Asked]) -> dict[str, Any]:
+    """Per horizon: how many objects the questions name (per world: objects are told apart
+    by world and index) and the most any one is named, the share unplaced, the stated
+    uncertainty's coverage, and the placement error as a median over objects (each object's
+    median once)."""
+    named: dict[tuple[str, int], list[float | None]] = {}
+    covered = []
+    for a in group:
+        for k, e, c in zip(a.objects, a.errors, a.covered, strict=True):
+            named.setdefault((a.row.get("world", ""), k), []).append(e)
+            if c is not None:
+                covered.append(c)
+    counts = [len(v) for v in named.values()]
+    placed = [float(np.median([e for e in v if e is not None])) for v in named.values()
+              if any(e is not None for e in v)]
+    unplaced = [e is None for v in named.values() for e in v]
+    worlds = {w for w, _ in named}
+    return {"named": len(named), "named_per_world": round(len(named) / max(len(worlds), 1), 1),
+            "most_named_share": round(max(counts) / sum(counts), 3) if counts else None,
+            "unplaced_share": round(float(np.mean(unplaced)), 3) if unplaced else None,
+            "coverage": round(float(np.mean(covered)), 3) if covered else None,
+            "placement_error_by_object_m": spread(placed)}
+
+
+def drift_figures(played: Played, share: float, yaw_deg_min: float) -> dict[str, Any]:
+    """By horizon: the median placement error and the median odometry error of the same
+    questions (each object a question names, placed), with drift."""
+    out: dict[str, Any] = {"odometry_drift": share, "yaw_drift_deg_min": yaw_deg_min}
+    for horizon in (*HORIZONS, "all"):
+        pairs = [(e, o) for a in played.asked if horizon == "all" or a.row["horizon"] == horizon
+                 for e, o in zip(a.errors, a.odometry, strict=True)
+                 if e is not None and o is not None]
+        errors = [e for e, _ in pairs]
+        odo = [o for _, o in pairs]
+        corr = (float(np.corrcoef(errors, odo)[0, 1])
+                if len(pairs) > 2 and np.std(errors) > 0 and np.std(odo) > 0 else None)
+        out[horizon] = {"n": len(pairs),
+                        "median_error_m": round(float(np.median(errors)), 3) if pairs else None,
+                        "median_odometry_error_m": round(float(np.median(odo)), 3)
+                        if pairs else None,
+                        "p90_error_m": round(float(np.percentile(errors, 90)), 3)
+                        if pairs else None,
+                        "correlation": None if corr is None else round(corr, 3)}
+    return out
 
 
 def sensitivity(figs: Mapping[str, Any]) -> dict[str, Any]:
@@ -137,13 +206,37 @@ def headline(figs: Mapping[str, Any]) -> dict[str, Any]:
     vlm = figs.get("vlm")
     if vlm is None:
         return {}
-    return {
+    obj = vlm["objects"]
+    out = {
         "placement_error_m": {h: {k: vlm["placement_error_m"][h][k]
                                   for k in ("median", "p90", "n", "unplaced")}
                               for h in (*HORIZONS, "all")},
         "reader_accuracy": {h: vlm["reader_accuracy"]["label"][h]["accuracy"]
                             for h in (*HORIZONS, "all")},
-        "retrieval_p50_ms": vlm["retrieval_ms"]["one_hour"].get("p50")}
+        "retrieval_p50_ms": vlm["retrieval_ms"]["one_hour"].get("p50"),
+        "retrieval_p50_ms_10h": vlm["retrieval_ms"]["ten_hours"].get("p50"),
+        "unplaced_share": {h: obj[h]["unplaced_share"] for h in (*HORIZONS, "all")},
+        "coverage": {h: obj[h]["coverage"] for h in (*HORIZONS, "all")},
+        "placements_per_object": vlm["placements_per_object"],
+        "objects_named": {h: obj[h]["named"] for h in (*HORIZONS, "all")},
+        "objects_named_per_world": {h: obj[h]["named_per_world"] for h in HORIZONS},
+        "most_named_share": {h: obj[h]["most_named_share"] for h in HORIZONS},
+        "placement_error_by_object_m": {h: {k: obj[h]["placement_error_by_object_m"][k]
+                                            for k in ("median", "p90", "n")}
+                                        for h in (*HORIZONS, "all")}}
+    if "drift" in figs:
+        out["drift"] = {h: {k: figs["drift"][h][k] for k in
+                            ("median_error_m", "median_odometry_error_m", "n")}
+                        for h in (*HORIZONS, "all")}
+    return out
+
+
+def _over(missed: list[str], what: str, value: float | None, limit: float, unit: str = "",
+          below: bool = False) -> None:
+    if value is None:
+        missed.append(f"{what}: not measured")
+    elif (value < limit) if below else (value > limit):
+        missed.append(f"{what}: {value}{unit} {'<' if below else '>'} {limit}{unit}")
 
 
 def targets(figs: Mapping[str, Any]) -> list[str]:
@@ -151,21 +244,33 @@ def targets(figs: Mapping[str, Any]) -> list[str]:
     head = headline(figs)
     if not head:
         return []
-    missed = []
+    missed: list[str] = []
     for h in HORIZONS:
-        median = head["placement_error_m"][h]["median"]
-        if median is None:
-            missed.append(f"median placement error {h}: no named object placed")
-        elif median > MEDIAN_TARGET_M:
-            missed.append(f"median placement error {h}: {median} m > {MEDIAN_TARGET_M} m")
-        acc = head["reader_accuracy"][h]
-        if acc is None:
-            missed.append(f"rule reader {h}: no question of the labelled set")
-        elif acc < READER_TARGET:
-            missed.append(f"rule reader {h}: {pct(acc)} % < {100 * READER_TARGET:.0f} %")
-    p50 = head["retrieval_p50_ms"]
-    if p50 is None or p50 > RETRIEVAL_TARGET_MS:
-        missed.append(f"retrieval p50 over one hour: {p50} ms > {RETRIEVAL_TARGET_MS:.0f} ms")
+        e, o = head["placement_error_m"][h], head["placement_error_by_object_m"][h]
+        _over(missed, f"median placement error {h}", e["median"], MEDIAN_TARGET_M, " m")
+        _over(missed, f"p90 placement error {h}", e["p90"], P90_TARGET_M, " m")
+        _over(missed, f"median placement error over objects {h}", o["median"],
+              MEDIAN_TARGET_M, " m")
+        _over(missed, f"p90 placement error over objects {h}", o["p90"], P90_TARGET_M, " m")
+        _over(missed, f"rule reader {h}", head["reader_accuracy"][h], READER_TARGET,
+              below=True)
+        _over(missed, f"unplaced share {h}", head["unplaced_share"][h], UNPLACED_TARGET)
+        _over(missed, f"coverage {h}", head["coverage"][h], COVERAGE_TARGET, below=True)
+        _over(missed, f"objects named per world {h}", head["objects_named_per_world"][h],
+              OBJECTS_NAMED_TARGET, below=True)
+        _over(missed, f"most named object's share {h}", head["most_named_share"][h],
+              NAMED_SHARE_TARGET)
+        if "drift" in head:
+            d = head["drift"][h]
+            limit = (None if d["median_odometry_error_m"] is None
+                     else round(d["median_odometry_error_m"] + DRIFT_MARGIN_M, 3))
+            if limit is not None:
+                _over(missed, f"median error with drift {h}", d["median_error_m"], limit, " m")
+    _over(missed, "placements per object", head["placements_per_object"], PER_OBJECT_TARGET)
+    _over(missed, "retrieval p50 over one hour", head["retrieval_p50_ms"],
+          RETRIEVAL_TARGET_MS, " ms")
+    _over(missed, "retrieval p50 over ten hours", head["retrieval_p50_ms_10h"],
+          RETRIEVAL_10H_TARGET_MS, " ms")
     return missed
 
 
@@ -188,6 +293,26 @@ def markdown(figs: Mapping[str, Any], missed: Sequence[str], meta: Mapping[str, 
                   if e["n"] else f"- ({e['unplaced']} unplaced)")
                  for e in (figs[p]["placement_error_m"][h] for p in done)]
         lines.append(f"| {h} | " + " | ".join(cells) + " |")
+    if "vlm" in figs:
+        o = figs["vlm"]["objects"]
+        lines += ["", "The VLM's named objects by horizon: objects named (per world), the most "
+                  "named one's share of the mentions, share unplaced, the stated uncertainty's "
+                  "coverage, placement error over objects (median / p90 m):", "",
+                  "| horizon | named (per world) | most named | unplaced | coverage | "
+                  "by object |", "|---|---|---|---|---|---|"]
+        for h in (*HORIZONS, "all"):
+            b = o[h]["placement_error_by_object_m"]
+            lines.append(f"| {h} | {o[h]['named']} ({o[h]['named_per_world']}) | "
+                         f"{o[h]['most_named_share']} | {o[h]['unplaced_share']} | "
+                         f"{o[h]['coverage']} | {b['median']} / {b['p90']} |")
+        lines += ["", f"Placements per true object placed: {figs['vlm']['placements_per_object']}."]
+    if "drift" in figs:
+        d = figs["drift"]
+        lines += ["", f"With odometry drift ({d['odometry_drift']:g} of the distance, "
+                  f"{d['yaw_drift_deg_min']:g} deg/min): median placement error / median "
+                  "odometry error (m), correlation, n: " + "; ".join(
+                      f"{h} {d[h]['median_error_m']} / {d[h]['median_odometry_error_m']}, "
+                      f"r {d[h]['correlation']}, {d[h]['n']}" for h in (*HORIZONS, "all")) + "."]
     lines += ["", "The rule reader on the memory text, % right [95 % interval] (n, undecided):",
               "", "| horizon | " + " | ".join(f"{p}, {s} set" for p in done for s in SETS)
               + " |", "|---|" + "---|" * (len(done) * len(SETS))]
@@ -227,7 +352,9 @@ def markdown(figs: Mapping[str, Any], missed: Sequence[str], meta: Mapping[str, 
                   f"{p}: {figs[p]['retrieval_ms']['tour'].get('p50')} / "
                   f"{figs[p]['retrieval_ms']['tour'].get('p90')} during the tour, "
                   f"{figs[p]['retrieval_ms']['one_hour'].get('p50')} / "
-                  f"{figs[p]['retrieval_ms']['one_hour'].get('p90')} over one hour"
+                  f"{figs[p]['retrieval_ms']['one_hour'].get('p90')} over one hour, "
+                  f"{figs[p]['retrieval_ms']['ten_hours'].get('p50')} / "
+                  f"{figs[p]['retrieval_ms']['ten_hours'].get('p90')} over ten hours"
                   for p in done) + ".", ""]
     others = figs.get("vlm_wrong_label_rates") or {}
     if others:
@@ -289,5 +416,8 @@ def row_record(perception: str, a: Asked) -> dict[str, Any]:
             "question": r["question"], "answer": r["answer"], "letter": a.letter,
             "evidence": a.evidence, "readers": a.readers,
             "errors_m": [None if e is None else round(e, 3) for e in a.errors],
+            "covered": a.covered,
+            "odometry_errors_m": [None if e is None else round(e, 3) for e in a.odometry],
+            "world": r.get("world"),
             "objects": [t["name"] for t in r["targets"]],
             "retrieval_ms": round(a.retrieval_ms, 2)}

@@ -11,7 +11,8 @@ says what is asked:
   object"), none if it names none; else the most salient ones. Largest first, at most the
   prompt's "at most N" or ``max_objects``. Boxes get Gaussian noise of ``box_noise`` times the
   box's width (x) and height (y); objects are left out at ``miss_rate`` and given another
-  object's name at ``wrong_label_rate``;
+  object's name at ``wrong_label_rate``, and the rest called by a synonym or a broader word
+  (:data:`SYNONYMS`: "red crate" for a red box) at ``synonym_rate``;
 - Embodied-R's perception prompts get a plain reply from the truth: frame 0 (one image) a
   description of the objects in view with their egocentric direction and distance; a pair
   (two images) "1. <the true primary action between the two frames' poses>", "2. <what came
@@ -48,6 +49,11 @@ from lab.truth_boxes import TruthBox, TruthTable, TruthWorld
 FACTOR, MIN_PIXELS, MAX_PIXELS = 28, 56 * 56, 12845056
 _AT_MOST = re.compile(r"\bat most (\d+)\b", re.IGNORECASE)
 _AHEAD_DEG, _SIDE_DEG = 10.0, 30.0
+#: what a VLM calls a shape besides its name: two synonyms and a broader word (the lab's
+#: table, for noise like a real VLM's; the product never reads it)
+SYNONYMS: dict[str, tuple[str, ...]] = {
+    "box": ("crate", "cube", "container"), "cylinder": ("can", "drum", "column"),
+    "cone": ("pylon", "traffic cone", "marker"), "sphere": ("ball", "orb", "toy")}
 #: below these a pair's motion still gets its largest component's name (the prompt asks for
 #: exactly one action)
 _ANY_MOTION = ActionThresholds(rotation_deg=0.0, translation_m=0.0)
@@ -61,6 +67,7 @@ class ScriptSettings:
     box_noise: float = 0.05  # Gaussian SD of each box edge, as a fraction of the box's side
     miss_rate: float = 0.0  # share of the objects a grounding reply leaves out
     wrong_label_rate: float = 0.0  # share given another object's name
+    synonym_rate: float = 0.0  # share of the rest named by a synonym or a broader word
     min_share: float = MIN_SHARE  # of the image an object must cover to be seen
     max_objects: int = 8  # salient objects per grounding reply, when the prompt gives none
     factor: int = FACTOR
@@ -69,7 +76,7 @@ class ScriptSettings:
 
     def validate(self) -> ScriptSettings:
         """Raise ``ValueError`` with a one-line reason for settings that make no sense."""
-        for name in ("box_noise", "miss_rate", "wrong_label_rate", "min_share"):
+        for name in ("box_noise", "miss_rate", "wrong_label_rate", "synonym_rate", "min_share"):
             value = getattr(self, name)
             if not (math.isfinite(value) and 0.0 <= value <= 1.0):
                 raise ValueError(f"{name.replace('_', '-')} must be between 0 and 1, got {value}")
@@ -182,6 +189,7 @@ class Scripter:
         for b in boxes:
             missed = rng.random() < s.miss_rate
             relabel = rng.random() < s.wrong_label_rate
+            synonym = rng.random() < s.synonym_rate
             noise = rng.normal(0.0, 1.0, 4)
             if missed:
                 continue
@@ -189,6 +197,8 @@ class Scripter:
             others = [n for n in self._names if n != b.name]
             if relabel and others:
                 label = others[int(rng.integers(0, len(others)))]
+            elif synonym:
+                label = synonym_of(label, rng)
             x0, y0, x1, y1 = b.box[0] * sx, b.box[1] * sy, b.box[2] * sx, b.box[3] * sy
             sd = s.box_noise * np.array([x1 - x0, y1 - y0, x1 - x0, y1 - y0])
             out.append({"bbox_2d": _pixel_box(np.array([x0, y0, x1, y1]) + sd * noise,
@@ -237,6 +247,16 @@ class Scripter:
             sentences.append(f"{_capital(_join([f'the {n}' for n in missing]))} "
                              f"{'is' if len(missing) == 1 else 'are'} not in view.")
         return " ".join(sentences)
+
+
+def synonym_of(name: str, rng: np.random.Generator) -> str:
+    """``name`` ("red box") with its shape called by a word of :data:`SYNONYMS` ("red
+    crate"); a name of no shape there as it is."""
+    words = name.split()
+    others = SYNONYMS.get(words[-1]) if words else None
+    if not others:
+        return name
+    return " ".join([*words[:-1], others[int(rng.integers(0, len(others)))]])
 
 
 def _pixel_box(box: np.ndarray, width: int, height: int) -> list[int]:

@@ -178,6 +178,9 @@ def parser() -> argparse.ArgumentParser:
                    help="share of objects a grounding reply leaves out (default 0)")
     p.add_argument("--wrong-label-rate", type=float, default=d.wrong_label_rate,
                    help="share of objects given another object's name (default 0)")
+    p.add_argument("--synonym-rate", type=float, default=d.synonym_rate,
+                   help="share of the other objects called by a synonym or a broader word "
+                        "(default 0)")
     p.add_argument("--min-share", type=float, default=d.min_share,
                    help=f"share of the image an object must cover to be seen (default "
                         f"{d.min_share:g})")

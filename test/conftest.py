@@ -182,3 +182,16 @@ def rgb_frames() -> list[np.ndarray]:
     first = np.stack([xx % 256, yy % 256, (xx + yy) % 256], axis=-1).astype(np.uint8)
     second = np.ascontiguousarray(first[:, ::-1])
     return [first, second]
+
+
+@pytest.fixture(scope="session")
+def minilm() -> Iterator[Any]:
+    """The offline embedder (all-MiniLM-L6-v2), loaded once for every test that needs it;
+    skipped where it is not installed."""
+    from embodied_r_ros.memory import embedder as embedder_module
+
+    directory = embedder_module.model_dir()
+    if directory is None:
+        pytest.skip(f"the embedding model is not installed ({embedder_module.PACKAGE_PIN}; make "
+                    "setup installs it)")
+    yield embedder_module.MiniLMEmbedder(directory)

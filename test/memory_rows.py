@@ -17,14 +17,20 @@ def odometry_row(stamp: float, x: float, y: float, yaw: float, view: str) -> Mem
                      pose_source="odometry")
 
 
-#: a red object at (4, 2) and a blue one at (4, 3.5), each seen from (0, 0) and (0, -2); 1000 s
-#: later the robot stands at (8, 0) facing back (-x) and sees another red object 30 degrees to
-#: its left
+#: a red object at (4, 2) and a blue one at (4, 3.5), each seen from (0, 0), (1, -1) and
+#: (0, -2); 1000 s later the robot sees another red object (at about (5.0, -1.75)) from three
+#: places, and stands at (8, 0) facing back (-x) with it 30 degrees to its left
 TWO_VISITS = [
     odometry_row(0.0, 0.0, 0.0, 0.0, "I see a small red object to the left (27 degrees left); "
                  "a small blue object to the left (41 degrees left)."),
+    odometry_row(5.0, 1.0, -1.0, 0.0, "I see a small red object to the left (45 degrees "
+                 "left); a small blue object to the left (56 degrees left)."),
     odometry_row(10.0, 0.0, -2.0, 0.0, "I see a small red object to the left (45 degrees "
                  "left); a small blue object to the left (54 degrees left)."),
+    odometry_row(994.0, 8.0, 1.0, 180.0, "I see a small red object to the left (42 degrees "
+                 "left)."),
+    odometry_row(997.0, 7.0, -1.0, 180.0, "I see a small red object to the left (20 degrees "
+                 "left)."),
     odometry_row(1000.0, 8.0, 0.0, 180.0, "I see a small red object to the left (30 degrees "
                  "left)."),
 ]

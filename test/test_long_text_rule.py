@@ -166,10 +166,12 @@ def _seen(deg: float) -> str:
 
 
 def test_two_objects_of_a_colour_seen_seconds_apart_in_two_places_stay_two() -> None:
-    """A red object at (4, 2) seen from (0, 0) and (0, -2), then within 45 s another at
-    (14, -2) from (10, 0) and (10, 2): one visit by time, two places by their bearings."""
-    rows = [_row(0.0, 0.0, 0.0, 0.0, _seen(26.6)), _row(5.0, 0.0, -2.0, 0.0, _seen(45.0)),
-            _row(20.0, 10.0, 0.0, 0.0, _seen(-26.6)), _row(25.0, 10.0, 2.0, 0.0, _seen(-45.0))]
+    """A red object at (4, 2) seen from (0, 0), (1, -1) and (0, -2), then within 45 s another
+    at (14, -2) from (10, 0), (11, 1) and (10, 2): one visit by time, two places by their
+    bearings."""
+    rows = [_row(0.0, 0.0, 0.0, 0.0, _seen(26.6)), _row(2.5, 1.0, -1.0, 0.0, _seen(45.0)),
+            _row(5.0, 0.0, -2.0, 0.0, _seen(45.0)), _row(20.0, 10.0, 0.0, 0.0, _seen(-26.6)),
+            _row(22.5, 11.0, 1.0, 0.0, _seen(-45.0)), _row(25.0, 10.0, 2.0, 0.0, _seen(-45.0))]
     reds = _reds(rows)
     assert len(reds) == 2 and all(r.triangulated for r in reds)
     places = sorted(r.position for r in reds if r.position is not None)
@@ -179,30 +181,31 @@ def test_two_objects_of_a_colour_seen_seconds_apart_in_two_places_stay_two() -> 
 
 def test_an_object_seen_from_one_place_only_is_not_placed_next_to_another() -> None:
     """The blue object (4, 2) and the green one (4, -1) were triangulated; the red one was
-    seen from one spot: its place is a guess along the bearing (3.5 m, 0.8 m from the blue
-    one), no evidence that it stood next to it, so the option whose colour was placed wins."""
+    seen once, along one ray: no place, no evidence that it stood next to the blue one, so
+    the option whose colour was placed wins."""
     rows = [
         _row(0.0, 0.0, 0.0, 0.0, "I see a small blue object to the left (27 degrees left); "
              "a small red object to the left (20 degrees left)."),
         _row(5.0, 0.0, -2.0, 0.0, "I see a small blue object to the left (45 degrees left); "
              "a small green object to the left (14 degrees left)."),
+        _row(8.0, 2.0, -3.0, 0.0, "I see a small blue object to the left (68 degrees left); "
+             "a small green object to the left (45 degrees left)."),
         _row(12.0, 3.0, -2.0, 0.0, "I see a small green object to the left (45 degrees "
              "left)."),
     ]
     options = ["A. red cone", "B. green box"]
     record = memory_rec(rows, "Which object stood next to the blue box (the nearest to it)?",
                         options)
-    (red,) = _reds(rows)
-    assert not red.triangulated
+    assert _reds(rows) == []
     assert solve_record("next_to", record).letter == "B"
 
 
 def test_an_object_walked_towards_is_placed_from_rays_that_only_cross_together() -> None:
     """A red object at (8, 0) seen while walking towards it: each step's ray crosses the
-    last one by less than the text can triangulate, all three together by about 8 degrees.
-    They are one object, placed where they cross, not three guesses along the rays."""
+    last one by less than the text can triangulate, all four together by about 22 degrees.
+    They are one object, placed where they cross, not guesses along the rays."""
     rows = [_row(0.0, 0.0, 0.3, 0.0, _seen(-2.15)), _row(3.0, 2.0, 0.5, 0.0, _seen(-4.76)),
-            _row(6.0, 4.0, 0.7, 0.0, _seen(-9.93))]
+            _row(6.0, 4.0, 0.7, 0.0, _seen(-9.93)), _row(9.0, 6.0, 0.9, 0.0, _seen(-24.23))]
     (red,) = _reds(rows)
-    assert red.triangulated and [r.stamp for r in red.rays] == [0.0, 3.0, 6.0]
+    assert red.triangulated and [r.stamp for r in red.rays] == [0.0, 3.0, 6.0, 9.0]
     assert red.position == pytest.approx((8.0, 0.0), abs=0.6)

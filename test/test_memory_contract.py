@@ -104,10 +104,11 @@ def test_rows_survive_a_restart_exactly(open_store: Opener) -> None:
 
 
 def _as_schema(version: int, kind: str, target: str) -> None:
-    """Make a memory what an older version wrote: schema 2 had no placements; schema 1 not
-    the ``seen`` column either."""
-    statements = ["DROP TABLE {placements}", "DELETE FROM {meta} WHERE key LIKE 'placed%'",
-                  f"UPDATE {{meta}} SET value='{version}' WHERE key='schema_version'"]
+    """Make a memory what an older version wrote: schema 3 kept no label votes; schema 2 had
+    no placements; schema 1 not the ``seen`` column either."""
+    statements = (["ALTER TABLE {placements} DROP COLUMN votes"] if version == 3 else
+                  ["DROP TABLE {placements}", "DELETE FROM {meta} WHERE key LIKE 'placed%'"])
+    statements.append(f"UPDATE {{meta}} SET value='{version}' WHERE key='schema_version'")
     if version < 2:
         statements.append("ALTER TABLE {frames} DROP COLUMN seen")
     names = ({"frames": "frames", "meta": "meta", "placements": "placements"}
@@ -159,8 +160,8 @@ def test_a_memory_of_the_schema_before_placements_is_upgraded_and_placed_by_its_
     as they came; rows go on being placed after them."""
     kind, target = backend
     writer = open_store(writable=True)
-    seen_from = [(0.0, 0.0), (0.0, -2.0), (1.0, -3.0)]  # a red object at (4, 2)
-    for i, (x, y) in enumerate(seen_from[:2]):
+    seen_from = [(0.0, 0.0), (0.0, -2.0), (1.0, -1.0), (1.0, -3.0)]  # a red object at (4, 2)
+    for i, (x, y) in enumerate(seen_from[:3]):
         bearing = math.degrees(math.atan2(2.0 - y, 4.0 - x))
         writer.add(replace(row(i), pose=Pose(x, y, 0.0, 0.0),
                            seen=(SeenObject("red object", "red", bearing_deg=bearing),),
@@ -175,13 +176,45 @@ def test_a_memory_of_the_schema_before_placements_is_upgraded_and_placed_by_its_
     (red,) = upgraded.placements(["robot"])
     assert red.triangulated and red.position == pytest.approx((4.0, 2.0), abs=1e-6)
     assert upgraded.placed_through("robot") == max(r.id for r in upgraded.latest("robot", 9))
-    x, y = seen_from[2]
-    recorder.record_frame(FrameRecord(1002.0, objects=(SeenObject(
+    x, y = seen_from[3]
+    recorder.record_frame(FrameRecord(1003.0, objects=(SeenObject(
         "red object", "red", bearing_deg=math.degrees(math.atan2(2.0 - y, 4.0 - x))),)),
         pose=Pose(x, y, 0.0, 0.0), pose_source="odometry")
     (again,) = open_store().placements()
-    assert again.id == red.id and again.sightings == 3
-    assert again.uncertainty_m < red.uncertainty_m  # a third view, wider apart
+    assert again.id == red.id and again.sightings == 4
+    assert again.uncertainty_m <= red.uncertainty_m  # a fourth view, wider apart
+
+
+def test_a_memory_of_the_schema_before_votes_is_upgraded_and_votes_from_its_labels(
+        backend: tuple[str, str], open_store: Opener) -> None:
+    """Schema 3 to 4: a reader is told to let the writer upgrade; a placement stored before
+    has no votes and counts its label once per sighting; the next sightings add votes."""
+    kind, target = backend
+    writer = open_store(writable=True)
+    recorder = MemoryRecorder(writer, "robot")
+
+    def look(stamp: float, x: float, y: float, name: str) -> None:
+        bearing = math.degrees(math.atan2(2.0 - y, 4.0 - x))
+        recorder.record_frame(FrameRecord(stamp, objects=(SeenObject(name, bearing_deg=bearing),)),
+                              pose=Pose(x, y, 0.0, 0.0), pose_source="odometry")
+
+    for i, (x, y) in enumerate([(0.0, 0.0), (0.0, -2.0), (1.0, -1.0)]):
+        look(1000.0 + i, x, y, "chair")
+    (chair,) = writer.placements()
+    assert chair.votes == (("chair", 3),)
+    writer.close()
+    _as_schema(3, kind, target)
+    with pytest.raises(SpatialMemoryError) as err:
+        open_store()
+    assert err.value.code == "SCHEMA_MISMATCH" and "to upgrade it" in str(err.value)
+    upgraded = open_store(writable=True)
+    (old,) = upgraded.placements()
+    assert old.votes == () and old.label == "chair" and old.sightings == 3
+    recorder = MemoryRecorder(upgraded, "robot")
+    look(1003.0, 1.0, -3.0, "table")  # a wrong name through the chair: a vote
+    look(1004.0, 2.0, -2.0, "chair")
+    (again,) = open_store().placements()
+    assert again.id == old.id and again.votes == (("chair", 4), ("table", 1))
 
 
 def test_clearing_rows_drops_the_placements_they_alone_placed(open_store: Opener) -> None:
@@ -190,9 +223,11 @@ def test_clearing_rows_drops_the_placements_they_alone_placed(open_store: Opener
     from the start."""
     writer = open_store(writable=True)
     recorder = MemoryRecorder(writer, "robot")
-    for stamp, target, name in ((0.0, (4.0, 2.0), "red"), (1.0, (4.0, 5.0), "blue"),
-                                (2.0, (4.0, 5.0), "blue"), (3.0, (4.0, 2.0), "red")):
-        pose = Pose(0.0, -stamp, 0.0, 0.0)
+    for stamp, target, name, (x, y) in (
+            (0.0, (4.0, 2.0), "red", (0.0, 0.0)), (1.0, (4.0, 5.0), "blue", (0.0, 1.0)),
+            (1.5, (4.0, 5.0), "blue", (2.0, 1.0)), (2.0, (4.0, 5.0), "blue", (8.0, 1.0)),
+            (2.8, (4.0, 2.0), "red", (2.0, -2.0)), (3.0, (4.0, 2.0), "red", (7.0, -1.0))):
+        pose = Pose(x, y, 0.0, 0.0)  # three views each, crossing wide
         bearing = math.degrees(math.atan2(target[1] - pose.y, target[0] - pose.x))
         recorder.record_frame(FrameRecord(stamp, objects=(SeenObject(
             f"{name} object", name, bearing_deg=bearing),)), pose=pose, pose_source="odometry")

@@ -29,7 +29,7 @@ from embodied_r_ros.sim.scene import object_mesh
 from embodied_r_ros.sim.world import World, WorldSpec, build_world
 from lab.frame_match import FrameMatcher, NotAFrame
 from lab.long_world.world import LongWorldSpec, build_long_world
-from lab.scripted_replies import ScriptSettings
+from lab.scripted_replies import SYNONYMS, ScriptSettings
 from lab.scripted_vlm import ScriptedVLM, main
 from lab.truth_boxes import TruthTable, projected_box, render_truth, truth_world
 
@@ -223,6 +223,13 @@ def test_replies_are_seeded_and_noise_is_configurable(
     names = {o.name for o in world.scene.objects}
     relabelled = boxes(wrong_label_rate=1.0)
     assert all(b["label"] in names - {t.name} for b, t in zip(relabelled, truth, strict=True))
+    # a synonym or a broader word for the shape, the colour kept ("red crate" for a red box)
+    renamed = [(b["label"], t.name.split(" ", 1)) for b, t in
+               zip(boxes(synonym_rate=1.0), truth, strict=True)]
+    assert renamed and all(label.startswith(f"{colour} ") and label[len(colour) + 1:]
+                           in SYNONYMS[shape] for label, (colour, shape) in renamed)
+    with pytest.raises(ValueError, match="synonym-rate"):
+        ScriptSettings(synonym_rate=1.5).validate()
     # a perception prompt that asks for boxes too gets both, the boxes of the last image
     text = default_prompts().pair_prompt(None) + "\n\n" + SALIENT.format(n=3)
     reply = ScriptedVLM.for_world(world, table=table).generate(

@@ -31,6 +31,8 @@ from embodied_r_ros.memory.query_terms import STOPWORDS
 
 #: cosine above which the embedder takes a word to name a label (see the module notes)
 MATCH_COSINE = 0.70
+#: label pairs whose verdict a matcher keeps
+_SAME_CACHE = 4096
 _WORD_RE = re.compile(r"[a-z]+")
 _IRREGULAR = {"people": "person", "men": "man", "women": "woman", "children": "child",
               "mice": "mouse", "feet": "foot", "teeth": "tooth", "geese": "goose",
@@ -77,6 +79,7 @@ class LabelMatcher:
                  threshold: float = MATCH_COSINE) -> None:
         self.embedder = embedder
         self.threshold = threshold
+        self._same: dict[tuple[str, str], bool] = {}
 
     def named(self, terms: Sequence[str], labels: Sequence[str]) -> list[tuple[str, str]]:
         """``(word, label)`` for each of ``labels`` that a word of ``terms`` names (the first
@@ -104,6 +107,31 @@ class LabelMatcher:
             if hit is not None:
                 out.append((hit, nouns[hit], label))
         return [(word, label) for _, word, label in sorted(out, key=lambda t: t[0])]
+
+    def same(self, a: str, b: str) -> bool:
+        """Whether labels ``a`` and ``b`` name one kind of object: colours they state agree,
+        and their head nouns are one word or, with the embedder, their words are closer than
+        the threshold ("sofa" and "couch")."""
+        if a == b:
+            return True
+        key = (a, b) if a < b else (b, a)
+        if key not in self._same:
+            wa, wb = label_words(a), label_words(b)
+            ca, cb = _colours(wa), _colours(wb)
+            ha = " ".join(w for w in wa if w not in COLOUR_NAMES)
+            hb = " ".join(w for w in wb if w not in COLOUR_NAMES)
+            verdict = bool(ha and hb) and not (ca and cb and not ca & cb) and (
+                ha.split()[-1] == hb.split()[-1] or (
+                    self.embedder is not None and self._cosine(ha, hb) >= self.threshold))
+            if len(self._same) >= _SAME_CACHE:
+                self._same.clear()
+            self._same[key] = verdict
+        return self._same[key]
+
+    def _cosine(self, a: str, b: str) -> float:
+        assert self.embedder is not None
+        va, vb = self.embedder.embed([a, b])
+        return float(va @ vb)
 
     def _cosines(self, words: Sequence[str], labels: Sequence[str]) -> np.ndarray | None:
         if self.embedder is None:

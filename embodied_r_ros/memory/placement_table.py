@@ -16,7 +16,7 @@ from embodied_r_ros.memory.placements import Placement, Ray
 
 #: a placement's columns in the order they are written and selected; a reader leaves the rays
 COLUMNS = ("robot, id, key, label, colour, x, y, uncertainty_m, triangulated, first, last, "
-           "seen_x, seen_y, sightings, visits, rays")
+           "seen_x, seen_y, sightings, visits, votes, rays")
 READ_COLUMNS = COLUMNS.removesuffix(", rays")
 
 
@@ -28,8 +28,14 @@ def ddl(table: str, real: str, integer: str, boolean: str) -> tuple[str, ...]:
             f"y {real} NOT NULL, uncertainty_m {real} NOT NULL, triangulated {boolean} NOT NULL, "
             f"first {real} NOT NULL, last {real} NOT NULL, seen_x {real} NOT NULL, "
             f"seen_y {real} NOT NULL, sightings integer NOT NULL, visits text NOT NULL, "
-            "rays text NOT NULL, PRIMARY KEY (robot, id))",
+            "votes text NOT NULL DEFAULT '[]', rays text NOT NULL, PRIMARY KEY (robot, id))",
             f"CREATE INDEX IF NOT EXISTS {table}_last ON {table} (robot, last)")
+
+
+def add_votes(table: str) -> str:
+    """The statement that gives a schema-3 ``table`` its votes (schema 4): a placement
+    stored before has none, and is read as named by its label once per sighting."""
+    return f"ALTER TABLE {table} ADD COLUMN votes text NOT NULL DEFAULT '[]'"
 
 
 def values(p: Placement) -> tuple[Any, ...]:
@@ -37,18 +43,19 @@ def values(p: Placement) -> tuple[Any, ...]:
     return (p.robot, p.id, p.key, p.label, p.colour, p.x, p.y, p.uncertainty_m,
             p.triangulated, p.first, p.last, p.seen_from[0], p.seen_from[1], p.sightings,
             json.dumps([list(v) for v in p.visits]),
+            json.dumps([list(v) for v in p.votes], separators=(",", ":")),
             json.dumps([r.to_list() for r in p.rays], separators=(",", ":")))
 
 
 def from_columns(row: Sequence[Any]) -> Placement:
     """A placement selected as :data:`COLUMNS`, or without its rays as :data:`READ_COLUMNS`."""
     (robot, id_, key, label, colour, x, y, spread, crossed, _, _, seen_x, seen_y, sightings,
-     visits, *rays) = row
+     visits, votes, *rays) = row
     return Placement(int(id_), robot, key, label, colour, float(x), float(y), float(spread),
                      bool(crossed), tuple((float(a), float(b)) for a, b in json.loads(visits)),
                      (float(seen_x), float(seen_y)),
                      tuple(Ray.from_list(r) for r in json.loads(rays[0])) if rays else (),
-                     int(sightings))
+                     int(sightings), tuple((str(a), int(b)) for a, b in json.loads(votes)))
 
 
 def placed_key(robot: str) -> str:

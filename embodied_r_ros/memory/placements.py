@@ -1,31 +1,50 @@
-"""Where the memory places the objects its key frames show: bearing rays from the stored poses.
+"""Where the memory places the objects its key frames show, from noisy labels and bearings.
 
 Every object a frame's record shows with a bearing (the geometric perception's colour regions,
-a VLM's grounded objects alike) is a ray in the floor plane of the world (odometry) frame: from
-the camera's stored position, in the direction of its stored heading plus the bearing. A
-:class:`Placer` groups one robot's rays, frame by frame as the writer stores them, into
-:class:`Placement` s, one per object:
+a VLM's grounded objects alike) is a ray (:mod:`~embodied_r_ros.memory.rays`) in the world
+(odometry) frame. A :class:`Placer` associates one robot's rays, frame by frame as the writer
+stores them, with :class:`Placement` s, one per object, each keeping the labels its sightings
+gave as votes (``votes``, labels the :class:`~embodied_r_ros.memory.labels.LabelMatcher` joins
+counted as one) and named by the best-supported one (``label``).
 
-- a ray joins the object of its kind seen last when it is part of the same visit (at most
-  :data:`VISIT_GAP_S` later) and the rays still cross at one place, or when it only runs along
-  the last ray (the camera turned in place, or walked towards the object);
-- else it joins a placed object of its kind that it passes through (a revisit);
-- else it starts a new object, a guess along the ray.
+**Association** scores a ray against every placed object in front of its camera: the
+log-likelihood of the object's distance from the ray (the ray's range times its bearing error
+and the place's own uncertainty, added in quadrature; a vague place explains any one ray less
+well than a sure one) plus the log-probability of the ray's
+label given the object's votes under a confusion prior (a VLM names an object by another
+object's name :data:`CONFUSION` of the time, a given wrong name a :data:`WRONG_NAME` share of
+that). Beside them stands a *new object* hypothesis of constant score :data:`NEW_OBJECT_LOG`;
+the best hypothesis wins. So a mislabelled ray through a well-seen chair adds one vote to the
+chair, while a table's rays a few bearing errors beside it do not join it: the wrong label
+costs more than the miss.
 
-An object is *triangulated* where its rays cross at least :data:`MIN_CROSSING_DEG` apart, in
-front of every camera, each within :data:`RAY_GAP_M` of the crossing; objects placed about one
-spot are merged, and guesses whose rays pass through a placed object join it. A guess stands at
-the object's measured distance where perception gave one, else :data:`ASSUMED_RANGE_M` along
-its newest ray. ``uncertainty_m`` says how far off the place may be, as two standard
-deviations (about 95 %): for a crossing, along the larger axis of the least-squares covariance
-(each ray's perpendicular error its range times its bearing error), scaled up where the rays
-disagree more than that; for a guess, a share of the measured distance, or the assumed range
-itself. Odometry drift between visits is not modelled apart: it shows as rays that disagree.
+**New objects** (delayed initialisation): a ray that no object explains waits in a pending
+pool (:data:`PENDING_S`). An object is made only where at least :data:`MIN_RAYS` pending rays
+agree, most of them of one label (the others: wrong names and words the matcher does not join,
+counted as votes): from at least two camera positions, crossing at least
+:data:`~embodied_r_ros.memory.rays.MIN_CROSSING_DEG`, each within :data:`GATE_SIGMAS` of its
+bearing error from the crossing, the crossing surer than :data:`MAX_NEW_UNCERTAINTY_M`. A
+lone ray is never a place; one with a measured distance (a
+colour region's floor distance) places a *guess* there (``triangulated`` False, its
+uncertainty a share of the distance). A new object of a label placed within
+:data:`RELOCATE_M` of one that was not seen in this visit is that object again, its earlier
+rays disagreeing (odometry drifted between the visits): it is placed again from the new rays
+and keeps its votes and visits.
 
-Kinds (:func:`object_key`): a colour region is its colour's object ("red object"); a labelled
-object is its label's head noun, singular ("office chairs" -> "chair"), so that a VLM naming one
-chair "chair" and then "office chair" still crosses its rays. The module imports no store: the
-stores keep placements, the recorder feeds the placer.
+**Place**: the least-squares crossing of the newest :data:`MAX_RAYS` rays, or of the newest of
+them that still cross at one spot (the place follows the newest sightings: what drift moved
+between visits, the newest visit states in the odometry frame the robot has now).
+
+Method followed and where it differs: the label votes and the best-supported name are
+ConceptGraphs' (Gu et al. 2024), which associates by geometry and appearance and drops objects
+seen fewer than three times; here geometry and label are scored together and rays, not
+detections with depth, are associated. The null hypothesis beside the objects follows Bowman
+et al. (ICRA 2017) and Doherty et al. (2019), with a hard decision per ray (no
+expectation-maximisation, no max-mixture over past decisions: a ray's decision stands). The
+pending pool is delayed bearing-only landmark initialisation (a landmark made once enough
+parallax agrees), without a filter state. The pool is the writer's alone and is not stored:
+after a restart, the writer puts the rays of its newest stored rows that no placement holds
+back in it (:meth:`Placer.wait`). The module imports no store.
 """
 
 from __future__ import annotations
@@ -33,79 +52,57 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
 
 from embodied_r_ros.core.poses import Pose, crossing_deg
 from embodied_r_ros.core.records import FrameRecord, SeenObject
-from embodied_r_ros.memory.labels import head_word
+from embodied_r_ros.memory.labels import LabelMatcher, head_word
+from embodied_r_ros.memory.rays import (
+    ASSUMED_RANGE_M,
+    BEARING_SIGMA_DEG,
+    MIN_CROSSING_DEG,
+    MIN_UNCERTAINTY_M,
+    SIGMAS,
+    Ray,
+    crossing_uncertainty,
+    guess,
+    in_front,
+    triangulate,
+)
+
+__all__ = ["ASSUMED_RANGE_M", "Placement", "Placer", "Ray", "object_key", "place_frames"]
 
 #: rays of one object closer in time than this belong to one visit
 VISIT_GAP_S = 45.0
-#: placed objects of a kind closer than this are one object
-SAME_OBJECT_M = 2.0
-#: a ray passing this near a place is a sighting of the object there
-RAY_GAP_M = 0.8
-#: rays must cross at least this wide to place an object (a degree of bearing error would put
-#: a narrower crossing metres off)
-MIN_CROSSING_DEG = 6.0
-#: a guess without a measured distance stands this far along its ray
-ASSUMED_RANGE_M = 3.5
-#: crossings farther than this from a camera are not believed
-MAX_RANGE_M = 15.0
-#: bearing error of a ray (degrees, one standard deviation): a perception's bearing to an
-#: object's centre, as written to a degree; a VLM's box adds a quarter of its width
-BEARING_SIGMA_DEG = 1.0
-#: a measured floor distance is taken to be good to this share of itself (one standard
-#: deviation)
-RANGE_SHARE = 0.2
-#: standard deviations an uncertainty states (two: about 95 % of places lie within it)
-SIGMAS = 2.0
-#: no place is surer than this
-MIN_UNCERTAINTY_M = 0.1
+#: a VLM names an object by another object's name this share of the time (the confusion prior)
+CONFUSION = 0.1
+#: the share of those wrong names that is any one name
+WRONG_NAME = 0.1
+#: the score of the new-object hypothesis: a correctly named object explains a ray up to about
+#: 3.4 bearing errors off, a wrongly named one up to about 1.7
+NEW_OBJECT_LOG = -6.0
+#: pending rays agreeing on a new object: at least this many, within this many bearing errors
+MIN_RAYS = 3
+GATE_SIGMAS = 3.0
+#: a new object's crossing must be at least this sure (metres, as ``uncertainty_m``)
+MAX_NEW_UNCERTAINTY_M = 1.5
+#: a pending ray waits this long (seconds) for others to agree with it
+PENDING_S = 600.0
+MAX_PENDING = 512
+#: camera positions closer than this are one position
+SAME_POSE_M = 0.3
+#: a new object this near an unseen object of its label is that object (odometry drifted)
+RELOCATE_M = 1.5
 #: rays and visits a placement keeps (the newest): its place follows the newest sightings
 MAX_RAYS = 32
 MAX_VISITS = 16
 
 
 @dataclass(frozen=True)
-class Ray:
-    """One sighting: the camera's floor position, the world direction (radians) towards the
-    object, the bearing error (degrees), and the measured floor distance where known."""
-
-    stamp: float
-    x: float
-    y: float
-    angle: float
-    sigma_deg: float = BEARING_SIGMA_DEG
-    distance_m: float | None = None
-
-    def ahead(self, q: tuple[float, float]) -> float:
-        return (q[0] - self.x) * math.cos(self.angle) + (q[1] - self.y) * math.sin(self.angle)
-
-    def aside(self, q: tuple[float, float]) -> float:
-        """The signed distance of ``q`` from the ray's line (left > 0)."""
-        return -(q[0] - self.x) * math.sin(self.angle) + (q[1] - self.y) * math.cos(self.angle)
-
-    def point(self, distance: float) -> tuple[float, float]:
-        return (self.x + distance * math.cos(self.angle),
-                self.y + distance * math.sin(self.angle))
-
-    def to_list(self) -> list[float | None]:
-        return [self.stamp, round(self.x, 4), round(self.y, 4), round(self.angle, 6),
-                self.sigma_deg, self.distance_m]
-
-    @classmethod
-    def from_list(cls, v: Sequence[Any]) -> Ray:
-        return cls(float(v[0]), float(v[1]), float(v[2]), float(v[3]), float(v[4]),
-                   None if v[5] is None else float(v[5]))
-
-
-@dataclass(frozen=True)
 class Placement:
     """One object as the memory places it, in the world frame of the poses it was placed
-    from. ``label`` is the name perception gave it last, ``key`` its kind
-    (:func:`object_key`), ``colour`` the geometric perception's colour (None for a labelled
-    object). ``visits`` are the (first, last) stamps of each visit, oldest first;
+    from. ``label`` is its best-supported name (``votes``), ``key`` its kind
+    (:func:`object_key` of the label), ``colour`` the geometric perception's colour (None for
+    a labelled object). ``visits`` are the (first, last) stamps of each visit, oldest first;
     ``seen_from`` where the camera stood when it last saw the object; ``rays`` the newest
     sightings (the writer's: a reader reads placements without them); ``sightings`` how many
     there were in all."""
@@ -141,11 +138,16 @@ class Placement:
 
 
 def object_key(obj: SeenObject) -> str | None:
-    """The kind of object ``obj`` is, for grouping its rays: a colour region's name ("red
-    object"), a labelled object's head noun ("chair"); None for a label of no content word."""
-    if obj.colour and obj.name == f"{obj.colour} object":
+    """The kind of object ``obj`` is: a colour region's name ("red object"), a labelled
+    object's head noun ("chair"); None for a label of no content word."""
+    if is_region(obj):
         return obj.name
     return head_word(obj.name)
+
+
+def is_region(obj: SeenObject) -> bool:
+    """Whether ``obj`` is a colour region of the geometric perception ("red object")."""
+    return bool(obj.colour) and obj.name == f"{obj.colour} object"
 
 
 def frame_rays(record: FrameRecord, pose: Pose | None) -> list[tuple[SeenObject, Ray]]:
@@ -164,76 +166,10 @@ def frame_rays(record: FrameRecord, pose: Pose | None) -> list[tuple[SeenObject,
     return out
 
 
-# -- geometry ---------------------------------------------------------------------------------
-
-def _fits(q: tuple[float, float], ray: Ray) -> bool:
-    """Whether place ``q`` lies in front of ``ray``'s camera, in range, near the ray."""
-    return 0.3 < ray.ahead(q) < MAX_RANGE_M and abs(ray.aside(q)) < RAY_GAP_M
-
-
-def triangulate(rays: Sequence[Ray]) -> tuple[float, float] | None:
-    """The least-squares crossing of ``rays``, where they cross wide enough to place it (in
-    front of every camera, within range, every ray within :data:`RAY_GAP_M`), else None."""
-    if len(rays) < 2 or crossing_deg([r.angle for r in rays]) < MIN_CROSSING_DEG:
-        return None
-    a11 = a12 = a22 = b1 = b2 = 0.0
-    for r in rays:
-        nx, ny = -math.sin(r.angle), math.cos(r.angle)
-        c = nx * r.x + ny * r.y
-        a11, a12, a22 = a11 + nx * nx, a12 + nx * ny, a22 + ny * ny
-        b1, b2 = b1 + nx * c, b2 + ny * c
-    det = a11 * a22 - a12 * a12
-    if abs(det) < 1e-6:
-        return None
-    q = ((b1 * a22 - b2 * a12) / det, (a11 * b2 - a12 * b1) / det)
-    return q if all(_fits(q, r) for r in rays) else None
-
-
-def crossing_uncertainty(q: tuple[float, float], rays: Sequence[Ray]) -> float:
-    """How far off the crossing ``q`` of ``rays`` may be (metres, :data:`SIGMAS` standard
-    deviations along its worst axis): the covariance of the least-squares crossing with each
-    ray's perpendicular error its range times its bearing error, scaled by the rays' spread
-    about ``q`` where they scatter more than those errors explain."""
-    a11 = a12 = a22 = chi2 = 0.0
-    for r in rays:
-        s = max(r.ahead(q), 0.3) * math.tan(math.radians(r.sigma_deg))
-        w = 1.0 / (s * s)
-        nx, ny = -math.sin(r.angle), math.cos(r.angle)
-        a11, a12, a22 = a11 + w * nx * nx, a12 + w * nx * ny, a22 + w * ny * ny
-        chi2 += w * r.aside(q) ** 2
-    det = a11 * a22 - a12 * a12
-    if det <= 0.0:
-        return MAX_RANGE_M
-    # the larger eigenvalue of the inverse is 1 / the smaller eigenvalue of the matrix
-    small = (a11 + a22) / 2.0 - math.sqrt(((a11 - a22) / 2.0) ** 2 + a12 * a12)
-    dof = len(rays) - 2
-    scale = max(1.0, chi2 / dof) if dof > 0 else 1.0
-    return max(MIN_UNCERTAINTY_M, SIGMAS * math.sqrt(scale / max(small, 1e-12)))
-
-
-def guess(rays: Sequence[Ray]) -> tuple[tuple[float, float], float]:
-    """Where rays that cross nowhere put an object, and how far off it may be: the mean of
-    their measured distances' points, else :data:`ASSUMED_RANGE_M` along the newest ray."""
-    ranged = [r for r in rays if r.distance_m is not None]
-    if ranged:
-        points = [r.point(r.distance_m or 0.0) for r in ranged]
-        mean = sum(r.distance_m or 0.0 for r in ranged) / len(ranged)
-        return ((sum(p[0] for p in points) / len(points), sum(p[1] for p in points) / len(points)),
-                max(MIN_UNCERTAINTY_M, SIGMAS * RANGE_SHARE * mean))
-    newest = max(rays, key=lambda r: r.stamp)
-    return newest.point(ASSUMED_RANGE_M), ASSUMED_RANGE_M
-
-
-def along(rays: Sequence[Ray], ray: Ray) -> bool:
-    """Whether ``ray`` adds no crossing to the untriangulated ``rays`` but contradicts nothing:
-    from about the newest ray's viewpoint, pointing about the same way (the camera turned in
-    place, keeping the object in view), or from a place on the newest ray, pointing along it
-    (the camera moved towards or away from the object)."""
-    last = max(rays, key=lambda r: r.stamp)
-    turn = abs(math.degrees(math.remainder(ray.angle - last.angle, 2 * math.pi)))
-    if math.hypot(ray.x - last.x, ray.y - last.y) < 0.3:
-        return turn < 45.0
-    return turn < MIN_CROSSING_DEG and abs(last.aside((ray.x, ray.y))) < RAY_GAP_M
+def votes_of(p: Placement) -> tuple[tuple[str, int], ...]:
+    """``p``'s votes; a placement stored before votes were kept has its label's, one per
+    sighting."""
+    return p.votes or ((p.label, max(p.sightings, 1)),)
 
 
 def _visits(stamps: Iterable[tuple[float, float]]) -> tuple[tuple[float, float], ...]:
@@ -247,102 +183,248 @@ def _visits(stamps: Iterable[tuple[float, float]]) -> tuple[tuple[float, float],
     return tuple((a, b) for a, b in out[-MAX_VISITS:])
 
 
-def placed(p: Placement, rays: Sequence[Ray], visits: Iterable[tuple[float, float]],
-           sightings: int, label: str | None = None) -> Placement:
-    """``p`` with ``rays`` (the newest :data:`MAX_RAYS` kept), placed again."""
-    kept = tuple(sorted(rays, key=lambda r: r.stamp)[-MAX_RAYS:])
-    q = triangulate(kept)
-    if q is not None:
-        position, spread, crossed = q, crossing_uncertainty(q, kept), True
-    else:
-        (position, spread), crossed = guess(kept), False
-    return replace(p, label=label or p.label, x=position[0], y=position[1],
-                   uncertainty_m=spread, triangulated=crossed, visits=_visits(visits),
-                   seen_from=(kept[-1].x, kept[-1].y), rays=kept, sightings=sightings)
+def _positions(rays: Sequence[Ray]) -> int:
+    """How many distinct camera positions ``rays`` were cast from."""
+    seen: list[tuple[float, float]] = []
+    for r in rays:
+        if all(math.dist((r.x, r.y), s) >= SAME_POSE_M for s in seen):
+            seen.append((r.x, r.y))
+    return len(seen)
+
+
+@dataclass(frozen=True)
+class _Pending:
+    label: str
+    colour: str | None
+    ray: Ray
 
 
 class Placer:
-    """One robot's placements, updated frame by frame (see the module notes); not
-    thread-safe (the memory's one writer feeds it)."""
+    """One robot's placements, updated frame by frame (see the module notes); ``matcher``
+    says which labels are one (None: head nouns alone). Not thread-safe (the memory's one
+    writer feeds it)."""
 
-    def __init__(self, robot: str, placements: Iterable[Placement] = ()) -> None:
+    def __init__(self, robot: str, placements: Iterable[Placement] = (),
+                 matcher: LabelMatcher | None = None) -> None:
         self.robot = robot
+        self.matcher = matcher or LabelMatcher()
         self.placements: dict[int, Placement] = {p.id: p for p in placements
                                                  if p.robot == robot}
+        self.pending: list[_Pending] = []
         self._next = max(self.placements, default=0) + 1
 
     def add_frame(self, record: FrameRecord, pose: Pose | None
                   ) -> tuple[list[Placement], list[int]]:
         """Place the objects ``record`` shows from ``pose``: the placements changed or
-        created, and the ids of those merged into others (gone)."""
+        created, and the ids of those merged into others (gone: none here, kept for the
+        stores' interface)."""
         changed: dict[int, Placement] = {}
-        gone: list[int] = []
+        self.pending = [e for e in self.pending if record.stamp - e.ray.stamp <= PENDING_S]
+        taken: set[int] = set()  # one frame shows an object once
         for obj, ray in frame_rays(record, pose):
-            key = object_key(obj)
-            if key is None:
+            if object_key(obj) is None:
                 continue
-            p = self._join(key, obj, ray)
-            if p.triangulated:
-                p, merged = self._merge(p)
-                gone += merged
-                for i in merged:
-                    changed.pop(i, None)
-            changed[p.id] = p
-        return list(changed.values()), gone
-
-    def _of(self, key: str) -> list[Placement]:
-        return [p for p in self.placements.values() if p.key == key]
-
-    def _join(self, key: str, obj: SeenObject, ray: Ray) -> Placement:
-        mine = [p for p in self._of(key) if all(r.stamp != ray.stamp for r in p.rays)]
-        colour = obj.colour if obj.name == f"{obj.colour} object" else None
-        newest = max(mine, key=lambda p: p.last, default=None)
-        target = None
-        if newest is not None and ray.stamp - newest.last <= VISIT_GAP_S and (
-                triangulate([*newest.rays, ray]) is not None
-                or (not newest.triangulated and along(newest.rays, ray))):
-            target = newest
-        else:
-            passing = [p for p in mine if p.triangulated and _fits(p.position, ray)
-                       and triangulate([*p.rays, ray]) is not None]
-            target = min(passing, key=lambda p: math.dist(p.position, (ray.x, ray.y)),
-                         default=None)
-        if target is None:
-            target = Placement(self._next, self.robot, key, obj.name, colour, 0.0, 0.0,
-                               0.0, False, (), (ray.x, ray.y), (), 0)
-            self._next += 1
-        p = placed(target, [*target.rays, ray], [*target.visits, (ray.stamp, ray.stamp)],
-                   target.sightings + 1, obj.name)
-        self.placements[p.id] = p
-        return p
-
-    def _merge(self, p: Placement) -> tuple[Placement, list[int]]:
-        """``p`` with the objects of its kind placed about its spot (triangulated ones nearer
-        than :data:`SAME_OBJECT_M`, guesses whose rays pass through it) merged in."""
-        merged: list[int] = []
-        for other in sorted(self._of(p.key), key=lambda o: o.id):
-            if (other.id == p.id or other.id not in self.placements
-                    or math.dist(other.seen_from, p.position) > MAX_RANGE_M):
-                continue
-            near = (not other.triangulated
-                    or math.dist(other.position, p.position) < SAME_OBJECT_M)
-            both = sorted([*p.rays, *other.rays], key=lambda r: r.stamp)[-MAX_RAYS:]
-            if near and triangulate(both) is not None:
-                keep, drop = (p, other) if p.id < other.id else (other, p)
-                label = p.label  # the newest name
-                p = placed(keep, [*keep.rays, *drop.rays], [*keep.visits, *drop.visits],
-                           keep.sightings + drop.sightings, label)
-                del self.placements[drop.id]
+            colour = obj.colour if is_region(obj) else None
+            p = self._associate(obj.name, colour, ray, taken)
+            if p is None:
+                p = self._initialise(_Pending(obj.name, colour, ray))
+            if p is not None:
+                taken.add(p.id)
                 self.placements[p.id] = p
-                merged.append(drop.id)
-        return p, merged
+                changed[p.id] = p
+        return list(changed.values()), []
+
+    def wait(self, record: FrameRecord, pose: Pose | None) -> None:
+        """Put the rays of an already placed ``record`` that no placement holds back in the
+        pending pool (a writer restarting on its stored rows)."""
+        held = {(r.stamp, round(r.angle, 5)) for p in self.placements.values() for r in p.rays}
+        for obj, ray in frame_rays(record, pose):
+            if object_key(obj) is not None and (ray.stamp, round(ray.angle, 5)) not in held:
+                colour = obj.colour if is_region(obj) else None
+                self.pending = [*self.pending, _Pending(obj.name, colour, ray)][-MAX_PENDING:]
+
+    # -- association -------------------------------------------------------------------------
+
+    def label_odds(self, votes: Sequence[tuple[str, int]], label: str) -> float:
+        """How likely an object of ``votes`` is named ``label``: its share of the votes for
+        that label, blurred by the confusion prior."""
+        total = sum(n for _, n in votes)
+        mine = sum(n for v, n in votes if self.matcher.same(v, label))
+        share = mine / total if total else 0.0
+        return (1.0 - CONFUSION) * share + CONFUSION * WRONG_NAME
+
+    def score(self, p: Placement, label: str, ray: Ray) -> float | None:
+        """The log-likelihood that ``p`` is what ``ray`` (named ``label``) saw; None where
+        it lies behind the camera, out of range, or more than :data:`GATE_SIGMAS` off the
+        ray."""
+        if not in_front(p.position, ray):
+            return None
+        spread = ray.spread(p.position)
+        s = math.hypot(spread, p.uncertainty_m / SIGMAS)
+        if abs(ray.aside(p.position)) > GATE_SIGMAS * s:
+            return None
+        vague = math.log(s / max(spread, MIN_UNCERTAINTY_M / SIGMAS))
+        named = math.log(self.label_odds(votes_of(p), label))
+        return -0.5 * (ray.aside(p.position) / s) ** 2 - vague + named
+
+    def _associate(self, label: str, colour: str | None, ray: Ray, taken: set[int]
+                   ) -> Placement | None:
+        """The placement ``ray`` joins (placed again with it), None where the new-object
+        hypothesis wins."""
+        best, best_score = None, NEW_OBJECT_LOG
+        for p in self.placements.values():
+            if p.id in taken or (p.colour is None) != (colour is None):
+                continue
+            s = self.score(p, label, ray)
+            if s is not None and s > best_score:
+                best, best_score = p, s
+        if best is None:
+            return None
+        return self._placed(best, [*best.rays, ray], [*best.visits, (ray.stamp, ray.stamp)],
+                            best.sightings + 1, self._voted(votes_of(best), [label]))
+
+    def _voted(self, votes: Sequence[tuple[str, int]], labels: Iterable[str]
+               ) -> tuple[tuple[str, int], ...]:
+        out = [list(v) for v in votes]
+        for label in labels:
+            hit = next((v for v in out if self.matcher.same(str(v[0]), label)), None)
+            if hit is None:
+                out.append([label, 1])
+            else:
+                hit[1] = int(hit[1]) + 1
+        return tuple((str(a), int(b)) for a, b in sorted(out, key=lambda v: -int(v[1])))
+
+    # -- new objects -------------------------------------------------------------------------
+
+    def _initialise(self, new: _Pending) -> Placement | None:
+        """A new object from ``new`` and the pending rays that agree with it, or a guess
+        where ``new`` measured its distance; else ``new`` waits (None)."""
+        group = [e for e in self.pending if (e.colour is None) == (new.colour is None)
+                 and e.ray.stamp != new.ray.stamp
+                 and (new.colour is None or e.colour == new.colour)]
+        support = self._agreeing(new, group)
+        if support is None:
+            if new.ray.distance_m is None:
+                self.pending = [*self.pending, new][-MAX_PENDING:]
+                return None
+            support = [new]
+        used = {id(e) for e in support}
+        self.pending = [e for e in self.pending if id(e) not in used]
+        rays = [e.ray for e in support]
+        votes = self._voted((), [e.label for e in support])
+        visits = [(r.stamp, r.stamp) for r in rays]
+        moved, same = self._relocated(new, rays), self._same_place(new, rays)
+        old = moved or same
+        if old is not None:  # a moved object's old rays go, the same object's stay
+            return self._claim(self._placed(
+                old, [*rays, *(old.rays if moved is None else ())], [*old.visits, *visits],
+                old.sightings + len(rays),
+                self._voted(votes_of(old), [e.label for e in support])))
+        key = new.label if new.colour else (head_word(votes[0][0]) or votes[0][0])
+        fresh = Placement(self._next, self.robot, key, votes[0][0], new.colour, 0.0, 0.0,
+                          0.0, False, (), (new.ray.x, new.ray.y), (), 0, votes)
+        self._next += 1
+        return self._claim(self._placed(fresh, rays, visits, len(rays), votes))
+
+    def _claim(self, p: Placement) -> Placement:
+        """``p`` with the pending rays it explains better than a new object would (rays of
+        other labels that waited: a wrong name or one the matcher does not join) joined."""
+        stamps = {r.stamp for r in p.rays}
+        mine = []
+        for e in self.pending:
+            score = (self.score(p, e.label, e.ray)
+                     if (e.colour is None) == (p.colour is None) and e.ray.stamp not in stamps
+                     else None)
+            if score is not None and score > NEW_OBJECT_LOG:
+                mine.append(e)
+                stamps.add(e.ray.stamp)
+        if not mine:
+            return p
+        used = {id(e) for e in mine}
+        self.pending = [e for e in self.pending if id(e) not in used]
+        return self._placed(p, [*p.rays, *(e.ray for e in mine)],
+                            [*p.visits, *((e.ray.stamp, e.ray.stamp) for e in mine)],
+                            p.sightings + len(mine), self._voted(p.votes, [e.label for e in mine]))
+
+    def _agreeing(self, new: _Pending, group: Sequence[_Pending]) -> list[_Pending] | None:
+        """The largest set of ``group``'s rays with ``new`` that place an object (module
+        notes), None where none does."""
+        best: list[_Pending] | None = None
+        for other in group:
+            if math.dist((other.ray.x, other.ray.y), (new.ray.x, new.ray.y)) < SAME_POSE_M:
+                continue
+            q = triangulate([new.ray, other.ray])
+            if q is None:
+                continue
+            near = [e for e in (new, *group) if in_front(q, e.ray)
+                    and abs(e.ray.aside(q)) <= GATE_SIGMAS * e.ray.spread(q)]
+            q = triangulate([e.ray for e in near])
+            if q is None:
+                continue
+            near = [e for e in near if abs(e.ray.aside(q)) <= GATE_SIGMAS * e.ray.spread(q)]
+            rays = [e.ray for e in near]
+            named = sum(self.matcher.same(e.label, new.label) for e in near)
+            q = triangulate(rays)
+            if (len(near) >= MIN_RAYS and 2 * named > len(near) and _positions(rays) >= 2
+                    and crossing_deg([r.angle for r in rays]) >= MIN_CROSSING_DEG
+                    and q is not None and crossing_uncertainty(q, rays) <= MAX_NEW_UNCERTAINTY_M
+                    and (best is None or len(near) > len(best))):
+                best = near
+        return best
+
+    def _relocated(self, new: _Pending, rays: Sequence[Ray]) -> Placement | None:
+        """The placed object of ``new``'s label, not seen in this visit, that ``rays`` place
+        within :data:`RELOCATE_M` of: the same object, its old rays off by drift."""
+        q = triangulate(rays)
+        if q is None:
+            return None
+        near = [p for p in self.placements.values()
+                if (p.colour is None) == (new.colour is None)
+                and new.ray.stamp - p.last > VISIT_GAP_S
+                and math.dist(p.position, q) < RELOCATE_M and self.matcher.same(p.label, new.label)]
+        return min(near, key=lambda p: math.dist(p.position, q), default=None)
+
+    def _same_place(self, new: _Pending, rays: Sequence[Ray]) -> Placement | None:
+        """The placed object of ``new``'s label that ``rays`` cross within the uncertainty of
+        (of both): rays of it that missed its gate, not another object."""
+        q = triangulate(rays)
+        if q is None:
+            return None
+        spread = crossing_uncertainty(q, rays)
+        near = [p for p in self.placements.values()
+                if (p.colour is None) == (new.colour is None)
+                and math.dist(p.position, q) < min(p.uncertainty_m, spread)
+                and self.matcher.same(p.label, new.label)]
+        return min(near, key=lambda p: math.dist(p.position, q), default=None)
+
+    def _placed(self, p: Placement, rays: Sequence[Ray], visits: Iterable[tuple[float, float]],
+                sightings: int, votes: tuple[tuple[str, int], ...]) -> Placement:
+        """``p`` with ``rays`` (the newest :data:`MAX_RAYS` kept) and ``votes``, placed
+        again: at the crossing of the newest rays that cross at one spot, else as a guess
+        from measured distances, else where it stood."""
+        kept = tuple(sorted(rays, key=lambda r: r.stamp)[-MAX_RAYS:])
+        position, spread, crossed = p.position, p.uncertainty_m, p.triangulated
+        for start in range(0, max(len(kept) - 1, 1), 2):
+            q = triangulate(kept[start:])
+            if q is not None:
+                position, spread, crossed = q, crossing_uncertainty(q, kept[start:]), True
+                break
+        else:
+            if any(r.distance_m is not None for r in kept) and not p.triangulated:
+                (position, spread), crossed = guess(kept), False
+        label = votes[0][0] if votes else p.label
+        key = p.key if p.colour else (head_word(label) or label)
+        return replace(p, key=key, label=label, x=position[0], y=position[1],
+                       uncertainty_m=spread, triangulated=crossed, visits=_visits(visits),
+                       seen_from=(kept[-1].x, kept[-1].y), rays=kept, sightings=sightings,
+                       votes=votes)
 
 
-def place_frames(frames: Iterable[tuple[FrameRecord, Pose | None]], robot: str = "robot"
-                 ) -> list[Placement]:
+def place_frames(frames: Iterable[tuple[FrameRecord, Pose | None]], robot: str = "robot",
+                 matcher: LabelMatcher | None = None) -> list[Placement]:
     """The placements of ``frames`` (records with their camera poses) placed in stamp order
     by a fresh :class:`Placer`: a memory's places where no store keeps them."""
-    placer = Placer(robot)
+    placer = Placer(robot, matcher=matcher)
     for record, pose in sorted(frames, key=lambda f: f[0].stamp):
         placer.add_frame(record, pose)
     return sorted(placer.placements.values(), key=lambda p: p.id)

@@ -33,7 +33,7 @@ from embodied_r_ros.memory.errors import (
     WRITER_BUSY,
     SpatialMemoryError,
 )
-from embodied_r_ros.memory.placement_table import PlacementTable, ddl
+from embodied_r_ros.memory.placement_table import PlacementTable, add_votes, ddl
 from embodied_r_ros.memory.placements import Placement
 from embodied_r_ros.memory.store import (
     COLUMNS,
@@ -62,7 +62,7 @@ _LOCK_SPACE = 7261
 #: bytes a row costs besides its text, and an index entry besides its payload (estimates)
 _ROW_OVERHEAD = 120
 _ENTRY_OVERHEAD = 40
-_PLACEMENTS = ddl("memory_placements", "double precision", "bigint", "boolean")  # schema 3
+_PLACEMENTS = ddl("memory_placements", "double precision", "bigint", "boolean")  # schema 3, votes 4
 _TABLE = PlacementTable("memory_placements", "memory_meta", "%s")
 _SCHEMA = (
     "CREATE TABLE memory_meta (key text PRIMARY KEY, value text NOT NULL)",
@@ -144,9 +144,12 @@ class PostgresMemoryStore(MemoryStore):
                 found = int(version[0]) if version is not None else None
                 if self.writable and found in UPGRADABLE:
                     # schema 1 to 2: the record of objects beside each description; 2 to 3:
-                    # the placements (each robot's writer places its stored rows at start)
+                    # the placements (each robot's writer places its stored rows at start);
+                    # 3 to 4: their label votes
                     if found == 1:
                         conn.execute("ALTER TABLE memory_frames ADD COLUMN seen text")
+                    if found == 3:
+                        conn.execute(add_votes("memory_placements"))
                     for statement in _PLACEMENTS:
                         conn.execute(statement)
                     conn.execute("UPDATE memory_meta SET value=%s WHERE key='schema_version'",

@@ -28,7 +28,8 @@ from embodied_r_ros.core.poses import Pose
 from embodied_r_ros.core.records import FrameRecord, SeenObject
 from embodied_r_ros.core.streaming import KeyFrameNote
 from embodied_r_ros.memory.embedder import TextEmbedder
-from embodied_r_ros.memory.placements import Placer
+from embodied_r_ros.memory.labels import LabelMatcher
+from embodied_r_ros.memory.placements import PENDING_S, Placer
 from embodied_r_ros.memory.query_terms import objects_in
 from embodied_r_ros.memory.store import MemoryRow, MemoryStore, PoseSource, check_name
 
@@ -59,7 +60,8 @@ class MemoryRecorder:
         self.embed_batch = max(1, embed_batch)
         self._pending: list[tuple[int, str]] = []
         self.recorded = 0
-        self.placer = Placer(self.robot)
+        self.labels = LabelMatcher(embedder)
+        self.placer = Placer(self.robot, matcher=self.labels)
         self.reload_placements()
         if embedder is not None and backfill > 0:
             self._backfill(backfill)
@@ -67,9 +69,16 @@ class MemoryRecorder:
     def reload_placements(self) -> None:
         """Read this robot's placements from the store again (after rows were cleared) and
         place the rows stored after the last placed one."""
-        self.placer = Placer(self.robot, self.store.placements([self.robot], rays=True))
+        self.placer = Placer(self.robot, self.store.placements([self.robot], rays=True),
+                             self.labels)
         through = self.store.placed_through(self.robot)
-        ids = [i for i, _ in self.store.stamps(self.robot, -math.inf, math.inf) if i > through]
+        stamps = self.store.stamps(self.robot, -math.inf, math.inf)
+        placed = [(i, t) for i, t in stamps if i <= through]
+        if placed:  # the rays that waited for others when the writer stopped wait again
+            recent = [i for i, t in placed if t >= placed[-1][1] - PENDING_S]
+            for row in self.store.get(recent):
+                self.placer.wait(row.frame_record(), row.pose)
+        ids = [i for i, _ in stamps if i > through]
         for k in range(0, len(ids), 256):
             for row in self.store.get(ids[k:k + 256]):
                 if row.id is not None:

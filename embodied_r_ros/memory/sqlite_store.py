@@ -36,7 +36,7 @@ from embodied_r_ros.memory.errors import (
     WRITER_BUSY,
     SpatialMemoryError,
 )
-from embodied_r_ros.memory.placement_table import PlacementTable, ddl
+from embodied_r_ros.memory.placement_table import PlacementTable, add_votes, ddl
 from embodied_r_ros.memory.placements import Placement
 from embodied_r_ros.memory.store import (
     COLUMNS,
@@ -60,7 +60,7 @@ from embodied_r_ros.memory.store import (
 log = logging.getLogger(__name__)
 
 _HEADER = b"SQLite format 3\x00"
-_PLACEMENTS = ddl("placements", "REAL", "INTEGER", "INTEGER")  # placed objects (schema 3)
+_PLACEMENTS = ddl("placements", "REAL", "INTEGER", "INTEGER")  # placed objects (schema 3, votes 4)
 _TABLE = PlacementTable("placements", "meta", "?")
 _SCHEMA = (
     "CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
@@ -191,10 +191,13 @@ class SqliteMemoryStore(MemoryStore):
 
     def _upgrade(self, conn: sqlite3.Connection, found: int | None) -> None:
         """Schema 1 to 2: the record of objects beside each description (stored rows keep
-        theirs as text, read from it); 2 to 3: the placements (their writer fills them)."""
+        theirs as text, read from it); 2 to 3: the placements (their writer fills them); 3 to
+        4: their label votes."""
         conn.execute("BEGIN IMMEDIATE")
         if found == 1:
             conn.execute("ALTER TABLE frames ADD COLUMN seen TEXT")
+        if found == 3:
+            conn.execute(add_votes("placements"))
         for statement in _PLACEMENTS:
             conn.execute(statement)
         conn.execute("UPDATE meta SET value=? WHERE key='schema_version'", (str(SCHEMA_VERSION),))

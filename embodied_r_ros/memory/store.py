@@ -33,8 +33,8 @@ PoseSource = Literal["odometry", "visual"]
 POSE_SOURCES: tuple[str, ...] = ("odometry", "visual")
 #: bumped when the tables change; a store refuses a database of another version, except that
 #: its writer upgrades one of :data:`UPGRADABLE` in place (its rows keep their text)
-SCHEMA_VERSION = 3
-UPGRADABLE = (1, 2)
+SCHEMA_VERSION = 4
+UPGRADABLE = (1, 2, 3)
 #: how long a description may be; longer ones are refused, not cut silently
 MAX_DESCRIPTION_CHARS = 8000
 MAX_OBJECTS = 32
