@@ -182,3 +182,23 @@ def rgb_frames() -> list[np.ndarray]:
     first = np.stack([xx % 256, yy % 256, (xx + yy) % 256], axis=-1).astype(np.uint8)
     second = np.ascontiguousarray(first[:, ::-1])
     return [first, second]
+
+
+# The files that run longest, longest first (from `--durations` of whole runs). `make test`
+# hands whole files to two workers (`--dist loadfile --no-loadscope-reorder`) in collection
+# order; started first, these end while the short files fill the other worker, instead of one
+# of them starting last and running on alone while the other worker idles.
+LONG_FILES = (
+    "test_rationales.py", "test_cli.py", "test_own_robot.py", "test_core_no_ros.py",
+    "test_openai_server.py", "test_released.py", "test_install.py", "test_gpu_check.py",
+    "test_llamacpp_backend.py", "test_memory_contract.py", "test_long_rows.py",
+    "test_e2e_vlm_memory.py", "test_training_save.py", "test_shipped_reasoner.py",
+    "test_pipeline.py", "test_synthetic_plan.py", "test_ros_separate.py", "test_tied_decoder.py",
+    "test_ros_robustness.py", "test_generation_settings.py", "test_docs_recipes.py",
+    "test_ros_allinone.py",
+)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    rank = {name: i for i, name in enumerate(LONG_FILES)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: others keep order
