@@ -184,13 +184,13 @@ def rgb_frames() -> list[np.ndarray]:
     return [first, second]
 
 
-# The files that run longest, longest first (from `--durations` of a whole run), the first two
-# without SmolLM2, so neither worker waits on the other's conversion of it. `make test`
+# The files that run longest, longest first (from `--durations` of a whole run), the second
+# without SmolLM2, so the two workers do not start by waiting on one conversion of it. `make test`
 # hands whole files to two workers (`--dist loadfile --no-loadscope-reorder`) in collection
 # order; started first, these end while the short files fill the other worker, instead of one
 # of them starting last and running on alone while the other worker idles.
 LONG_FILES = (
-    "test_install.py", "test_shipped_reasoner.py", "test_ros_processes.py", "test_rationales.py",
+    "test_install.py", "test_ros_processes.py", "test_shipped_reasoner.py", "test_rationales.py",
     "test_cli.py", "test_training_save.py", "test_own_robot.py", "test_memory_reader.py",
     "test_ros_entrypoints.py", "test_core_no_ros.py", "test_openai_server.py",
     "test_llamacpp_backend.py", "test_memory_contract.py", "test_gpu_check.py",
