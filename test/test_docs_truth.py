@@ -1,8 +1,9 @@
 """What the README and the docs say is true of the code: the profile table against the shipped
 profiles (the table is parsed from the README, its one place), every file they link to exists,
 every headline figure links to the file that holds it, the results index regenerates its files
-with today's code, the profiles' comments carry no measurements, and no page tells the
-project's own history or reads like a lab notebook."""
+with today's code, the profiles' comments carry no measurements, the memory reader's origin
+is the one its card states, and no page tells the project's own history or reads like a lab
+notebook."""
 
 from __future__ import annotations
 
