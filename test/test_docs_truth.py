@@ -1,8 +1,9 @@
 """What the README and the docs say is true of the code: the profile table against the shipped
 profiles (the table is parsed from the README, its one place), every file they link to exists,
 every headline figure links to the file that holds it, the results index regenerates its files
-with today's code, the profiles' comments carry no measurements, and no page tells the
-project's own history or reads like a lab notebook."""
+with today's code, the profiles' comments carry no measurements, the memory reader's origin
+is the one its card states, and no page tells the project's own history or reads like a lab
+notebook."""
 
 from __future__ import annotations
 
@@ -49,7 +50,17 @@ HISTORY = re.compile(r"\bissues? \d+|\bissue-\d+|\bstop \d+|\b(this|next|last) s
 #: a lab notebook's words: reports of runs live beside their files in results/ and in
 #: lab/README.md, and the reference pages say what the software does and measures now
 NOTEBOOK = re.compile(r"\bthe earlier reasoner\b|\brehearsed\b|\b(we|was|were) tried\b|"
-                      r"\brun \d+\b", re.I)
+                      r"\brun \d+\b|\bwe\b|\bthis round\b|\b(before|after) the change\b|"
+                      r"\bwas measured before\b|\bthe current one\b|\bwas analysed\b|"
+                      r"\b(has|have|had) not yet\b|\bwas lent\b|\bfound that\b|\bnow passes\b|"
+                      r"\bwas not run\b|\bwas available\b|\bwhile it was built\b|\bturned out\b|"
+                      r"\bpreviously\b|\boriginally\b|\bat first\b", re.I)
+#: the memory reader's model card says it grew from an earlier adapter of the reasoner's recipe;
+#: a page that calls it the shipped reasoner fine-tuned states its origin wrongly
+MEMORY_READER_CARD = (REPO / "embodied_r_ros" / "models" / "smollm2-135m-embodied-r-memory"
+                      / "README.md")
+FROM_THE_SHIPPED_ADAPTER = re.compile(r"\b(the\s+shipped\s+reasoner's\s+adapter|that\s+reasoner|"
+                                      r"that\s+adapter)\s+fine-tuned\b", re.I)
 #: a measured figure in a comment: a share, a time, a count of tokens, a percentile
 FIGURE = re.compile(r"\d\s*%|\d\s*(ms|s|seconds?|min|minutes?|hours?|tokens?)\b|"
                     r"\b(p50|p99|median)\b", re.I)
@@ -198,6 +209,13 @@ def test_no_reference_page_reads_like_a_lab_notebook() -> None:
              for p in [README, *DOCS, RESULTS_README]}
     texts["generated reference tables"] = _generated_references()
     assert not _hits(NOTEBOOK, texts)
+
+
+def test_no_page_says_the_memory_reader_grew_from_the_shipped_adapter() -> None:
+    card = " ".join(MEMORY_READER_CARD.read_text().split())
+    assert "the adapter `smollm2-135m-embodied-r` had before its recipe was rerun" in card
+    texts = {p.relative_to(REPO).as_posix(): p.read_text() for p in [README, *DOCS]}
+    assert not _hits(FROM_THE_SHIPPED_ADAPTER, texts)
 
 
 def test_the_profiles_comments_carry_no_measured_figures() -> None:
