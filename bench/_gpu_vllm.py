@@ -177,15 +177,15 @@ def perception_latency(url: str, vlm_tokens: int, lm_latency: float, cache: Path
     """``bench/perception_latency.py``'s timings against the served model."""
     import perception_latency as pl  # beside this module
 
-    from embodied_r_ros.backends.factory import create_backend
+    from embodied_r_ros.backends.factory import create_backend, load_pipeline
     from embodied_r_ros.core.pipeline import EmbodiedR
     from embodied_r_ros.core.profiles import config_from_dict
 
     def pipeline(name: str, **perception: Any) -> EmbodiedR:
         cfg = config_from_dict(perception_config(url, vlm_tokens, cache / name, **perception))
         assert cfg.perception.vlm is not None
-        return EmbodiedR(cfg, vlm=create_backend(cfg.perception.vlm),
-                         lm=pl.TimedLM(lm_latency), load_models=False)
+        return load_pipeline(cfg, vlm=create_backend(cfg.perception.vlm),
+                             lm=pl.TimedLM(lm_latency))
 
     rows = []
     for n in FRAMES:

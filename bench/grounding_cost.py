@@ -38,7 +38,7 @@ from typing import Any
 import numpy as np
 from _figures import add_json_option, write_figures
 
-from embodied_r_ros.backends.base import ChatBackend, Completion, Conversation, ReplyFn
+from embodied_r_ros.core.chat import ChatBackend, Completion, Conversation, ReplyFn
 from embodied_r_ros.core.config import GroundingConfig, ModelConfig, PerceptionConfig
 from embodied_r_ros.core.grounding import configured_grid, model_image_size
 from embodied_r_ros.core.perception import Perceiver

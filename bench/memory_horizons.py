@@ -55,9 +55,9 @@ from typing import Any
 import numpy as np
 from _figures import add_json_option, write_figures
 
+from embodied_r_ros.backends.factory import load_pipeline
 from embodied_r_ros.core.intervals import bootstrap_ci, paired_difference
 from embodied_r_ros.core.perception_text import render
-from embodied_r_ros.core.pipeline import EmbodiedR
 from embodied_r_ros.core.profiles import load_config
 from embodied_r_ros.core.reasoning import format_question
 from embodied_r_ros.core.records import PerceptionRecord
@@ -145,7 +145,7 @@ def run(args: argparse.Namespace, world: Path, work: Path
     if args.limit:
         rows = rows[:: max(1, len(rows) // args.limit)][: args.limit]
     reasoned = reasoner_subset(rows, args.reasoner)
-    pipeline = EmbodiedR(config, load_models=bool(reasoned))
+    pipeline = load_pipeline(config, perception=bool(reasoned), reasoning=bool(reasoned))
     store = SqliteMemoryStore(config.memory.path, writable=True, max_mb=config.memory.max_mb)
     robot = TourRobot(world, config, pipeline, store)
     retriever: Retriever = retriever_for(config, store, robot.recorder.embedder)

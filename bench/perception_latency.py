@@ -33,7 +33,8 @@ from typing import Any
 import numpy as np
 from _figures import add_json_option, write_figures
 
-from embodied_r_ros.backends.base import ChatBackend, Completion
+from embodied_r_ros.backends.factory import load_pipeline
+from embodied_r_ros.core.chat import ChatBackend, Completion
 from embodied_r_ros.core.pipeline import EmbodiedR
 from embodied_r_ros.core.profiles import config_from_dict
 from embodied_r_ros.core.request import validate_query
@@ -106,7 +107,7 @@ def pipeline(url: str, lm: ChatBackend, cache: str, **perception: Any) -> Embodi
     from embodied_r_ros.backends.factory import create_backend
 
     assert cfg.perception.vlm is not None
-    return EmbodiedR(cfg, vlm=create_backend(cfg.perception.vlm), lm=lm, load_models=False)
+    return load_pipeline(cfg, vlm=create_backend(cfg.perception.vlm), lm=lm)
 
 
 def ask(p: EmbodiedR, images: list[np.ndarray], stamps: list[float]) -> tuple[float, str]:

@@ -101,9 +101,8 @@ from _object_map_figures import (
 from _object_map_truth import Truth
 from memory_horizons import add_world_options, reasoner_counts, reasoner_subset, world_of
 
-from embodied_r_ros.backends.factory import create_backend
+from embodied_r_ros.backends.factory import create_backend, load_pipeline
 from embodied_r_ros.core.perception_text import render
-from embodied_r_ros.core.pipeline import EmbodiedR
 from embodied_r_ros.core.profiles import load_config
 from embodied_r_ros.core.reasoning import format_question
 from embodied_r_ros.core.request import SCOPE_MEMORY, QueryError
@@ -188,7 +187,7 @@ def play(perception: str, args: argparse.Namespace, world_dir: Path, truth_world
                                                                   table=table))).url
         config = config_for(perception, args, memory, manifest, url)
         vlm = create_backend(config.perception.vlm) if perception == "vlm" else None
-        pipeline = EmbodiedR(config, vlm=vlm, load_models=bool(reasoned))
+        pipeline = load_pipeline(config, vlm=vlm, reasoning=bool(reasoned))
         stack.callback(pipeline.close)
         store = stack.enter_context(SqliteMemoryStore(config.memory.path, writable=True,
                                                       max_mb=config.memory.max_mb))

@@ -99,7 +99,7 @@ def _load_pipeline_config(args: argparse.Namespace):  # noqa: ANN202 - Config
 
 
 def cmd_ask(args: argparse.Namespace) -> int:
-    from embodied_r_ros.core.pipeline import EmbodiedR
+    from embodied_r_ros.backends.factory import load_pipeline
     from embodied_r_ros.core.request import validate_query
     from embodied_r_ros.recordings.video import iter_frames, probe_video
 
@@ -108,7 +108,7 @@ def cmd_ask(args: argparse.Namespace) -> int:
     probe_video(args.video, args.input_fps)
     config = _load_pipeline_config(args)
     frames = iter_frames(args.video, args.input_fps)
-    pipeline = EmbodiedR(config)
+    pipeline = load_pipeline(config)
     try:
         answer = pipeline.ask(frames, question)
     finally:
@@ -256,7 +256,7 @@ def _add_world(sub: argparse._SubParsersAction) -> None:
 
 
 def _user_errors() -> tuple[type[BaseException], ...]:
-    from embodied_r_ros.backends.base import BackendError
+    from embodied_r_ros.core.chat import BackendError
     from embodied_r_ros.core.request import QueryError
     from embodied_r_ros.memory.errors import SpatialMemoryError
     from embodied_r_ros.recordings.video import VideoError

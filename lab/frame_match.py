@@ -25,14 +25,8 @@ import cv2
 import numpy as np
 from tqdm import tqdm
 
-from embodied_r_ros.backends.images import (
-    as_stored,
-    decode_image,
-    encode_jpeg,
-    from_data_url,
-    resize_max_side,
-    to_data_url,
-)
+from embodied_r_ros.backends.images import from_data_url, to_data_url
+from embodied_r_ros.core.images import as_stored, decode_image, encode_jpeg, resize_max_side
 from embodied_r_ros.core.poses import wrap_deg
 from embodied_r_ros.sim.visibility import MIN_SHARE
 from lab.truth_boxes import TruthTable, TruthWorld, load_world, thumbnail, truth_table

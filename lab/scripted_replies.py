@@ -35,8 +35,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from embodied_r_ros.backends.base import ImageGrid
 from embodied_r_ros.core.actions import ActionThresholds, primary_action
+from embodied_r_ros.core.chat import ImageGrid
 from embodied_r_ros.core.grounding import smart_resize
 from embodied_r_ros.core.poses import Pose, heading_deg, relative_motion, wrap_deg
 from embodied_r_ros.sim.scene import SceneObject

@@ -29,18 +29,17 @@ from pathlib import Path
 
 import numpy as np
 
-from embodied_r_ros.backends.base import (
-    MAX_CHARS_PER_TOKEN,
+from embodied_r_ros.backends.base import MAX_CHARS_PER_TOKEN, cut_at_stop
+from embodied_r_ros.core.cancel import CancelToken
+from embodied_r_ros.core.chat import (
     BackendError,
     ChatBackend,
     Completion,
     Conversation,
     InvalidConversation,
     ReplyFn,
-    cut_at_stop,
     raise_if_stopped,
 )
-from embodied_r_ros.core.cancel import CancelToken
 from embodied_r_ros.serving import OpenAIServer
 from embodied_r_ros.serving.requests import RequestError
 from embodied_r_ros.sim.world import World

@@ -22,9 +22,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from embodied_r_ros.core.legacy_text import parse_perception
 from embodied_r_ros.core.perception_text import render, stated_view
 from embodied_r_ros.core.prompts import prompts_from
+from embodied_r_ros.reading.legacy_text import parse_perception
 from embodied_r_training.data.dataset_files import load_manifest, load_rows
 from embodied_r_training.data.row_records import record_of
 from embodied_r_training.rewards import prompt_text

@@ -13,8 +13,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from embodied_r_ros.backends.base import ChatBackend
 from embodied_r_ros.backends.offline import CACHE_ENV
+from embodied_r_ros.core.chat import ChatBackend
 from embodied_r_ros.core.config import ModelConfig
 
 

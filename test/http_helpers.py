@@ -15,8 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from embodied_r_ros.backends import ChatBackend, Conversation
-from embodied_r_ros.backends.base import Completion
+from embodied_r_ros.core.chat import ChatBackend, Completion, Conversation
 from embodied_r_ros.core.config import ModelConfig
 
 QUESTIONS = [

@@ -8,14 +8,14 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from embodied_r_ros.backends.base import (
+from embodied_r_ros.core.cancel import CancelToken
+from embodied_r_ros.core.chat import (
     ChatBackend,
     Completion,
     Conversation,
     ReplyFn,
     raise_if_stopped,
 )
-from embodied_r_ros.core.cancel import CancelToken
 
 
 def prompt_of(conversation: Conversation) -> str:
@@ -92,7 +92,7 @@ class GroundingVLM(ChatBackend):
                  *, grid: Any = None, max_side: int = 0, reply: str | None = None,
                  reply_if: Any = None,
                  description: str = "1. move forward\n2. a wall ahead\n3. none") -> None:
-        from embodied_r_ros.backends.base import ImageGrid
+        from embodied_r_ros.core.chat import ImageGrid
 
         self.boxes = list(boxes)
         self.grid = grid or ImageGrid(28, 3136, 12845056)

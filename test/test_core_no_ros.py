@@ -2,12 +2,12 @@
 imports point one way, from the top of each layer cake down:
 
 * ``embodied_r_ros``: ``core`` (the method) < ``agent`` (the ROS-free runtime) < ``nodes``;
-  ``backends`` (the models behind one chat interface) stand on the core's configuration and
-  are used by it; ``recordings`` (bags, ROS image and tf messages, video files) stand on the
-  core, which never reads a recording itself; ``sim``, ``serving`` and ``memory`` stand on the
-  core alone; ``reading`` (the rule reader) stands on ``sim`` and the core, and the world
-  generator calls it only through the check it is given; none of them uses the training
-  package;
+  ``backends`` (the models behind the core's chat interface) stand on the core, which never
+  imports them: it is handed its models; ``recordings`` (bags, ROS image and tf messages,
+  video files) stand on the core, which never reads a recording itself; ``sim``, ``serving``
+  and ``memory`` stand on the core alone; ``reading`` (the rule reader, old texts) stands on
+  ``sim`` and the core, and the world generator calls it only through the check it is given;
+  none of them uses the training package;
 * ``embodied_r_training``: ``data`` < ``rl`` < ``evaluation`` < the CLI, the export and the
   training demo on top; ``recipe``, ``rewards`` and ``plots`` are leaves every layer may use;
 * ``lab`` (experiments, benchmark replays, the long world; never installed) stands on both
@@ -37,7 +37,8 @@ LAB = "lab"
 FORBIDDEN = {
     "embodied_r_ros.core": ("embodied_r_ros.agent", "embodied_r_ros.nodes", "embodied_r_ros.sim",
                             "embodied_r_ros.serving", "embodied_r_ros.memory",
-                            "embodied_r_ros.reading", "embodied_r_ros.recordings", TRAINING, LAB),
+                            "embodied_r_ros.reading", "embodied_r_ros.recordings",
+                            "embodied_r_ros.backends", TRAINING, LAB),
     "embodied_r_ros.backends": ("embodied_r_ros.agent", "embodied_r_ros.nodes",
                                 "embodied_r_ros.sim", "embodied_r_ros.serving",
                                 "embodied_r_ros.memory", "embodied_r_ros.reading",
@@ -168,7 +169,8 @@ def test_importing_every_core_module_loads_no_ros() -> None:
         for m in pkgutil.walk_packages(pkg.__path__, prefix=pkg.__name__ + ".")
         if not m.name.endswith(("vllm_backend",))  # optional extra, not installed in CI
     ]
-    above = tuple(p for p in FORBIDDEN["embodied_r_ros.core"] if p != "embodied_r_ros.recordings")
+    above = tuple(p for p in FORBIDDEN["embodied_r_ros.core"]
+                  if p not in ("embodied_r_ros.recordings", "embodied_r_ros.backends"))
     code = (
         "import importlib, sys\n"
         f"for n in {names!r}: importlib.import_module(n)\n"
@@ -179,6 +181,20 @@ def test_importing_every_core_module_loads_no_ros() -> None:
     )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_the_core_alone_loads_no_backend() -> None:
+    """The method is handed its models: importing all of it loads no backend module."""
+    names = [m.name for m in pkgutil.walk_packages(core.__path__, prefix=core.__name__ + ".")]
+    assert len(names) >= 20
+    code = (
+        "import importlib, sys\n"
+        f"for n in {names!r}: importlib.import_module(n)\n"
+        "print(sorted(m for m in sys.modules if m.startswith('embodied_r_ros.backends')))\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "[]"
 
 
 def test_importing_the_nodes_and_the_simulator_loads_no_training() -> None:

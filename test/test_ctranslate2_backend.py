@@ -13,8 +13,8 @@ import pytest
 from engine_helpers import QUESTIONS, chat
 
 from embodied_r_ros.backends import create_backend
-from embodied_r_ros.backends.base import BackendError
 from embodied_r_ros.backends.transformers_backend import TransformersBackend
+from embodied_r_ros.core.chat import BackendError
 from embodied_r_ros.core.config import ModelConfig
 from embodied_r_ros.core.error_codes import BACKEND_FAILED
 

@@ -13,9 +13,10 @@ from typing import Any
 
 import pytest
 
-from embodied_r_ros.backends import BackendError, ChatBackend, create_backend
+from embodied_r_ros.backends import create_backend
 from embodied_r_ros.backends.generation import resolve_generation
 from embodied_r_ros.backends.vllm_backend import VLLMBackend
+from embodied_r_ros.core.chat import BackendError, ChatBackend
 from embodied_r_ros.core.config import ModelConfig
 from embodied_r_ros.core.profiles import load_config
 

@@ -16,8 +16,9 @@ import numpy as np
 import pytest
 from scripted import GroundingVLM, ScriptedVLM
 
-from embodied_r_ros.backends.base import ChatBackend, ImageGrid
+from embodied_r_ros.backends.factory import load_pipeline
 from embodied_r_ros.backends.reply_cache import ReplyCache
+from embodied_r_ros.core.chat import ChatBackend, ImageGrid
 from embodied_r_ros.core.config import CameraConfig, ConfigError, ModelConfig, PerceptionConfig
 from embodied_r_ros.core.egomotion import camera_matrix
 from embodied_r_ros.core.grounding import (
@@ -29,7 +30,6 @@ from embodied_r_ros.core.grounding import (
 )
 from embodied_r_ros.core.perception import Perceiver
 from embodied_r_ros.core.perception_text import render
-from embodied_r_ros.core.pipeline import EmbodiedR
 from embodied_r_ros.core.profiles import config_from_dict
 from embodied_r_ros.core.prompts import load_prompts
 from embodied_r_ros.core.reasoning import format_question
@@ -236,7 +236,7 @@ def test_a_malformed_reply_costs_its_frames_objects_and_one_line(
     lm = ScriptedVLM(["<think>the chair is left</think><answer>A</answer>"])
     config = config_from_dict({"base": "tiny", "cache": {"enabled": False},
                                "perception": {"grounding": {"mode": mode}}})
-    pipeline = EmbodiedR(config, vlm=vlm, lm=lm, load_models=False)
+    pipeline = load_pipeline(config, vlm=vlm, lm=lm)
     with caplog.at_level(logging.WARNING, logger=LOG):
         result = pipeline.ask_keyframes(_frames(3, 64, 48), [0.0, 1.0, 2.0],
                                         validate_query("Where is the red chair?",
@@ -313,7 +313,7 @@ def test_a_bags_camera_info_places_the_objects_of_a_window() -> None:
     config = config_from_dict({"base": "tiny", "cache": {"enabled": False},
                                "perception": {"grounding": {"mode": "request"}}})
     vlm = GroundingVLM([(0.0, 0.0, 1.0, 1.0, "wall")], max_side=64)
-    pipeline = EmbodiedR(config, vlm=vlm, lm=ScriptedVLM(["x"]), load_models=False)
+    pipeline = load_pipeline(config, vlm=vlm, lm=ScriptedVLM(["x"]))
     fx = 640 / math.tan(math.radians(30))  # 60 degrees, calibrated at 1280 x 720
     camera = CameraInfo(width=1280, height=720, fx=fx, fy=fx, cx=639.5, cy=359.5).to_config()
     images, stamps = _frames(2, 128, 72), [0.0, 1.0]
@@ -368,7 +368,7 @@ def test_the_tiny_qwen25_vl_survives_its_own_garbage(
     config = config_from_dict({"base": "tiny", "cache": {"enabled": False},
                                "perception": {"grounding": {"mode": mode},
                                               "vlm": {"max_new_tokens": 12}}})
-    pipeline = EmbodiedR(config, vlm=tiny_vlm, lm=tiny_lm, load_models=False)
+    pipeline = load_pipeline(config, vlm=tiny_vlm, lm=tiny_lm)
     with caplog.at_level(logging.WARNING, logger=LOG):
         result = pipeline.ask_keyframes(_frames(3, 64, 48), [0.0, 1.0, 2.0],
                                         validate_query("Where is the red chair?",

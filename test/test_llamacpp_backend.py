@@ -16,8 +16,8 @@ import pytest
 from engine_helpers import QUESTIONS, chat
 
 from embodied_r_ros.backends import create_backend
-from embodied_r_ros.backends.base import BackendError
 from embodied_r_ros.backends.transformers_backend import TransformersBackend
+from embodied_r_ros.core.chat import BackendError
 from embodied_r_ros.core.config import ConfigError, ModelConfig
 from embodied_r_ros.core.error_codes import BACKEND_FAILED
 from embodied_r_ros.core.profiles import load_config

@@ -12,9 +12,9 @@ import pytest
 from engine_helpers import QUESTIONS, StopsAfter, chat
 
 from embodied_r_ros.backends import create_backend
-from embodied_r_ros.backends.base import BackendError, ChatBackend
 from embodied_r_ros.backends.transformers_backend import TransformersBackend
 from embodied_r_ros.core.cancel import CancelToken
+from embodied_r_ros.core.chat import BackendError, ChatBackend
 from embodied_r_ros.core.config import ModelConfig
 from embodied_r_ros.core.error_codes import BACKEND_TIMEOUT, CANCELLED
 

@@ -114,8 +114,7 @@ def test_a_memory_question_is_read_by_the_memory_reader_and_any_other_by_the_lm(
     """``reasoning.memory_model`` reads the texts it was trained on, a memory's; the request's
     scope says which LM reads a text, never its words (a window text quoting the places
     heading is still the LM's)."""
-    from embodied_r_ros.backends.factory import create_backend
-    from embodied_r_ros.core.pipeline import EmbodiedR
+    from embodied_r_ros.backends.factory import create_backend, load_pipeline
     from embodied_r_ros.core.profiles import load_config
     from embodied_r_ros.core.request import SCOPE_MEMORY, SCOPE_WINDOW
 
@@ -132,7 +131,7 @@ def test_a_memory_question_is_read_by_the_memory_reader_and_any_other_by_the_lm(
     assert config.memory_reader() is None
     lm = create_backend(config.reasoning.model, text_only=True)
     memory_lm = create_backend(reader, text_only=True)
-    pipeline = EmbodiedR(config, lm=lm, memory_lm=memory_lm, load_models=False)
+    pipeline = load_pipeline(config, lm=lm, memory_lm=memory_lm, perception=False)
     try:
         assert pipeline.reader_for(SCOPE_MEMORY) is memory_lm
         assert pipeline.reader_for(SCOPE_WINDOW) is lm and pipeline.reader_for() is lm
@@ -144,7 +143,7 @@ def test_a_memory_question_is_read_by_the_memory_reader_and_any_other_by_the_lm(
         assert pipeline.reason(memory, options, scope=SCOPE_MEMORY).raw
         assert pipeline.reason(memory, options).raw  # the same words, a window's scope
         assert seen == ["memory", "lm"]
-        alone = EmbodiedR(config, lm=lm, load_models=False)
+        alone = load_pipeline(config, lm=lm, perception=False)
         assert alone.reader_for(SCOPE_MEMORY) is lm
     finally:
         pipeline.close()

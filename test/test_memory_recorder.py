@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from embodied_r_ros.backends.images import decode_image
+from embodied_r_ros.core.images import decode_image
 from embodied_r_ros.core.poses import Pose
 from embodied_r_ros.core.records import FrameRecord
 from embodied_r_ros.core.streaming import KeyFrameNote

@@ -9,7 +9,6 @@ from pathlib import Path
 import pytest
 from memory_rows import memory_text
 
-from embodied_r_ros.core.dead_reckoning import poses as reckoned_poses
 from embodied_r_ros.core.perception_text import render, stated_view
 from embodied_r_ros.core.poses import Pose
 from embodied_r_ros.core.reasoning import format_question
@@ -27,6 +26,7 @@ from embodied_r_ros.memory.errors import BAD_TIME_PHRASE
 from embodied_r_ros.memory.query_terms import objects_in, question_terms
 from embodied_r_ros.memory.retrieval import by_visit, spread
 from embodied_r_ros.memory.store import TextHit
+from embodied_r_ros.reading.dead_reckoning import poses as reckoned_poses
 
 
 @pytest.mark.parametrize(("text", "anchor", "lo", "hi"), [

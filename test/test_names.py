@@ -18,7 +18,7 @@ OWNERS = {
     "write_atomic": None,  # checked below: defined once, wherever it lives
     "wrap_deg": "embodied_r_ros/core/poses.py",
     "quadrant": "embodied_r_ros/core/poses.py",
-    "parse_perception": "embodied_r_ros/core/legacy_text.py",
+    "parse_perception": "embodied_r_ros/reading/legacy_text.py",
     "stated_view": "embodied_r_ros/core/perception_text.py",
 }
 

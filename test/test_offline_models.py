@@ -12,13 +12,8 @@ from typing import Any
 
 import pytest
 
-from embodied_r_ros.backends import (
-    BackendError,
-    create_backend,
-    offline,
-    resolve_model,
-    tiny_models,
-)
+from embodied_r_ros.backends import create_backend, offline, resolve_model, tiny_models
+from embodied_r_ros.core.chat import BackendError
 from embodied_r_ros.core.config import ModelConfig
 
 torch = pytest.importorskip("torch")

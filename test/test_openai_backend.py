@@ -26,11 +26,11 @@ from http_helpers import (
     user,
 )
 
-from embodied_r_ros.backends import BackendError, ChatBackend, create_backend
-from embodied_r_ros.backends.base import Completion
+from embodied_r_ros.backends import create_backend
 from embodied_r_ros.backends.images import from_data_url, to_data_url
 from embodied_r_ros.backends.openai_backend import OpenAIBackend
 from embodied_r_ros.core.cancel import CancelToken
+from embodied_r_ros.core.chat import BackendError, ChatBackend, Completion
 from embodied_r_ros.core.config import ConfigError
 from embodied_r_ros.core.error_codes import BACKEND_DOWN, BACKEND_FAILED, BACKEND_TIMEOUT, CANCELLED
 from embodied_r_ros.serving import OpenAIServer, serve
@@ -354,7 +354,7 @@ class CountingVLM(ChatBackend):
 def test_perception_keeps_min_of_frames_and_concurrency_in_flight(
     n_frames: int, max_concurrency: int
 ) -> None:
-    from embodied_r_ros.core.pipeline import EmbodiedR
+    from embodied_r_ros.backends.factory import load_pipeline
     from embodied_r_ros.core.profiles import config_from_dict
 
     vlm = CountingVLM()
@@ -370,7 +370,7 @@ def test_perception_keeps_min_of_frames_and_concurrency_in_flight(
                     "backend": "openai", "model": "counting-vlm", "base_url": server.url,
                     "max_concurrency": max_concurrency}},
                 "reasoning": {"model": {"model": "x"}}, "cache": {"enabled": False}})
-            p = EmbodiedR(cfg, vlm=create_backend(cfg.perception.vlm), load_models=False)
+            p = load_pipeline(cfg, vlm=create_backend(cfg.perception.vlm), reasoning=False)
             result = p.perceive(images, list(range(n_frames)), "Which way?", [],
                                 motions=[None] * (n_frames - 1))
             texts.append(result.text)

@@ -28,10 +28,9 @@ from http_helpers import (
     text_convs,
 )
 
-from embodied_r_ros.backends import BackendError, ChatBackend
-from embodied_r_ros.backends.base import Completion
 from embodied_r_ros.backends.openai_backend import OpenAIBackend
 from embodied_r_ros.core.cancel import CancelToken
+from embodied_r_ros.core.chat import BackendError, ChatBackend, Completion
 from embodied_r_ros.core.config import ModelConfig
 from embodied_r_ros.core.error_codes import BACKEND_DOWN, CANCELLED
 from embodied_r_ros.serving import OpenAIServer, serve

@@ -7,10 +7,10 @@ from old_texts import old_row
 from worlddata import built_world_rows
 
 from embodied_r_ros.core.actions import Motion
-from embodied_r_ros.core.legacy_text import parse_perception
 from embodied_r_ros.core.perception_text import PerceptionText, render
 from embodied_r_ros.core.reasoning import build_messages, format_question
 from embodied_r_ros.core.records import FrameRecord, PerceptionRecord
+from embodied_r_ros.reading.legacy_text import parse_perception
 from embodied_r_ros.reading.rule_reader import progress_step
 from embodied_r_ros.sim.question_basis import QuestionBasis, of_row
 from embodied_r_training.data.oracle import solve

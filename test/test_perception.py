@@ -6,10 +6,10 @@ import numpy as np
 import pytest
 from scripted import ScriptedVLM, prompt_of
 
-from embodied_r_ros.backends.base import BackendError
 from embodied_r_ros.backends.reply_cache import ReplyCache
 from embodied_r_ros.core.actions import ACTIONS, Motion
 from embodied_r_ros.core.cancel import CancelToken
+from embodied_r_ros.core.chat import BackendError
 from embodied_r_ros.core.colors import colour_objects
 from embodied_r_ros.core.config import PerceptionConfig
 from embodied_r_ros.core.error_codes import CANCELLED

@@ -12,7 +12,6 @@ import pytest
 
 from embodied_r_ros.core import perception_text
 from embodied_r_ros.core.actions import Motion
-from embodied_r_ros.core.legacy_text import parse_perception
 from embodied_r_ros.core.perception_text import (
     describe_motion,
     describe_objects,
@@ -25,6 +24,7 @@ from embodied_r_ros.core.reasoning import format_question
 from embodied_r_ros.core.records import FrameRecord, PerceptionRecord, SeenObject, TextStyle
 from embodied_r_ros.core.text_format import TextPrecision
 from embodied_r_ros.reading import rule_reader as oracle
+from embodied_r_ros.reading.legacy_text import parse_perception
 from embodied_r_ros.sim import question_rules
 from embodied_r_ros.sim import questions as sim_questions
 
@@ -151,7 +151,7 @@ def test_the_prose_is_written_in_one_module_and_read_back_in_one() -> None:
                 readers.add(rel)
             if "Observe: " in path.read_text() and "def render" in path.read_text():
                 writers.add(rel)
-    assert readers == {"embodied_r_ros/core/legacy_text.py"}
+    assert readers == {"embodied_r_ros/reading/legacy_text.py"}
     assert writers == {"embodied_r_ros/core/perception_text.py"}
 
 

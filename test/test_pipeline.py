@@ -14,9 +14,10 @@ import pytest
 from media import pan_frames
 from scripted import ScriptedVLM, prompt_of
 
-from embodied_r_ros.backends.base import ChatBackend, Completion, Conversation
+from embodied_r_ros.backends.factory import load_pipeline
 from embodied_r_ros.core.actions import primary_action
 from embodied_r_ros.core.cancel import CancelToken
+from embodied_r_ros.core.chat import ChatBackend, Completion, Conversation
 from embodied_r_ros.core.error_codes import BACKEND_FAILED, CANCELLED, NO_FRAMES
 from embodied_r_ros.core.pipeline import MAX_PERCEPTION_CHARS, EmbodiedR, QueryError
 from embodied_r_ros.core.profiles import config_from_dict, load_config
@@ -61,7 +62,7 @@ def frames() -> list[tuple]:
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory: pytest.TempPathFactory) -> EmbodiedR:
     cache = tmp_path_factory.mktemp("perception")
-    pipeline = EmbodiedR(load_config("tiny", overrides={"cache": {"dir": str(cache)}}))
+    pipeline = load_pipeline(load_config("tiny", overrides={"cache": {"dir": str(cache)}}))
     yield pipeline
     pipeline.close()
 
@@ -70,7 +71,7 @@ def test_tiny_models_answer_end_to_end(tiny: EmbodiedR, frames: list[tuple],
                                        tmp_path: Path) -> None:
     cfg = load_config("tiny", overrides={"cache": {"dir": str(tmp_path / "cache")}})
     vlm, lm = Recorded(tiny.vlm), Recorded(tiny.lm)
-    pipeline = EmbodiedR(cfg, vlm=vlm, lm=lm, load_models=False)
+    pipeline = load_pipeline(cfg, vlm=vlm, lm=lm)
     answer = pipeline.ask(frames, validate_query("Which way did I turn?", OPTIONS))
     n = len(answer.key_frame_stamps)
     # the VLM saw the first key frame alone, then each consecutive pair, once each
@@ -107,7 +108,7 @@ def test_the_reply_of_the_lm_becomes_the_answer(tiny: EmbodiedR, frames: list[tu
     cfg = load_config("tiny", overrides={"cache": {"enabled": False}})
     lm = ScriptedVLM(["<think>The view slid left in every frame: I turned right.</think>\n"
                       "<answer>B</answer>", "rotate left", "I cannot tell."])
-    pipeline = EmbodiedR(cfg, vlm=tiny.vlm, lm=lm, load_models=False)
+    pipeline = load_pipeline(cfg, vlm=tiny.vlm, lm=lm)
     question = validate_query("Which way did I turn?", OPTIONS)
     answers = [pipeline.ask(frames, question) for _ in range(3)]
     first, by_text, none = answers
@@ -123,7 +124,7 @@ def test_the_reply_of_the_lm_becomes_the_answer(tiny: EmbodiedR, frames: list[tu
 def test_geometric_perception_names_the_pan(tiny: EmbodiedR, frames: list[tuple]) -> None:
     cfg = load_config("tiny", overrides={"perception": {"backend": "geometric"},
                                          "cache": {"enabled": False}})
-    geometric = EmbodiedR(cfg, lm=tiny.lm, load_models=False)
+    geometric = load_pipeline(cfg, lm=tiny.lm, perception=False)
     answer = geometric.ask(frames, validate_query("Which way did I turn?", OPTIONS))
     actions = [primary_action(f.motion) or "" for f in answer.frames[1:] if f.motion]
     assert len(actions) == len(answer.frames) - 1
@@ -170,7 +171,7 @@ def test_a_backend_that_is_down_is_a_query_error(tmp_path: Path, frames: list[tu
     )
     from embodied_r_ros.backends.factory import create_backend
 
-    pipeline = EmbodiedR(cfg, vlm=create_backend(cfg.perception.vlm), lm=None, load_models=False)
+    pipeline = load_pipeline(cfg, vlm=create_backend(cfg.perception.vlm), reasoning=False)
     with pytest.raises(QueryError) as err:
         pipeline.ask(frames, validate_query("Where?", OPTIONS))
     assert err.value.code == "BACKEND_DOWN"
@@ -195,7 +196,7 @@ def test_an_oversize_perception_text_is_the_models_failure_not_a_bad_request() -
 
     cfg = config_from_dict({"perception": {"backend": "vlm", "vlm": {"model": "verbose"}},
                             "reasoning": {"model": {"model": "x"}}, "cache": {"enabled": False}})
-    pipeline = EmbodiedR(cfg, vlm=Verbose(), load_models=False)
+    pipeline = load_pipeline(cfg, vlm=Verbose(), reasoning=False)
     images = [np.full((32, 32, 3), v, np.uint8) for v in (10, 200, 90)]
     with pytest.raises(QueryError) as err:
         pipeline.perceive(images, [0.0, 1.0, 2.0], "Which way?", [], motions=[None, None])

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from old_texts import old_row
 
-from embodied_r_ros.backends.base import ChatBackend, Completion
+from embodied_r_ros.core.chat import ChatBackend, Completion
 from embodied_r_ros.core.reasoning import (
     extract_think,
     is_well_formed,

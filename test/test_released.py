@@ -23,12 +23,12 @@ from http_helpers import free_port
 from media import pan_frames
 from released_repo import COMMIT, greedy_tokens
 
-from embodied_r_ros.backends import BackendError, ChatBackend, Conversation, create_backend
-from embodied_r_ros.backends.base import Completion
+from embodied_r_ros.backends import create_backend
 from embodied_r_ros.backends.checkpoints import RELEASED_REPO
+from embodied_r_ros.backends.factory import load_pipeline
 from embodied_r_ros.core.answers import official_eval_letter
+from embodied_r_ros.core.chat import BackendError, ChatBackend, Completion, Conversation
 from embodied_r_ros.core.config import CONFIG_DIR, ConfigError, ModelConfig
-from embodied_r_ros.core.pipeline import EmbodiedR
 from embodied_r_ros.core.profiles import load_config
 from embodied_r_ros.core.prompts import load_prompts, prompts_from
 from embodied_r_ros.core.request import validate_query
@@ -197,7 +197,7 @@ def test_the_workstation_profile_answers_with_it_through_transformers(
     cfg = load_config("workstation", overrides={
         "perception": {"backend": "geometric"}, "cache": {"enabled": False},
         "reasoning": {"model": {"device": "cpu", "dtype": "float32", "max_new_tokens": 24}}})
-    pipeline = EmbodiedR(cfg)
+    pipeline = load_pipeline(cfg)
     lm = Recorded(pipeline.lm)
     pipeline.lm = lm
     answer = pipeline.ask(frames, validate_query("Which way did I turn?", OPTIONS))
@@ -229,7 +229,7 @@ def test_the_paper_profile_reasons_over_embodied_r_serve(
         cfg = load_config("paper", overrides={
             "perception": {"backend": "geometric"}, "cache": {"enabled": False},
             "reasoning": {"model": {"base_url": url, "max_new_tokens": 24}}})
-        pipeline = EmbodiedR(cfg)
+        pipeline = load_pipeline(cfg)
         deadline = time.monotonic() + 120
         while not pipeline.lm.healthy():
             assert proc.poll() is None, proc.stderr.read().decode()

@@ -15,6 +15,7 @@ from scripted import ScriptedVLM
 from embodied_r_ros.agent.frame_store import FrameStore, Window
 from embodied_r_ros.agent.in_process_engine import LocalEngine
 from embodied_r_ros.agent.query_runner import QueryRequest, QueryRunner
+from embodied_r_ros.backends.factory import load_pipeline
 from embodied_r_ros.core.config import KeyframeConfig
 from embodied_r_ros.core.error_codes import (
     BAD_OPTIONS,
@@ -26,7 +27,6 @@ from embodied_r_ros.core.error_codes import (
     UNKNOWN_CAMERA,
     UNKNOWN_SCOPE,
 )
-from embodied_r_ros.core.pipeline import EmbodiedR
 from embodied_r_ros.core.profiles import load_config
 from embodied_r_ros.core.request import (
     GOAL_LIMITS,
@@ -66,7 +66,7 @@ class Robot:
     def __init__(self, store: FrameStore) -> None:
         self.store = store
         self.lm = ScriptedVLM([REPLY])
-        self.pipeline = EmbodiedR(load_config("offline"), lm=self.lm, load_models=False)
+        self.pipeline = load_pipeline(load_config("offline"), lm=self.lm, perception=False)
         self.windows: list[float] = []
         self.runner = QueryRunner(
             LocalEngine({"front": self._window}, lambda: self.pipeline, self.pipeline.reason),

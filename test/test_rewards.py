@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from embodied_r_ros.backends.base import BackendError, ChatBackend, Completion, Conversation
+from embodied_r_ros.core.chat import BackendError, ChatBackend, Completion, Conversation
 from embodied_r_training.rewards import (
     ConsistencyReward,
     accuracy_reward,

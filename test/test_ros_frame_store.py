@@ -7,9 +7,9 @@ import pytest
 from media import pan_frames
 
 from embodied_r_ros.agent.frame_store import FrameStore, PoseBuffer, StampGate
-from embodied_r_ros.backends.images import decode_image
 from embodied_r_ros.core.config import KeyframeConfig
 from embodied_r_ros.core.error_codes import BAD_STAMP, NO_FRAMES
+from embodied_r_ros.core.images import decode_image
 from embodied_r_ros.core.pipeline import QueryError
 from embodied_r_ros.core.poses import Pose
 

@@ -32,7 +32,7 @@ from sensor_msgs.msg import CameraInfo  # noqa: E402
 
 from embodied_r_interfaces.action import Perceive  # noqa: E402
 from embodied_r_interfaces.msg import EgoMotion  # noqa: E402
-from embodied_r_ros.backends.images import encode_jpeg  # noqa: E402
+from embodied_r_ros.core.images import encode_jpeg  # noqa: E402
 from embodied_r_ros.nodes.conversions import jpeg_to_compressed  # noqa: E402
 from embodied_r_ros.nodes.perception_node import PerceptionNode  # noqa: E402
 

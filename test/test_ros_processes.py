@@ -47,7 +47,7 @@ from embodied_r_interfaces.action import Perceive  # noqa: E402
 from embodied_r_interfaces.action import SpatialQuery as QueryAction  # noqa: E402
 from embodied_r_interfaces.msg import EgoMotion  # noqa: E402
 from embodied_r_interfaces.srv import SpatialQuery  # noqa: E402
-from embodied_r_ros.backends.images import encode_jpeg  # noqa: E402
+from embodied_r_ros.core.images import encode_jpeg  # noqa: E402
 from embodied_r_ros.nodes.conversions import jpeg_to_compressed  # noqa: E402
 from embodied_r_ros.nodes.frame_buffer import FrameBufferNode  # noqa: E402
 from embodied_r_ros.nodes.query_server import QueryServerNode  # noqa: E402

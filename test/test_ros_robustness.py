@@ -37,8 +37,8 @@ from embodied_r_interfaces.action import Perceive, Reason  # noqa: E402
 from embodied_r_interfaces.action import SpatialQuery as QueryAction  # noqa: E402
 from embodied_r_interfaces.msg import EgoMotion  # noqa: E402
 from embodied_r_interfaces.srv import GetWindow, MemoryClear, MemoryStats  # noqa: E402
-from embodied_r_ros.backends.images import encode_jpeg  # noqa: E402
 from embodied_r_ros.client import SpatialQueryClient  # noqa: E402
+from embodied_r_ros.core.images import encode_jpeg  # noqa: E402
 from embodied_r_ros.core.request import MAX_SETTABLE_CHARS  # noqa: E402
 
 NS = "/robust"

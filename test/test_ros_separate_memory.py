@@ -31,7 +31,7 @@ from rclpy.parameter import Parameter  # noqa: E402
 from sensor_msgs.msg import Image  # noqa: E402
 
 from embodied_r_interfaces.srv import MemoryClear, MemoryStats, SpatialQuery  # noqa: E402
-from embodied_r_ros.backends.base import Health  # noqa: E402
+from embodied_r_ros.core.chat import Health  # noqa: E402
 from embodied_r_ros.core.perception_text import PLACES_HEADING  # noqa: E402
 from embodied_r_ros.memory import SqliteMemoryStore  # noqa: E402
 from embodied_r_ros.nodes.conversions import stamp_to_sec  # noqa: E402

@@ -17,7 +17,7 @@ require_ros()
 from rclpy.parameter import Parameter  # noqa: E402
 
 from embodied_r_interfaces.msg import KeyFrameDescription  # noqa: E402
-from embodied_r_ros.backends.base import ChatBackend  # noqa: E402
+from embodied_r_ros.core.chat import ChatBackend  # noqa: E402
 from embodied_r_ros.nodes.conversions import stamp_to_sec  # noqa: E402
 
 NS = "/stream"

@@ -17,8 +17,10 @@ import pytest
 from http_helpers import free_port, http_json, openai_cfg
 from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import smart_resize
 
-from embodied_r_ros.backends import BackendError, create_backend
-from embodied_r_ros.backends.images import as_stored, from_data_url, to_data_url
+from embodied_r_ros.backends import create_backend
+from embodied_r_ros.backends.images import from_data_url, to_data_url
+from embodied_r_ros.core.chat import BackendError
+from embodied_r_ros.core.images import as_stored
 from embodied_r_ros.core.perception import parse_reply, vlm_conversation
 from embodied_r_ros.core.prompts import default_prompts
 from embodied_r_ros.core.reasoning import format_question

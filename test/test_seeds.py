@@ -1,4 +1,4 @@
-"""One seed rule for every backend (``ChatBackend.call_seeds``): an explicit seed gives
+"""One seed rule for every backend (``backends.base.call_seeds``): an explicit seed gives
 conversation i the seed + i at any temperature; without one a greedy call sends none and a
 sampling call takes the next seeds of the backend's own sequence, so a fresh backend replays,
 and neither successive calls nor the conversations of one call share a seed."""

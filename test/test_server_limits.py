@@ -16,10 +16,9 @@ import numpy as np
 import pytest
 
 from embodied_r_ros import cli
-from embodied_r_ros.backends import BackendError, ChatBackend
-from embodied_r_ros.backends.base import Completion
-from embodied_r_ros.backends.images import decode_image, image_size, to_data_url
+from embodied_r_ros.backends.images import decode_bounded, image_size, to_data_url
 from embodied_r_ros.core.cancel import CancelToken
+from embodied_r_ros.core.chat import BackendError, ChatBackend, Completion
 from embodied_r_ros.serving import OpenAIServer, serve
 from embodied_r_ros.serving.requests import Limits
 
@@ -181,8 +180,8 @@ def test_an_image_of_huge_dimensions_is_refused_from_its_header(recording) -> No
         assert status == 400 and why in body, body
     assert backend.calls == [] and image_size(png_bomb(5000, 5000)) == (5000, 5000)
     with pytest.raises(ValueError, match="larger than 100 pixels"):
-        decode_image(png_bomb(11, 10), max_pixels=100)
-    assert decode_image(png_bomb(10, 10), max_pixels=100).shape == (10, 10, 3)
+        decode_bounded(png_bomb(11, 10), max_pixels=100)
+    assert decode_bounded(png_bomb(10, 10), max_pixels=100).shape == (10, 10, 3)
 
 
 def test_images_per_request_are_bounded() -> None:

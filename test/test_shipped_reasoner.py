@@ -12,7 +12,7 @@ from adapter_cards import checked_card
 from worlddata import built_world_rows
 
 from embodied_r_ros.backends import offline
-from embodied_r_ros.backends.base import ChatBackend
+from embodied_r_ros.core.chat import ChatBackend
 from embodied_r_ros.core.config import ModelConfig
 from embodied_r_ros.core.profiles import load_config
 from embodied_r_ros.core.reasoning import is_well_formed, parse_reasoning

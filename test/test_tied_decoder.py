@@ -13,9 +13,10 @@ import torch
 from released_repo import greedy_tokens, write_checkpoint
 from safetensors import safe_open
 
-from embodied_r_ros.backends import BackendError, create_backend
+from embodied_r_ros.backends import create_backend
 from embodied_r_ros.backends.offline import MARKER_FILE
 from embodied_r_ros.backends.text_decoder import load_causal_lm
+from embodied_r_ros.core.chat import BackendError
 from embodied_r_ros.core.config import ModelConfig
 from embodied_r_training.cli import main as train_main
 

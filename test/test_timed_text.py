@@ -10,7 +10,6 @@ import random
 import pytest
 
 from embodied_r_ros.core.actions import Motion
-from embodied_r_ros.core.dead_reckoning import poses
 from embodied_r_ros.core.perception_text import (
     TEXT_PRECISION,
     describe_motion,
@@ -22,6 +21,7 @@ from embodied_r_ros.core.perception_text import (
 )
 from embodied_r_ros.core.reasoning import format_question
 from embodied_r_ros.core.records import FrameRecord, PerceptionRecord, TextStyle
+from embodied_r_ros.reading.dead_reckoning import poses
 
 QUESTION, OPTIONS = "Which way did I turn?", ("A. left", "B. right")
 BLOCK = format_question(QUESTION, OPTIONS)

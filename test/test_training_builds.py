@@ -108,7 +108,7 @@ class _Killed(KeyboardInterrupt):
 def test_a_killed_build_resumes_where_it_stopped(bag: Path, questions: Path,
                                                  tmp_path: Path) -> None:
     config = load_config("offline", overrides={"cache": {"dir": str(tmp_path / "cache")}})
-    pipeline = EmbodiedR(config, load_models=False)
+    pipeline = EmbodiedR(config)
     from embodied_r_ros.recordings.bags import BagReader
 
     out = tmp_path / "ds"

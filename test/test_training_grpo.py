@@ -14,7 +14,7 @@ from test_rewards import RuleReference
 from torch import Tensor
 from transformers import AutoModelForCausalLM, TrainerCallback
 
-from embodied_r_ros.backends.base import ChatBackend, Completion
+from embodied_r_ros.core.chat import ChatBackend, Completion
 from embodied_r_ros.core.perception_text import observation
 from embodied_r_training.cli import main
 from embodied_r_training.data.prompt_budget import dataset_layout, fit_prompt, token_counter

@@ -19,12 +19,14 @@ from http_helpers import (
     user,
 )
 
-from embodied_r_ros.backends import BackendError, ChatBackend, create_backend
-from embodied_r_ros.backends.images import from_data_url, resize_max_side, to_data_url
+from embodied_r_ros.backends import create_backend
+from embodied_r_ros.backends.images import from_data_url, to_data_url
 from embodied_r_ros.backends.openai_backend import OpenAIBackend
 from embodied_r_ros.core.cancel import CancelToken
+from embodied_r_ros.core.chat import BackendError, ChatBackend
 from embodied_r_ros.core.config import ModelConfig
 from embodied_r_ros.core.error_codes import BACKEND_DOWN, BACKEND_FAILED, CANCELLED
+from embodied_r_ros.core.images import resize_max_side
 
 
 def test_greedy_is_deterministic(

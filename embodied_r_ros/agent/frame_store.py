@@ -26,10 +26,10 @@ from typing import Literal
 
 import numpy as np
 
-from embodied_r_ros.backends.images import decode_image, encode_jpeg, resize_max_side
 from embodied_r_ros.core.actions import Motion
 from embodied_r_ros.core.config import ODOM_TOLERANCE_SEC, KeyframeConfig
 from embodied_r_ros.core.error_codes import BAD_STAMP, NO_FRAMES
+from embodied_r_ros.core.images import decode_image, encode_jpeg, resize_max_side
 from embodied_r_ros.core.keyframes import KeyframeDecision, KeyframeExtractor, finalize_positions
 from embodied_r_ros.core.odometry import PoseTrack, odometry_motions, pose_near
 from embodied_r_ros.core.poses import Pose

@@ -15,8 +15,8 @@ import traceback
 from collections.abc import Callable
 from typing import Any
 
-from embodied_r_ros.backends.base import BackendError
 from embodied_r_ros.core.cancel import CancelToken
+from embodied_r_ros.core.chat import BackendError
 from embodied_r_ros.core.error_codes import CANCELLED, INTERNAL
 from embodied_r_ros.core.request import QueryError, one_line
 

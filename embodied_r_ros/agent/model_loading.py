@@ -1,19 +1,9 @@
-"""Loading the models a node serves, once, at start-up (never inside a camera callback)."""
+"""Naming the models a node serves (``backends.factory.load_pipeline`` loads them, once, at
+start-up, never inside a camera callback)."""
 
 from __future__ import annotations
 
 from embodied_r_ros.core.config import Config
-from embodied_r_ros.core.pipeline import EmbodiedR, create_models
-
-
-def build_pipeline(config: Config, *, perception: bool = True, reasoning: bool = True) -> EmbodiedR:
-    """An :class:`EmbodiedR` holding only the models this process serves.
-
-    The perception node loads the VLM alone and the reasoning node the LM alone, so the VLM can
-    live on another machine; the all-in-one process loads both into one instance.
-    """
-    vlm, lm, memory_lm = create_models(config, perception=perception, reasoning=reasoning)
-    return EmbodiedR(config, vlm=vlm, lm=lm, memory_lm=memory_lm, load_models=False)
 
 
 def describe_models(config: Config, *, perception: bool = True, reasoning: bool = True) -> str:

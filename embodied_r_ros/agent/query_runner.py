@@ -22,8 +22,8 @@ from typing import Protocol
 
 from embodied_r_ros.agent.frame_store import Window
 from embodied_r_ros.agent.guard import error_of
-from embodied_r_ros.backends.base import raise_if_stopped
 from embodied_r_ros.core.cancel import CancelToken
+from embodied_r_ros.core.chat import raise_if_stopped
 from embodied_r_ros.core.error_codes import BACKEND_DOWN, BUSY, INTERNAL
 from embodied_r_ros.core.perception import ProgressFn
 from embodied_r_ros.core.query_result import MemoryFrameUsed, QueryResult

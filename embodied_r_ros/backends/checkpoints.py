@@ -19,8 +19,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from embodied_r_ros.backends.base import BackendError
 from embodied_r_ros.backends.offline import resolve_model
+from embodied_r_ros.core.chat import BackendError
 from embodied_r_ros.core.config import ModelConfig
 from embodied_r_ros.core.error_codes import BACKEND_FAILED
 

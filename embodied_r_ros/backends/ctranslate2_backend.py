@@ -26,7 +26,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from embodied_r_ros.backends.base import BackendError, Completion, cut_at_stop
+from embodied_r_ros.backends.base import cut_at_stop
 from embodied_r_ros.backends.generation import GenerationSettings, resolve_generation
 from embodied_r_ros.backends.local_engine import (
     MARKER_FILE,
@@ -38,6 +38,7 @@ from embodied_r_ros.backends.local_engine import (
     load_tokenizer,
 )
 from embodied_r_ros.core.cancel import CancelToken
+from embodied_r_ros.core.chat import BackendError, Completion
 from embodied_r_ros.core.config import ModelConfig
 from embodied_r_ros.core.error_codes import BACKEND_FAILED
 

@@ -28,8 +28,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from embodied_r_ros.backends.base import BackendError
 from embodied_r_ros.backends.text_decoder import VL_TYPES, decoder_config
+from embodied_r_ros.core.chat import BackendError
 from embodied_r_ros.core.error_codes import BACKEND_FAILED
 
 #: the GGUF tensor type of each 2-D weight per quantisation setting; norms and biases stay F32

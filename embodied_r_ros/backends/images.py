@@ -1,8 +1,5 @@
-"""Image helpers shared by the backends: checking message parts, resizing, JPEG data URLs.
-
-Images in the core are numpy uint8 H x W x 3 RGB; OpenCV works in BGR, so the colour order is
-swapped exactly here, at the encode/decode boundary.
-"""
+"""Image helpers shared by the backends: checking message parts, JPEG data URLs, OpenAI
+messages (a frame's pixels and JPEG encoding are :mod:`embodied_r_ros.core.images`')."""
 
 from __future__ import annotations
 
@@ -11,21 +8,12 @@ import binascii
 import io
 from typing import Any
 
-import cv2
 import numpy as np
 
-from embodied_r_ros.backends.base import Conversation, InvalidConversation, Message
+from embodied_r_ros.core.chat import Conversation, InvalidConversation, Message
+from embodied_r_ros.core.images import check_image, decode_image, encode_jpeg, resize_max_side
 
 DATA_URL_PREFIX = "data:image/jpeg;base64,"
-
-
-def check_image(image: object) -> np.ndarray:
-    """The image itself if it is H x W x 3 uint8, else a ``ValueError`` saying what is wrong."""
-    if not isinstance(image, np.ndarray):
-        raise ValueError(f"image must be a numpy array, got {type(image).__name__}")
-    if image.dtype != np.uint8 or image.ndim != 3 or image.shape[2] != 3:
-        raise ValueError(f"image must be H x W x 3 uint8 RGB, got {image.shape} {image.dtype}")
-    return image
 
 
 def content_parts(message: Message) -> str | list[dict[str, Any]]:
@@ -50,32 +38,6 @@ def content_parts(message: Message) -> str | list[dict[str, Any]]:
     return parts
 
 
-def max_side_size(width: int, height: int, max_side: int) -> tuple[int, int]:
-    """``(width, height)`` of an image of that size after :func:`resize_max_side`."""
-    longest = max(height, width)
-    if max_side <= 0 or longest <= max_side:
-        return width, height
-    scale = max_side / longest
-    return max(1, round(width * scale)), max(1, round(height * scale))
-
-
-def resize_max_side(image: np.ndarray, max_side: int) -> np.ndarray:
-    """Shrink so the longest side is at most ``max_side`` (0 = as is); never enlarges."""
-    height, width = image.shape[:2]
-    size = max_side_size(width, height, max_side)
-    if size == (width, height):
-        return image
-    return cv2.resize(image, size, interpolation=cv2.INTER_AREA)
-
-
-def encode_jpeg(image: np.ndarray, quality: int = 90) -> bytes:
-    bgr = cv2.cvtColor(check_image(image), cv2.COLOR_RGB2BGR)
-    ok, buf = cv2.imencode(".jpg", bgr, [cv2.IMWRITE_JPEG_QUALITY, quality])
-    if not ok:
-        raise ValueError("JPEG encoding failed")
-    return buf.tobytes()
-
-
 def image_size(data: bytes) -> tuple[int, int]:
     """(width, height) from the image header alone: nothing is decoded or allocated."""
     from PIL import Image, UnidentifiedImageError
@@ -89,18 +51,15 @@ def image_size(data: bytes) -> tuple[int, int]:
         raise ValueError("not a decodable image") from None
 
 
-def decode_image(data: bytes, max_pixels: int | None = None) -> np.ndarray:
-    """Any format OpenCV reads (JPEG, PNG, ...) to RGB uint8. With ``max_pixels`` the size
-    is read from the header first, so a small file of huge dimensions is refused before the
-    decoder allocates for it."""
+def decode_bounded(data: bytes, max_pixels: int | None = None) -> np.ndarray:
+    """:func:`~embodied_r_ros.core.images.decode_image` of a frame from outside: with
+    ``max_pixels`` the size is read from the header first, so a small file of huge dimensions
+    is refused before the decoder allocates for it."""
     if max_pixels is not None:
         width, height = image_size(data)
         if width * height > max_pixels:
             raise ValueError(f"{width}x{height} is larger than {max_pixels} pixels")
-    bgr = cv2.imdecode(np.frombuffer(data, dtype=np.uint8), cv2.IMREAD_COLOR)
-    if bgr is None:
-        raise ValueError("not a decodable image")
-    return cv2.cvtColor(bgr, cv2.COLOR_BGR2RGB)
+    return decode_image(data)
 
 
 def to_data_url(image: np.ndarray, max_side: int = 0, quality: int = 90) -> str:
@@ -120,8 +79,8 @@ def data_url_bytes(url: str) -> bytes:
 
 
 def from_data_url(url: str, max_pixels: int | None = None) -> np.ndarray:
-    """Decode a base64 image data URL; ``max_pixels``: see :func:`decode_image`."""
-    return decode_image(data_url_bytes(url), max_pixels)
+    """Decode a base64 image data URL; ``max_pixels``: see :func:`decode_bounded`."""
+    return decode_bounded(data_url_bytes(url), max_pixels)
 
 
 def to_openai_messages(conversation: Conversation, image_max_side: int = 0) -> list[dict[str, Any]]:
@@ -141,16 +100,3 @@ def to_openai_messages(conversation: Conversation, image_max_side: int = 0) -> l
             ]
         out.append({"role": msg["role"], "content": content})
     return out
-
-
-#: JPEG quality the robot's frame buffer stores frames at (its ``jpeg_quality`` default)
-STORED_JPEG_QUALITY = 90
-
-
-def as_stored(image: np.ndarray, max_side: int, quality: int = STORED_JPEG_QUALITY
-              ) -> tuple[np.ndarray, bytes]:
-    """``(pixels, jpeg)`` of a frame as the frame buffer keeps it: shrunk to the processing
-    resolution, JPEG-encoded, and decoded again, which is what perception sees on the robot
-    (datasets built from bags perceive the same pixels)."""
-    jpeg = encode_jpeg(resize_max_side(image, max_side), quality)
-    return decode_image(jpeg), jpeg

@@ -23,21 +23,20 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from embodied_r_ros.backends.base import (
-    BackendError,
-    ChatBackend,
-    Completion,
-    Conversation,
-    ReplyFn,
-    end_token_ids,
-    exclusive,
-    raise_if_stopped,
-)
+from embodied_r_ros.backends.base import call_seeds, end_token_ids, exclusive
 from embodied_r_ros.backends.checkpoints import checkpoint_path
 from embodied_r_ros.backends.generation import GenerationSettings
 from embodied_r_ros.backends.images import content_parts
 from embodied_r_ros.backends.offline import build_once, is_offline_model, model_cache_dir
 from embodied_r_ros.core.cancel import CancelToken
+from embodied_r_ros.core.chat import (
+    BackendError,
+    ChatBackend,
+    Completion,
+    Conversation,
+    ReplyFn,
+    raise_if_stopped,
+)
 from embodied_r_ros.core.config import ModelConfig
 from embodied_r_ros.core.error_codes import BACKEND_DOWN, BACKEND_FAILED
 
@@ -233,7 +232,7 @@ class LocalEngineBackend(ChatBackend):
         settings = self.generation.with_call(
             max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p, top_k=top_k,
             repetition_penalty=repetition_penalty)
-        seeds = self.call_seeds(self.cfg.seed, settings.temperature, seed, len(conversations))
+        seeds = call_seeds(self, self.cfg.seed, settings.temperature, seed, len(conversations))
         out: list[Completion] = []
         try:
             if (self.batches_greedy and settings.greedy and cancel is None and on_reply is None

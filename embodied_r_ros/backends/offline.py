@@ -29,8 +29,8 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from embodied_r_ros.backends.base import BackendError
 from embodied_r_ros.backends.tiny_models import build_tiny_qwen2, build_tiny_qwen2_5_vl
+from embodied_r_ros.core.chat import BackendError
 from embodied_r_ros.core.error_codes import BACKEND_FAILED
 
 logger = logging.getLogger(__name__)

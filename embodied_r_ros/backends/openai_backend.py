@@ -32,8 +32,15 @@ from typing import Any
 
 import openai
 
-from embodied_r_ros.backends.base import (
-    MAX_CHARS_PER_TOKEN,
+from embodied_r_ros.backends.base import MAX_CHARS_PER_TOKEN, call_seeds
+from embodied_r_ros.backends.generation import (
+    GenerationSettings,
+    local_checkpoint,
+    resolve_generation,
+)
+from embodied_r_ros.backends.images import to_openai_messages
+from embodied_r_ros.core.cancel import CancelToken
+from embodied_r_ros.core.chat import (
     BackendError,
     ChatBackend,
     Completion,
@@ -42,13 +49,6 @@ from embodied_r_ros.backends.base import (
     ReplyFn,
     raise_if_stopped,
 )
-from embodied_r_ros.backends.generation import (
-    GenerationSettings,
-    local_checkpoint,
-    resolve_generation,
-)
-from embodied_r_ros.backends.images import to_openai_messages
-from embodied_r_ros.core.cancel import CancelToken
 from embodied_r_ros.core.config import ModelConfig
 from embodied_r_ros.core.error_codes import BACKEND_DOWN, BACKEND_FAILED, BACKEND_TIMEOUT
 from embodied_r_ros.core.profiles import api_key_from_env
@@ -287,7 +287,7 @@ class OpenAIBackend(ChatBackend):
             max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p, top_k=top_k,
             repetition_penalty=repetition_penalty)
         raise_if_stopped(cancel)
-        seeds = self.call_seeds(self.cfg.seed, settings.temperature, seed, len(conversations))
+        seeds = call_seeds(self, self.cfg.seed, settings.temperature, seed, len(conversations))
         bodies = [self._body(c, settings, top_p, s, stop)
                   for c, s in zip(conversations, seeds, strict=True)]
         warned = threading.Event()  # one retry warning per batch

@@ -43,16 +43,6 @@ def write_atomic(path: str | Path, text: str) -> None:
         raise
 
 
-def digest(*parts: bytes | str) -> str:
-    """A stable hex key over byte/str parts (length-prefixed so parts cannot run together)."""
-    h = hashlib.sha256()
-    for part in parts:
-        data = part.encode() if isinstance(part, str) else part
-        h.update(len(data).to_bytes(8, "little"))
-        h.update(data)
-    return h.hexdigest()
-
-
 def _content_digest(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 

@@ -24,7 +24,7 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from embodied_r_ros.backends.base import BackendError
+from embodied_r_ros.core.chat import BackendError
 from embodied_r_ros.core.error_codes import BACKEND_FAILED
 
 logger = logging.getLogger(__name__)

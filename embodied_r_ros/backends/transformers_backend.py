@@ -5,7 +5,7 @@ its text decoder alone (``text_only``, see :mod:`.text_decoder`): same logits, n
 
 Conversations are batched ``batch_size`` at a time with left padding, so every row's completion
 starts at the same column and the prompt is stripped by slicing. Greedy at temperature 0; with
-sampling, each batch reseeds a forked RNG by the one seed rule (:meth:`ChatBackend.call_seeds`),
+sampling, each batch reseeds a forked RNG by the one seed rule (``backends.base.call_seeds``),
 so a fresh backend replays the same outputs without touching the process-wide torch RNG.
 
 The stock Qwen2.5-VL processor needs torchvision (for its video processor), which does not
@@ -38,7 +38,13 @@ from transformers import (
 )
 from transformers.utils import is_torchvision_available
 
-from embodied_r_ros.backends.base import (
+from embodied_r_ros.backends.base import call_seeds, cut_at_stop, end_token_ids, exclusive
+from embodied_r_ros.backends.checkpoints import config_path
+from embodied_r_ros.backends.generation import resolve_generation
+from embodied_r_ros.backends.images import content_parts
+from embodied_r_ros.backends.text_decoder import VL_TYPES, chat_template, load_causal_lm
+from embodied_r_ros.core.cancel import CancelToken
+from embodied_r_ros.core.chat import (
     BackendError,
     ChatBackend,
     Completion,
@@ -46,18 +52,11 @@ from embodied_r_ros.backends.base import (
     ImageGrid,
     InvalidConversation,
     ReplyFn,
-    cut_at_stop,
-    end_token_ids,
-    exclusive,
     raise_if_stopped,
 )
-from embodied_r_ros.backends.checkpoints import config_path
-from embodied_r_ros.backends.generation import resolve_generation
-from embodied_r_ros.backends.images import content_parts, resize_max_side
-from embodied_r_ros.backends.text_decoder import VL_TYPES, chat_template, load_causal_lm
-from embodied_r_ros.core.cancel import CancelToken
 from embodied_r_ros.core.config import ModelConfig
 from embodied_r_ros.core.error_codes import BACKEND_FAILED
+from embodied_r_ros.core.images import resize_max_side
 
 logger = logging.getLogger(__name__)
 
@@ -339,7 +338,7 @@ class TransformersBackend(ChatBackend):
             gen_kwargs["stopping_criteria"] = StoppingCriteriaList([_StopWhenCancelled(cancel)])
         results: list[list[int]] = []
         size = self.cfg.batch_size
-        seeds = self.call_seeds(self.cfg.seed, temp, seed, len(conversations))
+        seeds = call_seeds(self, self.cfg.seed, temp, seed, len(conversations))
         for start in range(0, len(conversations), size):
             raise_if_stopped(cancel)
             enc = self.encode(conversations[start : start + size])

@@ -11,14 +11,7 @@ import logging
 from collections.abc import Sequence
 from typing import Any
 
-from embodied_r_ros.backends.base import (
-    BackendError,
-    ChatBackend,
-    Completion,
-    Conversation,
-    ReplyFn,
-    raise_if_stopped,
-)
+from embodied_r_ros.backends.base import call_seeds
 from embodied_r_ros.backends.checkpoints import config_path
 from embodied_r_ros.backends.generation import (
     GenerationSettings,
@@ -26,6 +19,14 @@ from embodied_r_ros.backends.generation import (
 )
 from embodied_r_ros.backends.images import to_openai_messages
 from embodied_r_ros.core.cancel import CancelToken
+from embodied_r_ros.core.chat import (
+    BackendError,
+    ChatBackend,
+    Completion,
+    Conversation,
+    ReplyFn,
+    raise_if_stopped,
+)
 from embodied_r_ros.core.config import ModelConfig
 from embodied_r_ros.core.error_codes import BACKEND_DOWN, BACKEND_FAILED
 
@@ -137,7 +138,7 @@ class VLLMBackend(ChatBackend):
             "stop": list(stop) or None,
         }
         return [{**common, "seed": s}
-                for s in self.call_seeds(self.cfg.seed, settings.temperature, seed, n)]
+                for s in call_seeds(self, self.cfg.seed, settings.temperature, seed, n)]
 
     def close(self) -> None:
         self._llm = None

@@ -27,9 +27,9 @@ from typing import Any
 
 import numpy as np
 
-from embodied_r_ros.backends.base import Conversation, ImageGrid
-from embodied_r_ros.backends.images import max_side_size
+from embodied_r_ros.core.chat import Conversation, ImageGrid
 from embodied_r_ros.core.config import GroundingConfig
+from embodied_r_ros.core.images import max_side_size
 from embodied_r_ros.core.prompts import PromptSet
 from embodied_r_ros.core.records import SeenObject
 

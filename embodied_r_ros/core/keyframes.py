@@ -24,6 +24,7 @@ import cv2
 import numpy as np
 
 from embodied_r_ros.core.config import KeyframeConfig
+from embodied_r_ros.core.images import resize_max_side
 from embodied_r_ros.core.overlap import overlap_ratio
 
 try:  # the compiled matcher (setup.py builds it); NumPy does the same where it is missing
@@ -115,14 +116,8 @@ class FeatureMatcher:
             gray = image[:, :, 0] if image.shape[2] == 1 else cv2.cvtColor(image, code)
         else:
             gray = image
-        h, w = gray.shape
-        side = max(w, h)
-        if self.cfg.max_side and side > self.cfg.max_side:
-            r = self.cfg.max_side / side
-            pw, ph = max(1, round(w * r)), max(1, round(h * r))
-            gray = cv2.resize(gray, (pw, ph), interpolation=cv2.INTER_AREA)
-            return gray, (pw / w, ph / h)
-        return gray, (1.0, 1.0)
+        (h, w), small = gray.shape, resize_max_side(gray, self.cfg.max_side)
+        return small, (small.shape[1] / w, small.shape[0] / h)
 
     def detect(self, image: np.ndarray) -> Features:
         gray, scale = self.gray(image)

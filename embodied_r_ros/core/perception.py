@@ -32,19 +32,13 @@ import logging
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 import numpy as np
 
-from embodied_r_ros.backends.base import (
-    ChatBackend,
-    Completion,
-    Conversation,
-    raise_if_stopped,
-)
-from embodied_r_ros.backends.reply_cache import ReplyCache, digest
 from embodied_r_ros.core.actions import Motion, action_of
 from embodied_r_ros.core.cancel import CancelToken
+from embodied_r_ros.core.chat import ChatBackend, Completion, Conversation, raise_if_stopped
 from embodied_r_ros.core.colors import colour_objects
 from embodied_r_ros.core.config import CameraConfig, ModelConfig, PerceptionConfig
 from embodied_r_ros.core.egomotion import camera_matrix
@@ -190,6 +184,16 @@ def vlm_conversation(
     return [{"role": "user", "content": parts}]
 
 
+def digest(*parts: bytes | str) -> str:
+    """A stable hex key over byte/str parts (length-prefixed so parts cannot run together)."""
+    h = hashlib.sha256()
+    for part in parts:
+        data = part.encode() if isinstance(part, str) else part
+        h.update(len(data).to_bytes(8, "little"))
+        h.update(data)
+    return h.hexdigest()
+
+
 def frames_digest(images: Sequence[np.ndarray]) -> str:
     h = hashlib.sha256()
     for img in images:
@@ -214,6 +218,13 @@ def reply_settings(vlm: ModelConfig | None) -> list[Any]:
     return settings + chosen if chosen != [0, 1.0, False] else settings
 
 
+class ReplyStore(Protocol):
+    """Where replies are kept by key (the backends' ``ReplyCache``), handed to the method."""
+
+    def get(self, key: str) -> Any | None: ...
+    def put(self, key: str, value: Any) -> None: ...
+
+
 class Perceiver:
     """Describes key frames with a VLM (or geometrically), caching every reply per call."""
 
@@ -221,7 +232,7 @@ class Perceiver:
         self,
         cfg: PerceptionConfig,
         vlm: ChatBackend | None = None,
-        cache: ReplyCache | None = None,
+        cache: ReplyStore | None = None,
         prompts: PromptSet | None = None,
     ) -> None:
         if cfg.backend == "vlm" and vlm is None:

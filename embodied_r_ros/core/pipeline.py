@@ -15,11 +15,9 @@ from collections.abc import Iterable, Sequence
 
 import numpy as np
 
-from embodied_r_ros.backends.base import BackendError, ChatBackend, Conversation
-from embodied_r_ros.backends.images import as_stored, resize_max_side
-from embodied_r_ros.backends.reply_cache import ReplyCache
 from embodied_r_ros.core.actions import Motion
 from embodied_r_ros.core.cancel import CancelToken
+from embodied_r_ros.core.chat import BackendError, ChatBackend, Conversation
 from embodied_r_ros.core.config import CameraConfig, Config
 from embodied_r_ros.core.error_codes import (
     BACKEND_DOWN,
@@ -27,9 +25,10 @@ from embodied_r_ros.core.error_codes import (
     BAD_REQUEST,
     NO_FRAMES,
 )
+from embodied_r_ros.core.images import as_stored, resize_max_side
 from embodied_r_ros.core.keyframes import KeyframeSelection, select_keyframes
 from embodied_r_ros.core.odometry import PoseTrack, odometry_motions, poses_at
-from embodied_r_ros.core.perception import Perceiver, PerceptionResult, ProgressFn
+from embodied_r_ros.core.perception import Perceiver, PerceptionResult, ProgressFn, ReplyStore
 from embodied_r_ros.core.poses import Pose
 from embodied_r_ros.core.prompts import prompts_from
 from embodied_r_ros.core.query_result import QueryResult
@@ -51,28 +50,9 @@ from embodied_r_ros.core.request import (
 log = logging.getLogger(__name__)
 
 
-def create_models(
-    config: Config, *, perception: bool = True, reasoning: bool = True
-) -> tuple[ChatBackend | None, ChatBackend | None, ChatBackend | None]:
-    """``(vlm, lm, memory_lm)`` as ``config`` names them: the VLM only for VLM perception, the
-    reasoning LMs text-only (a VL checkpoint loads as its text decoder), the memory reader only
-    where the memory is on (nothing else writes its texts); ``None`` for a role not asked for
-    or not configured."""
-    from embodied_r_ros.backends.factory import create_backend
-
-    vlm = lm = memory_lm = None
-    if perception and config.perception.backend == "vlm":
-        assert config.perception.vlm is not None  # the schema guarantees it
-        vlm = create_backend(config.perception.vlm)
-    if reasoning:
-        lm = create_backend(config.reasoning.model, text_only=True)
-        if (memory_reader := config.memory_reader()) is not None:
-            memory_lm = create_backend(memory_reader, text_only=True)
-    return vlm, lm, memory_lm
-
-
 class EmbodiedR:
-    """Holds the loaded models; thread-safe for concurrent questions when its backends are."""
+    """The method over the models and reply ``cache`` it is given (``load_pipeline`` in the
+    backends loads them); thread-safe for concurrent questions when its backends are."""
 
     def __init__(
         self,
@@ -81,24 +61,14 @@ class EmbodiedR:
         vlm: ChatBackend | None = None,
         lm: ChatBackend | None = None,
         memory_lm: ChatBackend | None = None,
-        load_models: bool = True,
+        cache: ReplyStore | None = None,
     ) -> None:
         self.config = config
-        if load_models:
-            loaded_vlm, loaded_lm, loaded_memory_lm = create_models(
-                config, perception=vlm is None, reasoning=lm is None)
-            vlm, lm = vlm or loaded_vlm, lm or loaded_lm
-            memory_lm = memory_lm or loaded_memory_lm
         self.vlm = vlm
         self.lm = lm
         #: reads the texts that carry a memory's places block; None: ``lm`` reads them
         self.memory_lm = memory_lm
         self.prompts = prompts_from(config.prompts)
-        c = config.cache
-        cache = None
-        if c.enabled or config.perception.mode == "streaming":  # streaming keeps its in memory
-            cache = ReplyCache(c.dir if c.enabled else None, max_mb=c.max_mb,
-                               memory_mb=c.memory_mb)
         self.perceiver = Perceiver(config.perception, vlm, cache, self.prompts) if (
             vlm is not None or config.perception.backend == "geometric"
         ) else None

@@ -12,8 +12,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from embodied_r_ros.backends.base import Conversation
 from embodied_r_ros.core.answers import official_eval_letter
+from embodied_r_ros.core.chat import Conversation
 from embodied_r_ros.core.prompts import PromptSet, default_prompts
 
 LETTERS = "ABCDEFGH"

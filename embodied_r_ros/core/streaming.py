@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from embodied_r_ros.backends.base import BackendError
+from embodied_r_ros.core.chat import BackendError
 from embodied_r_ros.core.perception import Perceiver
 from embodied_r_ros.core.records import FrameRecord
 

@@ -1,7 +1,7 @@
 """How the perception text writes its amounts: the words and precisions, in one definition.
 
 The renderer (:mod:`embodied_r_ros.core.perception_text`), its stated view (the same amounts
-as the text writes them) and the reader of old texts (:mod:`embodied_r_ros.core.legacy_text`)
+as the text writes them) and the reader of old texts (:mod:`embodied_r_ros.reading.legacy_text`)
 all take the unit words and each quantity's rounding from here, so a changed precision changes
 what is written and what is read alike.
 """

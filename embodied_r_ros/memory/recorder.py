@@ -22,7 +22,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from embodied_r_ros.backends.images import encode_jpeg, resize_max_side
+from embodied_r_ros.core.images import encode_jpeg, resize_max_side
 from embodied_r_ros.core.perception_text import observation
 from embodied_r_ros.core.poses import Pose
 from embodied_r_ros.core.records import FrameRecord, SeenObject

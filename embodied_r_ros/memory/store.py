@@ -21,12 +21,12 @@ from typing import Any, Literal
 
 import numpy as np
 
-from embodied_r_ros.core.legacy_text import observed_objects
 from embodied_r_ros.core.perception_text import NOTHING_IN_VIEW
 from embodied_r_ros.core.poses import Pose
 from embodied_r_ros.core.records import FrameRecord, SeenObject
 from embodied_r_ros.memory.errors import BAD_ROW, READ_ONLY, SpatialMemoryError
 from embodied_r_ros.memory.placements import Placement
+from embodied_r_ros.reading.legacy_text import observed_objects
 
 #: where a row's pose came from: wheel/IMU odometry, or visual ego-motion integrated over time
 PoseSource = Literal["odometry", "visual"]

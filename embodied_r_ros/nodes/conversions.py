@@ -19,7 +19,7 @@ from geometry_msgs.msg import Pose as PoseMsg
 from nav_msgs.msg import Odometry
 from sensor_msgs.msg import CompressedImage, Image
 
-from embodied_r_ros.backends.images import decode_image
+from embodied_r_ros.backends.images import decode_bounded
 from embodied_r_ros.core.actions import Motion
 from embodied_r_ros.core.error_codes import CORRUPT_FRAME
 from embodied_r_ros.core.poses import Pose
@@ -95,7 +95,7 @@ def compressed_jpeg_to_rgb(msg: CompressedImage, max_pixels: int = MAX_IMAGE_PIX
                            ) -> np.ndarray:
     """The frame buffer's JPEGs back to RGB (internal transport); the size is read from the
     header first, so a hostile 'JPEG' of huge dimensions is refused before any allocation."""
-    return decode_image(bytes(msg.data), max_pixels)
+    return decode_bounded(bytes(msg.data), max_pixels)
 
 
 def odometry_to_pose(msg: Odometry) -> Pose:

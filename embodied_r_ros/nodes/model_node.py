@@ -37,7 +37,8 @@ from embodied_r_ros.agent.guard import (
     guard_execute,
     one_line,
 )
-from embodied_r_ros.agent.model_loading import build_pipeline, describe_models
+from embodied_r_ros.agent.model_loading import describe_models
+from embodied_r_ros.backends.factory import load_pipeline
 from embodied_r_ros.core.cancel import CancelToken
 from embodied_r_ros.core.config import Config
 from embodied_r_ros.core.error_codes import BACKEND_DOWN
@@ -137,7 +138,7 @@ class ModelNode(LifecycleNode):
         self.get_logger().info(f"configure: loading {models}")
         start = time.perf_counter()
         try:
-            self.pipeline = build_pipeline(
+            self.pipeline = load_pipeline(
                 config,
                 perception=self.role == "perception",
                 reasoning=self.role == "reasoning",

@@ -32,8 +32,8 @@ from rclpy.event_handler import SubscriptionEventCallbacks
 from rclpy.node import Node
 
 from embodied_r_ros.agent.frame_store import Window
-from embodied_r_ros.backends.base import raise_if_stopped
 from embodied_r_ros.core.cancel import CancelToken
+from embodied_r_ros.core.chat import raise_if_stopped
 from embodied_r_ros.core.error_codes import BACKEND_DOWN, BACKEND_FAILED
 from embodied_r_ros.core.perception import ProgressFn
 from embodied_r_ros.core.reasoning import Reasoning, is_well_formed

@@ -28,9 +28,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from embodied_r_ros.core.actions import ACTIONS
-from embodied_r_ros.core.dead_reckoning import Pose2D, pose_at_age, poses
 from embodied_r_ros.core.perception_text import FrameText, PerceptionText, Sighting
 from embodied_r_ros.core.poses import heading_deg, quadrant, wrap_deg
+from embodied_r_ros.reading.dead_reckoning import Pose2D, pose_at_age, poses
 from embodied_r_ros.sim.question_basis import PATH_KINDS, Option, QuestionBasis, place_age
 from embodied_r_ros.sim.question_rules import DISTANCE_BANDS
 

@@ -53,7 +53,7 @@ class TextDecides:
             raise ValueError("the world's questions are checked with the geometric perception")
         self.world = world
         self.frames = frames
-        self.pipeline = EmbodiedR(config, load_models=False)
+        self.pipeline = EmbodiedR(config)
         assert self.pipeline.perceiver is not None  # geometric: no model to load
         self.style = self.pipeline.perceiver.style
         cam = world.camera  # the intrinsics the world's bag carries, as a build reads them

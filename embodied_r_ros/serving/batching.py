@@ -10,8 +10,8 @@ import threading
 import time
 from concurrent.futures import Future
 
-from embodied_r_ros.backends.base import BackendError, ChatBackend, Completion, Conversation
 from embodied_r_ros.core.cancel import CancelToken
+from embodied_r_ros.core.chat import BackendError, ChatBackend, Completion, Conversation
 from embodied_r_ros.core.error_codes import BACKEND_DOWN, CANCELLED
 from embodied_r_ros.serving.requests import Settings
 

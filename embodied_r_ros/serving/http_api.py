@@ -18,8 +18,8 @@ import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import TYPE_CHECKING, Any
 
-from embodied_r_ros.backends.base import BackendError
 from embodied_r_ros.core.cancel import CancelToken
+from embodied_r_ros.core.chat import BackendError
 from embodied_r_ros.core.error_codes import BACKEND_DOWN, BACKEND_FAILED, BACKEND_TIMEOUT, CANCELLED
 from embodied_r_ros.core.request import one_line
 from embodied_r_ros.serving.requests import RequestError, parse_json

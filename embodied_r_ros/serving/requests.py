@@ -10,8 +10,10 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from embodied_r_ros.backends.base import MAX_CHARS_PER_TOKEN, Conversation
-from embodied_r_ros.backends.images import data_url_bytes, decode_image, image_size
+from embodied_r_ros.backends.base import MAX_CHARS_PER_TOKEN
+from embodied_r_ros.backends.images import data_url_bytes, image_size
+from embodied_r_ros.core.chat import Conversation
+from embodied_r_ros.core.images import decode_image
 from embodied_r_ros.core.request import MAX_IMAGE_PIXELS
 
 #: request keys understood (others are refused, not silently ignored)

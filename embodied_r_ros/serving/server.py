@@ -26,8 +26,8 @@ from dataclasses import replace
 from types import FrameType, TracebackType
 from typing import Any
 
-from embodied_r_ros.backends.base import BackendError, ChatBackend, Conversation
 from embodied_r_ros.core.cancel import CancelToken
+from embodied_r_ros.core.chat import BackendError, ChatBackend, Conversation
 from embodied_r_ros.core.error_codes import BACKEND_DOWN, BACKEND_FAILED
 from embodied_r_ros.serving.batching import Batcher
 from embodied_r_ros.serving.http_api import (

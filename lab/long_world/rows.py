@@ -67,7 +67,7 @@ def world_rows(world: Path, scene: str, work: Path, window: bool = True
     """The rows of one long world (see the module notes), in ask order."""
     config = load_config("offline", overrides={"memory": {
         "enabled": True, "path": str(work / "memory.sqlite3")}})
-    pipeline = EmbodiedR(config, load_models=False)
+    pipeline = EmbodiedR(config)
     store = SqliteMemoryStore(config.memory.path, writable=True, max_mb=config.memory.max_mb)
     try:
         robot = TourRobot(world, config, pipeline, store)
@@ -141,7 +141,7 @@ def build(train: Sequence[int], test: Sequence[int], out: Path, *, small: bool =
 def long_manifest() -> dict[str, Any]:
     """The manifest fields of the ``offline`` perception the rows are written with."""
     config = load_config("offline")
-    pipeline = EmbodiedR(config, load_models=False)
+    pipeline = EmbodiedR(config)
     try:
         return perception_manifest(config, pipeline, "long worlds")
     finally:

@@ -420,7 +420,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _user_errors() -> tuple[type[BaseException], ...]:
-    from embodied_r_ros.backends.base import BackendError
+    from embodied_r_ros.core.chat import BackendError
     from embodied_r_ros.core.pipeline import QueryError
     from embodied_r_ros.recordings.bags import BagError
     from embodied_r_ros.recordings.video import VideoError

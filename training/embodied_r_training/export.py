@@ -102,8 +102,8 @@ def find_source(run: str | Path, base: str | None = None, *, revision: str | Non
 
 def _checkpoint(run: str, revision: str | None, subfolder: str | None) -> Path:
     """A hub checkpoint (or a directory's folder) as local files."""
-    from embodied_r_ros.backends.base import BackendError
     from embodied_r_ros.backends.checkpoints import checkpoint_path
+    from embodied_r_ros.core.chat import BackendError
 
     if not Path(run).expanduser().exists() and run.count("/") != 1:
         raise ExportError(f"run {run}: no such directory (nor a hub id such as "
@@ -217,10 +217,10 @@ def _digest(path: Path) -> str:
 
 def _gguf(source: Path, tmp: Path, quantization: str) -> None:
     """``tmp/model.gguf`` (the text LM of checkpoint ``source``) and its runtime files."""
-    from embodied_r_ros.backends.base import BackendError
     from embodied_r_ros.backends.gguf_export import write_gguf
     from embodied_r_ros.backends.llamacpp_backend import MODEL_FILE
     from embodied_r_ros.backends.local_engine import save_runtime_files
+    from embodied_r_ros.core.chat import BackendError
 
     try:
         write_gguf(source, tmp / MODEL_FILE, quantization)

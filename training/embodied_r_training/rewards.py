@@ -27,13 +27,13 @@ import logging
 from collections.abc import Sequence
 from typing import Any, Literal
 
-from embodied_r_ros.backends.base import ChatBackend, Completion, Conversation
 from embodied_r_ros.core.answers import (
     VALID_LETTERS,
     official_normalize,
     reference_normalize,
     think_letter,
 )
+from embodied_r_ros.core.chat import ChatBackend, Completion, Conversation
 from embodied_r_ros.core.prompts import PromptSet, default_prompts
 from embodied_r_ros.core.reasoning import (
     AnswerMode,

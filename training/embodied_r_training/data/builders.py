@@ -16,6 +16,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, Literal
 
+from embodied_r_ros.backends.factory import load_pipeline
 from embodied_r_ros.core.config import Config
 from embodied_r_ros.core.pipeline import EmbodiedR
 from embodied_r_ros.core.profiles import config_from_dict, deep_merge, load_config
@@ -51,7 +52,7 @@ def perception_pipeline(config: Config) -> EmbodiedR:
 
         assert config.perception.vlm is not None
         vlm = create_backend(config.perception.vlm)
-    return EmbodiedR(config, vlm=vlm, load_models=False)
+    return load_pipeline(config, vlm=vlm, reasoning=False)
 
 
 def perception_manifest(config: Config, pipeline: EmbodiedR, kind: str, **extra: Any

@@ -10,9 +10,8 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from embodied_r_ros.backends.reply_cache import digest
 from embodied_r_ros.core.config import Config
-from embodied_r_ros.core.perception import reply_settings
+from embodied_r_ros.core.perception import digest, reply_settings
 from embodied_r_ros.core.prompts import prompts_from
 from embodied_r_training.data.dataset_files import DATASET_VERSION
 from embodied_r_training.data.samples import Sample

@@ -24,7 +24,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Literal, get_args
 
-from embodied_r_ros.backends.base import Conversation
+from embodied_r_ros.core.chat import Conversation
 from embodied_r_ros.core.perception_text import FrameLayout, render
 from embodied_r_ros.core.prompts import PromptSet, prompts_from
 from embodied_r_ros.core.reasoning import build_messages

@@ -4,7 +4,7 @@ A row keeps the prompt the LM trains on and, since the typed record, the record 
 from (``records``): the rule reader, the rationales and the question filters read that, and a
 prompt shortened by dropping frames is rendered again from it. A row built before keeps only its
 prompt: its stated view is read from the text by the one reader of old texts
-(:mod:`embodied_r_ros.core.legacy_text`); what needs the record itself asks for a rebuild.
+(:mod:`embodied_r_ros.reading.legacy_text`); what needs the record itself asks for a rebuild.
 """
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from embodied_r_ros.core.legacy_text import parse_perception
 from embodied_r_ros.core.perception_text import PerceptionText, stated_view
 from embodied_r_ros.core.records import PerceptionRecord
+from embodied_r_ros.reading.legacy_text import parse_perception
 from embodied_r_training.data.dataset_files import BuildError
 from embodied_r_training.rewards import prompt_text
 

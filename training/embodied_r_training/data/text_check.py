@@ -15,11 +15,11 @@ import math
 from typing import Any
 
 from embodied_r_ros.core.config import Config
-from embodied_r_ros.core.dead_reckoning import poses
 from embodied_r_ros.core.perception_text import PerceptionText, stated_view
 from embodied_r_ros.core.pipeline import EmbodiedR
 from embodied_r_ros.core.reasoning import format_question
 from embodied_r_ros.core.records import FrameRecord, PerceptionRecord, TextStyle
+from embodied_r_ros.reading.dead_reckoning import poses
 from embodied_r_ros.reading.rule_reader import (
     bearing_from_last,
     place_of,
@@ -59,7 +59,7 @@ class TextCheck:
     def __init__(self, bag: Any, image_topic: str, odom_topic: str, config: Config,
                  exact_ns: dict[float, int]) -> None:
         # key frames and odometry only: no perception model is loaded (a VLM profile's too)
-        self.frames_for = BagFrames(bag, EmbodiedR(config, load_models=False), image_topic,
+        self.frames_for = BagFrames(bag, EmbodiedR(config), image_topic,
                                     odom_topic)
         self.layout = config.perception.frame_layout
         self.exact_ns = exact_ns

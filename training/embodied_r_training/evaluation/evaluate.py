@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from embodied_r_ros.backends.base import ChatBackend
+from embodied_r_ros.core.chat import ChatBackend
 from embodied_r_ros.core.config import ModelConfig
 from embodied_r_ros.core.reasoning import AnswerMode
 from embodied_r_training.data.dataset_files import first_per_category, load_rows

@@ -24,7 +24,7 @@ from typing import Any
 
 from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
 
-from embodied_r_ros.backends.base import ChatBackend
+from embodied_r_ros.core.chat import ChatBackend
 from embodied_r_training.data.prompt_budget import PromptLayout, dataset_layout
 from embodied_r_training.data.splits import seeded_draw
 from embodied_r_training.recipe import TrainConfig, device_name, world_size

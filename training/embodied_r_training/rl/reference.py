@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from embodied_r_ros.backends.base import ChatBackend
+from embodied_r_ros.core.chat import ChatBackend
 from embodied_r_ros.core.config import ModelConfig
 from embodied_r_ros.core.prompts import PromptSet, prompts_from
 from embodied_r_ros.core.reasoning import AnswerMode
