@@ -53,7 +53,7 @@ ADAPTERS: dict[str, tuple[str, str]] = {
     "smollm2-135m-embodied-r-reference": ("smollm2-135m", "smollm2-135m-embodied-r-reference"),
     "smollm2-135m-embodied-r-memory": ("smollm2-135m", "smollm2-135m-embodied-r-memory"),
 }
-ADAPTER_ROOT = Path(__file__).resolve().parents[2] / "models"
+ADAPTER_ROOT = Path(__file__).resolve().parents[1] / "models"
 CACHE_ENV = "EMBODIED_R_MODEL_CACHE"
 DEFAULT_CACHE = "~/.cache/embodied_r/models"
 #: bump when a recipe changes so that stale cached builds are rebuilt
