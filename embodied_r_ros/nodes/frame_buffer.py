@@ -375,6 +375,7 @@ class FrameBufferNode(Node):
             self.get_logger().warning(f"ignored odometry: {exc}", throttle_duration_sec=5.0)
             return
         self.store.add_pose(stamp_to_sec(msg.header.stamp), pose)
+        self.path.pose_arrived(self.store.pose_at)
 
     # -- reading -----------------------------------------------------------------------------
 

@@ -156,9 +156,27 @@ class PathTopic:
     def __init__(self, node: Node, feed: ViewerFeed | None = None) -> None:
         self.track = PathTrack()
         self.topic = ViewerTopic(node, Path, "~/path", path_msg, "path", feed)
+        #: the newest stored frame whose pose had not arrived with it (odometry stamped like
+        #: the frame often comes a moment after the image)
+        self._waiting: float | None = None
 
     def add(self, stamp: float, pose: Pose | None) -> None:
-        if pose is not None and self.track.add(stamp, pose) and self.topic.wanted:
+        """A stored frame at ``stamp`` with its pose, or None while that has not arrived."""
+        if pose is None:
+            self._waiting = stamp
+            return
+        self._waiting = None
+        self._keep(stamp, pose)
+
+    def pose_arrived(self, pose_at: Callable[[float], Pose | None]) -> None:
+        """A pose came in: place the frame that waited for it, if ``pose_at`` now has one."""
+        stamp = self._waiting
+        if stamp is not None and (pose := pose_at(stamp)) is not None:
+            self._waiting = None
+            self._keep(stamp, pose)
+
+    def _keep(self, stamp: float, pose: Pose) -> None:
+        if self.track.add(stamp, pose) and self.topic.wanted:
             self.topic.publish(self.track.poses())
 
 
