@@ -105,6 +105,14 @@ def world_12(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="session")
+def scripted_world(_model_cache_env: Path) -> Path:
+    """The scripted VLM's small long world (:mod:`scripted_robot`), built once a run."""
+    from scripted_robot import scripted_world as build
+
+    return build(_model_cache_env)
+
+
+@pytest.fixture(scope="session")
 def long_world_rows(_model_cache_env: Path) -> list[dict[str, Any]]:
     """The training rows of seed 5's small long world (a three-minute, two-room world no
     training split uses), replayed through the memory once per run: parallel workers share

@@ -11,7 +11,6 @@ import json
 import math
 import re
 from collections.abc import Iterator
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -20,32 +19,16 @@ from ros_helpers import AllInOneProcess, BagRobot, call, require_ros, ros_contex
 
 require_ros()
 
+from scripted_robot import CONFIG, SPEC, TOPICS  # noqa: E402
+
 from embodied_r_interfaces.srv import SpatialQuery  # noqa: E402
 from embodied_r_ros.memory import SqliteMemoryStore  # noqa: E402
 from embodied_r_ros.nodes.conversions import stamp_to_sec  # noqa: E402
 from embodied_r_ros.serving import serve  # noqa: E402
 from embodied_r_ros.sim.world import EPOCH_NS  # noqa: E402
-from lab.long_world.generate import generate_long_world  # noqa: E402
-from lab.long_world.world import SMALL_LONG_SPEC  # noqa: E402
 from lab.scripted_replies import ScriptSettings  # noqa: E402
 from lab.scripted_vlm import ScriptedVLM  # noqa: E402
 
-#: three minutes, two rooms, 1 Hz, at a low resolution
-SPEC = replace(SMALL_LONG_SPEC, width=160, height=120)
-#: the tiny reasoner (its answer is noise: the places block is what is checked), the VLM at
-#: the endpoint with room for a grounding reply, grounding placed with the bag's camera_info
-CONFIG = """base: tiny
-cache: {{enabled: false}}
-perception:
-  mode: streaming
-  streaming_queue: 256
-  vlm: {{backend: openai, model: scripted-vlm, base_url: "{url}", max_new_tokens: 512,
-         image_max_side: 320}}
-  grounding: {{mode: request}}
-reasoning: {{model: {{max_new_tokens: 8}}}}
-memory: {{enabled: true, path: "{path}", embedder: "off"}}
-"""
-TOPICS = ["/camera/image_raw", "/odom", "/camera/camera_info"]
 QUADRANTS = ["A. front-left", "B. front-right", "C. back-left", "D. back-right"]
 #: how far the places line may put the object from its true centre. The endpoint moves each
 #: box edge by 5 % of the box's size (one SD): a box centre by about 3.5 % of its width, a
@@ -60,10 +43,8 @@ _LINE = re.compile(r"^- (?P<name>[a-z ]+?) seen .*?; now (?P<d>[\d.]+) m away, [
 
 
 @pytest.fixture(scope="module")
-def world(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    root = tmp_path_factory.mktemp("long") / "world"
-    generate_long_world(SPEC, root, 0, raw=True, compressed=False, video=False)
-    return root
+def world(scripted_world: Path) -> Path:
+    return scripted_world
 
 
 @pytest.fixture(scope="module")
@@ -103,7 +84,7 @@ def test_where_is_the_object_you_saw_minutes_ago_after_a_restart(
     assert minutes >= 1
     db = tmp_path / "memory.sqlite3"
     config = tmp_path / "vlm-memory.yaml"
-    config.write_text(CONFIG.format(url=endpoint, path=db))
+    config.write_text(CONFIG.format(url=endpoint, path=db, extra=""))
 
     first = AllInOneProcess(config, __name__, profile="tiny")
     try:

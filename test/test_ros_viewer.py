@@ -14,7 +14,7 @@ import subprocess
 import sys
 import textwrap
 from collections.abc import Iterator
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +33,7 @@ from ros_helpers import (
 require_ros()
 
 from nav_msgs.msg import Path as PathMsg  # noqa: E402
+from scripted_robot import CONFIG, TOPICS  # noqa: E402
 from sensor_msgs.msg import CompressedImage  # noqa: E402
 from visualization_msgs.msg import ImageMarker, MarkerArray  # noqa: E402
 
@@ -44,25 +45,10 @@ from embodied_r_ros.nodes.viewer_topics import LATCHED  # noqa: E402
 from embodied_r_ros.serving import serve  # noqa: E402
 from embodied_r_ros.viewer.content import placed_objects  # noqa: E402
 from lab.foxglove_client import FoxgloveClient  # noqa: E402
-from lab.long_world.generate import generate_long_world  # noqa: E402
-from lab.long_world.world import SMALL_LONG_SPEC  # noqa: E402
 from lab.scripted_replies import ScriptSettings  # noqa: E402
 from lab.scripted_vlm import ScriptedVLM  # noqa: E402
 
-SPEC = replace(SMALL_LONG_SPEC, width=160, height=120)
-CONFIG = """base: tiny
-cache: {{enabled: false}}
-perception:
-  mode: streaming
-  streaming_queue: 256
-  vlm: {{backend: openai, model: scripted-vlm, base_url: "{url}", max_new_tokens: 512,
-         image_max_side: 320}}
-  grounding: {{mode: request}}
-reasoning: {{model: {{max_new_tokens: 8}}}}
-memory: {{enabled: true, path: "{path}", embedder: "off"}}
-viewer: {{enabled: true, port: {port}}}
-"""
-TOPICS = ["/camera/image_raw", "/odom", "/camera/camera_info"]
+VIEWER = "viewer: {{enabled: true, port: {port}}}\n"
 PLAY_SEC = 40.0
 NS = "/embodied_r"
 BOXES, OBJECTS = f"{NS}/perception/boxes/front", f"{NS}/memory/objects"
@@ -89,17 +75,16 @@ class Watched:
 
 
 @pytest.fixture(scope="module")
-def watched(tmp_path_factory: pytest.TempPathFactory, tiny_models_dir: Path
-            ) -> Iterator[Watched]:
+def watched(tmp_path_factory: pytest.TempPathFactory, tiny_models_dir: Path,
+            scripted_world: Path) -> Iterator[Watched]:
     root = tmp_path_factory.mktemp("viewer")
-    generate_long_world(SPEC, root / "world", 0, raw=True, compressed=False, video=False)
-    vlm = ScriptedVLM.for_world(root / "world", ScriptSettings(box_noise=0.05), cache=None)
+    vlm = ScriptedVLM.for_world(scripted_world, ScriptSettings(box_noise=0.05), cache=None)
     port = free_port()
     with serve(vlm) as server, ros_context(__name__) as ctx:
         config = root / "viewer.yaml"
         config.write_text(CONFIG.format(url=server.url, path=root / "memory.sqlite3",
-                                        port=port))
-        tester = BagRobot(ctx, root / "world" / "bag", TOPICS, rate=6.0)
+                                        extra=VIEWER.format(port=port)))
+        tester = BagRobot(ctx, scripted_world / "bag", TOPICS, rate=6.0)
         got: dict[str, list[Any]] = {t: [] for t in (BOXES, OBJECTS, PATH, TRACE,
                                                     ANSWER_FRAMES)}
         for topic, kind, qos in ((BOXES, ImageMarker, 50), (OBJECTS, MarkerArray, LATCHED),
