@@ -54,7 +54,8 @@ NOTEBOOK = re.compile(r"\bthe earlier reasoner\b|\brehearsed\b|\b(we|was|were) t
                       r"\bwas measured before\b|\bthe current one\b|\bwas analysed\b|"
                       r"\b(has|have|had) not yet\b|\bwas lent\b|\bfound that\b|\bnow passes\b|"
                       r"\bwas not run\b|\bwas available\b|\bwhile it was built\b|\bturned out\b|"
-                      r"\bpreviously\b|\boriginally\b|\bat first\b", re.I)
+                      r"\bpreviously\b|\boriginally\b|\bat first\b|\b(was|were) measured with\b",
+                      re.I)
 #: the memory reader's model card says it grew from an earlier adapter of the reasoner's recipe;
 #: a page that calls it the shipped reasoner fine-tuned states its origin wrongly
 MEMORY_READER_CARD = (REPO / "embodied_r_ros" / "models" / "smollm2-135m-embodied-r-memory"
