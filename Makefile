@@ -56,10 +56,8 @@ test: setup
 	@# two workers (or one per CPU), a test file per worker: most tests wait on processes, DDS
 	@# discovery and sockets, so a serial run left the cores half idle. One OpenMP thread per
 	@# process: torch's pool takes every core by default, so two model tests at once (one per
-	@# worker) would run twice as many spinning threads as there are cores. Files go out in
-	@# collection order, the longest first (test/conftest.py), not xdist's fewest-tests-last,
-	@# which left the long few-test files (ROS, installs, models) to the end on one worker
-	OMP_NUM_THREADS=1 $(PY) -m pytest -q -n auto --dist loadfile --no-loadscope-reorder test
+	@# worker) would run twice as many spinning threads as there are cores
+	OMP_NUM_THREADS=1 $(PY) -m pytest -q -n auto --dist loadfile test
 
 demo: setup
 	$(PY) -m embodied_r_ros.demo

@@ -203,29 +203,3 @@ def minilm() -> Iterator[Any]:
         pytest.skip(f"the embedding model is not installed ({embedder_module.PACKAGE_PIN}; make "
                     "setup installs it)")
     yield embedder_module.MiniLMEmbedder(directory)
-
-
-# The files that run longest, longest first (from `--durations` of a whole run), the second
-# without SmolLM2, so the two workers do not start by waiting on one conversion of it. `make test`
-# hands whole files to two workers (`--dist loadfile --no-loadscope-reorder`) in collection
-# order; started first, these end while the short files fill the other worker, instead of one
-# of them starting last and running on alone while the other worker idles.
-LONG_FILES = (
-    "test_install.py", "test_ros_processes.py", "test_shipped_reasoner.py", "test_rationales.py",
-    "test_cli.py", "test_training_save.py", "test_own_robot.py", "test_memory_reader.py",
-    "test_ros_entrypoints.py", "test_core_no_ros.py", "test_openai_server.py",
-    "test_llamacpp_backend.py", "test_memory_contract.py", "test_gpu_check.py",
-    "test_e2e_vlm_memory.py", "test_ros_viewer.py", "test_offline_models.py",
-    "test_ros_player.py", "test_pipeline.py",
-    "test_ros_separate.py", "test_tied_decoder.py", "test_ros_robustness.py",
-    "test_ros_memory_restart.py", "test_generation_settings.py", "test_released.py",
-    "test_ros_allinone.py", "test_long_rows.py", "test_paper_recipe.py", "test_docs_recipes.py",
-    "test_synthetic_plan.py", "test_training_grpo.py", "test_recipe.py",
-)
-
-
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    if config.pluginmanager.hasplugin("randomly"):
-        return  # `-p randomly`: its shuffled order, whole
-    rank = {name: i for i, name in enumerate(LONG_FILES)}
-    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: others keep order
