@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import textwrap
@@ -19,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from http_helpers import free_port
 from ros_helpers import (
     LOCALHOST_ENV,
     AllInOneProcess,
@@ -55,12 +55,6 @@ BOXES, OBJECTS = f"{NS}/perception/boxes/front", f"{NS}/memory/objects"
 PATH, KEY_FRAMES = f"{NS}/frame_buffer/path", f"{NS}/frame_buffer/key_frames"
 TRACE, ANSWER_FRAMES = f"{NS}/query/trace", f"{NS}/query/key_frames"
 QUESTION = {"question": "Which way did I turn?", "options": ["A. left", "B. right"]}
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @dataclass
