@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from embodied_r_ros.core.intervals import bootstrap_ci
+from embodied_r_ros.intervals import bootstrap_ci
 from lab.long_world.question_rules import HORIZONS as HORIZON_SPANS
 from lab.long_world.questions import CATEGORIES as ALL_CATEGORIES
 

@@ -318,7 +318,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
 
     from embodied_r_ros.backends.offline import ensure_offline_model
-    from embodied_r_ros.core.intervals import bootstrap_ci
+    from embodied_r_ros.intervals import bootstrap_ci
     from embodied_r_training.data.dataset_files import first_per_category
 
     if args.from_json:

@@ -56,12 +56,12 @@ import numpy as np
 from _figures import add_json_option, write_figures
 
 from embodied_r_ros.backends.factory import load_pipeline
-from embodied_r_ros.core.intervals import bootstrap_ci, paired_difference
 from embodied_r_ros.core.perception_text import render
 from embodied_r_ros.core.profiles import load_config
 from embodied_r_ros.core.reasoning import format_question
 from embodied_r_ros.core.records import PerceptionRecord
 from embodied_r_ros.core.request import SCOPE_MEMORY, SCOPE_WINDOW, QueryError
+from embodied_r_ros.intervals import bootstrap_ci, paired_difference
 from embodied_r_ros.memory import Retriever, SqliteMemoryStore
 from embodied_r_ros.memory.factory import retriever_for
 from lab.long_world.oracle import solve_record

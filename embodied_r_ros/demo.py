@@ -96,7 +96,7 @@ def _options_line(options: Sequence[str]) -> str:
 
 def _summary(rows: list[Row], questions: list[dict[str, Any]], models: str,
              reasoner: str = "") -> str:
-    from embodied_r_ros.core.intervals import bootstrap_ci
+    from embodied_r_ros.intervals import bootstrap_ci
 
     answered = [r for r in rows if not r.error_code]
     correct = sum(r.correct for r in rows)

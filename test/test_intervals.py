@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from embodied_r_ros.core.intervals import bootstrap_ci, paired_difference
+from embodied_r_ros.intervals import bootstrap_ci, paired_difference
 
 
 def test_paired_difference_known_cases() -> None:

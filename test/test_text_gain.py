@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from embodied_r_ros.core.intervals import paired_difference
+from embodied_r_ros.intervals import paired_difference
 from lab.analysis.text_gain import (
     GainError,
     clustered_difference,

@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from embodied_r_ros.core.intervals import BOOTSTRAP_SAMPLES, paired_difference
+from embodied_r_ros.intervals import BOOTSTRAP_SAMPLES, paired_difference
 
 _WORLD_RE = re.compile(r"^(.*)-q\d+$")
 
@@ -65,11 +65,11 @@ def clustered_difference(
     a: Sequence[float], b: Sequence[float], clusters: Sequence[str],
     samples: int = BOOTSTRAP_SAMPLES, seed: int = 0,
 ) -> tuple[float, float, float]:
-    """:func:`~embodied_r_ros.core.intervals.paired_difference` where questions come in
+    """:func:`~embodied_r_ros.intervals.paired_difference` where questions come in
     clusters that share a cause (the questions of one world are asked about its few objects):
     the bootstrap resamples whole clusters, so the interval holds for another draw of clusters,
     not of questions from these ones. With one question a cluster it is
-    :func:`~embodied_r_ros.core.intervals.paired_difference`'s interval, draw for
+    :func:`~embodied_r_ros.intervals.paired_difference`'s interval, draw for
     draw (clusters are numbered in order of first appearance)."""
     if not len(a) == len(b) == len(clusters):
         raise ValueError(f"paired values and clusters differ in length: {len(a)}, {len(b)}, "

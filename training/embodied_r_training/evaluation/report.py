@@ -144,7 +144,7 @@ def paired_differences(
 ) -> dict[str, dict[str, dict[str, Any]]]:
     """``{data: {"A - B": {difference, ci, n}}}``: accuracy of model A minus model B on the
     same questions (headline reading), with the paired bootstrap interval."""
-    from embodied_r_ros.core.intervals import paired_difference
+    from embodied_r_ros.intervals import paired_difference
 
     out: dict[str, dict[str, dict[str, Any]]] = {}
     for data, per_model in predictions.items():

@@ -10,8 +10,8 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from embodied_r_ros.core.intervals import bootstrap_ci
 from embodied_r_ros.core.reasoning import AnswerMode, extract_answer, is_well_formed
+from embodied_r_ros.intervals import bootstrap_ci
 from embodied_r_training.rewards import solution_letter
 
 ANSWER_MODES: tuple[AnswerMode, ...] = ("official", "tag")
