@@ -17,6 +17,7 @@ import argparse
 import json
 import logging
 import math
+import os
 import sys
 import time
 from collections import Counter, defaultdict
@@ -160,7 +161,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.out is not None:  # what is done so far
             args.out.parent.mkdir(parents=True, exist_ok=True)
             args.out.write_text(json.dumps(
-                {"command": " ".join(sys.argv), "long_world": args.long_world,
+                {"command": " ".join(["python -m lab.long_world.object_spread",
+                                      *(sys.argv[1:] if argv is None else argv)]),
+                 "load_average_1min": round(os.getloadavg()[0], 2),
+                 "long_world": args.long_world,
                  "spec": base, "questions_per_category": args.questions,
                  "most_per_object": most_per_object(args.questions), "worlds": worlds,
                  "missed": missed({str(w["seed"]): w["spread"] for w in worlds})},
