@@ -131,11 +131,15 @@ def measure(spec: LongWorldSpec, per_category: int) -> dict[str, Any]:
     sightings = long_sightings(world)
     render_s = time.perf_counter() - t0
     sets, _ = object_map_questions(world, sightings, per_category)
-    rows = [r for s in SETS for r in sets[s]]
-    per_set = {s: spread(sets[s])[str(spec.seed)] for s in SETS}
+    none = {h: {"questions": 0, "objects": 0, "most_named_share": None} for h in HORIZON_LABELS}
+
+    def of(rows: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+        return spread(rows).get(str(spec.seed), none)
+
     return {"seed": spec.seed, "tour_s": round(world.trajectory.duration, 1),
             "frames": world.n_frames, "render_s": round(render_s, 1),
-            "spread": spread(rows)[str(spec.seed)], "by_set": per_set}
+            "spread": of([r for s in SETS for r in sets[s]]),
+            "by_set": {s: of(sets[s]) for s in SETS}}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
