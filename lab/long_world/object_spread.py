@@ -4,11 +4,13 @@ The object-map benchmark (``bench/vlm_object_map.py``) asks where objects are, b
 horizon whose questions name a handful of objects measures a handful of objects' luck. Its
 questions are made here (:func:`object_map_questions`: two sets drawn from the world's truth,
 those colour records and those labelled records decide, each object named by at most a share
-of a category's questions of a horizon), and :func:`spread` counts, per world and horizon, the
-distinct objects the rows name and the most named one's share of the horizon's mentions.
+of a category's questions of a horizon, and of both sets' mentions at a horizon), and
+:func:`spread` counts, per world and horizon, the distinct objects the rows name and the most
+named one's share of the horizon's mentions.
 
-Run without the benchmark's tours (the truth alone: the world rendered once, no files):
-``python -m lab.long_world.object_spread --seeds 23,511,2027 --out results/bench/...json``.
+Run without the benchmark's tours (the truth alone: the world rendered once, no files; about
+80 s a 30-minute world on a shared core): ``python -m lab.long_world.object_spread --seeds
+23,511,2027 --out results/bench/vlm_object_map_questions.json``. Exits 1 when a world misses.
 """
 
 from __future__ import annotations
