@@ -65,6 +65,7 @@ from embodied_r_ros.intervals import bootstrap_ci, paired_difference
 from embodied_r_ros.memory import Retriever, SqliteMemoryStore
 from embodied_r_ros.memory.factory import retriever_for
 from lab.long_world.oracle import solve_record
+from lab.long_world.world import NAMED_SPECS, REVISIT, SMALL_SPECS, LongWorldSpec
 from lab.replay import TourRobot, world_questions
 
 log = logging.getLogger("memory_horizons")
@@ -100,32 +101,40 @@ class Answered:
         return letter == self.row["answer"]  # a reply without an answer is wrong
 
 
-def generate(seed: int, minutes: float, out: Path, small: bool = False) -> Path:
-    """A long world with a compressed bag and no video, as the CLI writes it (``small``: the
-    tests' three minutes with two rooms)."""
+def generate(seed: int, minutes: float, out: Path, small: bool = False,
+             long_world: str = REVISIT) -> Path:
+    """A long world with a compressed bag and no video, as the CLI writes it: the named
+    ``long_world`` (:data:`~lab.long_world.world.NAMED_SPECS`), ``small``: its three-minute
+    version of the tests."""
     from lab.long_world.generate import generate_long_world
-    from lab.long_world.world import LONG_SPEC, SMALL_LONG_SPEC, LongWorldSpec
 
-    base = SMALL_LONG_SPEC.to_dict() if small else {**LONG_SPEC.to_dict(),
-                                                     "duration_s": minutes * 60.0}
+    base = SMALL_SPECS[long_world].to_dict() if small else {
+        **NAMED_SPECS[long_world].to_dict(), "duration_s": minutes * 60.0}
     spec = LongWorldSpec(**{**base, "seed": seed})
     generate_long_world(spec, out, raw=False, compressed=True, video=False, force=True)
     return out
 
 
-def add_world_options(parser: argparse.ArgumentParser) -> None:
-    """The long world a benchmark plays: a folder, or one generated from a seed."""
+def add_world_options(parser: argparse.ArgumentParser, long_world: str = REVISIT) -> None:
+    """The long world a benchmark plays: a folder, or one generated from a seed (the named
+    world ``long_world`` by default)."""
     parser.add_argument("--world", type=Path, default=None,
                         help="a long world's folder (default: generate one with --seed)")
     parser.add_argument("--seed", type=int, default=23)
     parser.add_argument("--minutes", type=float, default=30.0)
-    parser.add_argument("--small", action="store_true",
-                        help="the three-minute, two-room world of the tests (a quick check)")
+    parser.add_argument("--long-world", choices=sorted(NAMED_SPECS), default=long_world,
+                        help="revisit: every room again and again; leave: a wing toured, then "
+                        f"left for good, more rooms and objects (default {long_world})")
+    parser.add_argument("--small", action="store_true", help="that world's three-minute "
+                        "version the tests use (a quick check)")
 
 
 def world_of(args: argparse.Namespace, work: Path) -> Path:
-    """The ``--world`` folder, else a world generated under ``work`` (:func:`add_world_options`)."""
-    return args.world or generate(args.seed, args.minutes, work / "world", args.small)
+    """The ``--world`` folder, else a world generated under ``work`` (:func:`add_world_options`)
+    in a folder named by the world's kind and size, so no other world's files are read."""
+    name = f"world-{args.long_world}{'-small' if args.small else ''}"
+    return args.world or generate(args.seed, args.minutes, work / name, args.small,
+                                  args.long_world)
 
 
 def covered(stamps: Sequence[float], targets: Sequence[Mapping[str, Any]]) -> list[bool]:

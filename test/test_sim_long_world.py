@@ -10,7 +10,9 @@ import numpy as np
 import pytest
 
 from lab.long_world.floor_plan import CORRIDOR, make_floor_plan
+from lab.long_world.tour import LEAVE_AT
 from lab.long_world.world import (
+    LEAVING_SPEC,
     LONG_SPEC,
     SMALL_LONG_SPEC,
     LongWorld,
@@ -104,6 +106,25 @@ def test_the_tour_revisits_rooms_and_leaves_some_alone_for_over_15_minutes() -> 
     assert min(gaps) < 5 * 60  # and others seen again soon
 
 
+def test_the_leaving_tour_leaves_the_west_wing_for_good() -> None:
+    """The object map's world: the west wing's rooms, each more than once, until a quarter of
+    the tour, then the east wing's to the end, never the west's again."""
+    world = _world(LEAVING_SPEC)
+    assert len(world.plan.areas) == 9 and len(world.objects) == 36
+    middle = world.plan.areas[0].centre[0]
+    west = {i for i, a in enumerate(world.plan.areas)
+            if a.kind != CORRIDOR and a.centre[0] < middle}
+    stays = [s for s in _visits(world) if world.plan.areas[s[0]].kind != CORRIDOR]
+    in_west = [s for s in stays if s[0] in west]
+    assert {s[0] for s in in_west} == west and len(in_west) > len(west)
+    left = max(s[2] for s in in_west)
+    assert LEAVE_AT * 1800 <= left < LEAVE_AT * 1800 + 180
+    assert all(s[0] not in west for s in stays if s[1] > left)
+    assert {s[0] for s in stays if s[1] > left} == set(range(1, 9)) - west
+    # nor does the camera come back along the corridor's west end
+    assert all(p.x > middle - 2.0 for p in world.poses[round(left) + 60:])
+
+
 def test_the_camera_keeps_clear_of_walls_and_objects_and_stays_inside() -> None:
     world = _world(LONG_SPEC)
     for p in world.poses[::3]:
@@ -134,6 +155,8 @@ def test_same_seed_same_world_other_seed_other_world() -> None:
     ({"n_objects": 60}, "objects must be between 2 and"),
     ({"shared_names": 5}, "shared names must be between 0 and half"),
     ({"rate_hz": 0.0}, "rate must be between"),
+    ({"tour": "wander"}, "tour must be one of revisit, leave"),
+    ({"tour": "leave"}, "a tour that leaves a wing needs at least 2 columns"),
 ])
 def test_bad_specs_are_refused_with_a_reason(change: dict, message: str) -> None:
     with pytest.raises(ValueError, match=message):

@@ -14,7 +14,10 @@ skipped, like answers near a decision boundary, and every skip is counted by rea
 
 :func:`long_questions` also counts, by category and horizon, every candidate the records
 decide (``decidable``): how many questions a perception makes answerable, before the counts
-asked for pick among them.
+asked for pick among them. ``most_per_object`` caps how many questions of a category and
+horizon may name one object, so that an object in view at many asks does not crowd the others
+out (the questions stay drawn from the world's truth; a horizon with few objects then gets
+fewer questions).
 """
 
 from __future__ import annotations
@@ -55,10 +58,12 @@ class LongQuestions:
 
 
 def long_questions(world: LongWorld, sightings: Sightings, counts: Mapping[str, int],
-                   perception: Perception = "colour") -> LongQuestions:
+                   perception: Perception = "colour", most_per_object: int | None = None
+                   ) -> LongQuestions:
     """Question rows for ``world`` (schema in the module notes of ``long_generate``) decided
-    by ``perception``'s records, fewer where geometry allows fewer; every category's
-    candidates are counted, also those of a category not asked."""
+    by ``perception``'s records, fewer where geometry allows fewer, each object named by at
+    most ``most_per_object`` of a category's questions of a horizon (None: no cap); every
+    category's candidates are counted, also those of a category not asked."""
     gen = Drafter(world, sightings, perception)
     seed = world.spec.seed
     rate = world.spec.rate_hz
@@ -96,7 +101,16 @@ def long_questions(world: LongWorld, sightings: Sightings, counts: Mapping[str, 
             "why": basis["why"],
         }
 
-    rows = draft_rows(pools, CATEGORIES, counts, seed, row)
+    named: Counter[tuple[str, str, int]] = Counter()
+
+    def capped(d: Draft) -> bool:
+        keys = [(d.category, d.basis["horizon"], tg["object"]) for tg in d.basis["targets"]]
+        if most_per_object is not None and any(named[k] >= most_per_object for k in keys):
+            return False
+        named.update(keys)
+        return True
+
+    rows = draft_rows(pools, CATEGORIES, counts, seed, row, keep=capped)
     for ci, category in enumerate(CATEGORIES):
         if category not in decidable:  # not asked: counted on the stream it would have had
             pools(category, np.random.default_rng([seed, 0x9E5, ci]))

@@ -1,9 +1,16 @@
 """The long world's camera path: a tour of the rooms with revisits, made of turns and walks.
 
 Memory questions need three kinds of past: moments ago, some minutes ago and long ago. The
-tour therefore has phases: it first visits every room once, then keeps revisiting most of
-them while a third of the rooms are left alone, and near the end goes back to one of those,
-so objects last seen more than 15 minutes earlier exist and are seen again.
+tour (:data:`REVISIT`) therefore has phases: it first visits every room once, then keeps
+revisiting most of them while a third of the rooms are left alone, and near the end goes back
+to one of those, so objects last seen more than 15 minutes earlier exist and are seen again.
+
+That tour comes back to nearly every room, so few objects go unseen for 15 minutes, and a
+question about the long past names one of a handful. The :data:`LEAVE` tour gives the long
+past many objects: it tours the west wing's rooms (those west of the corridor's middle), again
+and again, for the first :data:`LEAVE_AT` of the tour, then walks east and tours the east
+wing's rooms for the rest, never going back: the corridor's west end and the west doorways
+stay behind it, so nothing there is glimpsed again.
 
 Motion is the paper's actions, as in the short worlds: the camera turns in place to face
 where it goes next ("rotate left/right") and walks straight there ("move forward"), at
@@ -30,6 +37,10 @@ WALL_CLEARANCE_M = 0.5
 OBJECT_CLEARANCE_M = 0.6
 ROOM_APPROACH_M = 1.0  # stop this far in front of a doorway inside a room
 _GRID_M = 0.2
+REVISIT = "revisit"
+LEAVE = "leave"
+TOURS = (REVISIT, LEAVE)
+LEAVE_AT = 0.25  # share of the tour spent in the west wing before leaving it
 _STEP_M = 0.1
 
 
@@ -217,12 +228,24 @@ def _schedule(rooms: list[int], rng: np.random.Generator) -> tuple[list[int], se
     return order, neglected
 
 
+def _next_room(rooms: Sequence[int], here: int, last_visit: dict[int, float], t: float,
+               rng: np.random.Generator) -> int:
+    """Another of ``rooms`` (``here`` itself if it is the only one), the longer unvisited the
+    likelier."""
+    choices = [r for r in rooms if r != here] or list(rooms)
+    ages = np.array([t - last_visit.get(r, 0.0) + 30.0 for r in choices])
+    return choices[int(rng.choice(len(choices), p=ages / ages.sum()))]
+
+
 def plan_tour(plan: FloorPlan, objects: Sequence[SceneObject], areas: Sequence[int],
               duration_s: float, rng: np.random.Generator,
-              limits: MotionLimits | None = None) -> Trajectory:
-    """A tour lasting at least ``duration_s`` (see the module notes for its phases)."""
+              limits: MotionLimits | None = None, leave: bool = False) -> Trajectory:
+    """A tour lasting at least ``duration_s`` (see the module notes for its phases; ``leave``:
+    the tour that leaves the west wing for good)."""
     tour = _Tour(plan, objects, areas, rng, limits or MotionLimits())
     rooms = [i for i, a in enumerate(plan.areas) if a.kind != CORRIDOR]
+    if leave:
+        return _leaving_tour(tour, rooms, duration_s)
     first, neglected = _schedule(rooms, rng)
     tour.area = first[0]
     x, y = tour.viewpoint(tour.area)
@@ -247,5 +270,34 @@ def plan_tour(plan: FloorPlan, objects: Sequence[SceneObject], areas: Sequence[i
                 choices = [r for r in rooms if r != tour.area] or rooms
             ages = np.array([tour.t - last_visit.get(r, 0.0) + 30.0 for r in choices])
             goal = choices[int(rng.choice(len(choices), p=ages / ages.sum()))]
+        tour.travel(goal)
+    return Trajectory(tuple(tour.segments))
+
+
+def _leaving_tour(tour: _Tour, rooms: list[int], duration_s: float) -> Trajectory:
+    """The :data:`LEAVE` tour: each wing's rooms first in a random order, then again, the
+    longer unvisited the likelier; the west wing until :data:`LEAVE_AT`, the east to the end."""
+    rng = tour.rng
+    corridor = tour.plan.areas[next(i for i, a in enumerate(tour.plan.areas)
+                                    if a.kind == CORRIDOR)]
+    middle = corridor.centre[0]
+    wings = ([r for r in rooms if tour.plan.areas[r].centre[0] < middle],
+             [r for r in rooms if tour.plan.areas[r].centre[0] >= middle])
+    wing = 0
+    pending = [wings[0][j] for j in rng.permutation(len(wings[0]))]
+    tour.area = pending.pop(0)
+    x, y = tour.viewpoint(tour.area)
+    tour.pose = Pose(x, y, CAMERA_HEIGHT_M, float(rng.uniform(-180.0, 180.0)), CAMERA_PITCH_DEG)
+    last_visit: dict[int, float] = {}
+    while True:
+        tour.explore()
+        last_visit[tour.area] = tour.t
+        if tour.t >= duration_s:
+            break
+        if wing == 0 and not pending and tour.t >= LEAVE_AT * duration_s:
+            wing = 1
+            pending = [wings[1][j] for j in rng.permutation(len(wings[1]))]
+        goal = pending.pop(0) if pending else _next_room(wings[wing], tour.area, last_visit,
+                                                           tour.t, rng)
         tour.travel(goal)
     return Trajectory(tuple(tour.segments))

@@ -22,7 +22,7 @@ from embodied_r_ros.sim.scene import COLOURS, SHAPES, SceneObject
 from embodied_r_ros.sim.trajectory import Trajectory
 from embodied_r_ros.sim.world import MAX_FRAMES, MAX_SIDE, FrameTimeline
 from lab.long_world.floor_plan import CORRIDOR, FloorPlan, make_floor_plan
-from lab.long_world.tour import plan_tour
+from lab.long_world.tour import LEAVE, REVISIT, TOURS, plan_tour
 
 MAX_LONG_OBJECTS = 40
 PER_ROOM = 4  # most objects a room holds (and the corridor one per pair of rooms)
@@ -43,6 +43,7 @@ class LongWorldSpec:
     columns: int = 3  # rooms on each side of the corridor
     n_objects: int = 24
     shared_names: int = 6  # names given to two objects, always in different areas
+    tour: str = REVISIT  # REVISIT: every room again and again; LEAVE: a wing left for good
 
     @property
     def frames(self) -> int:
@@ -62,6 +63,11 @@ class LongWorldSpec:
                              f"got {self.width}x{self.height}")
         if not 20.0 <= self.hfov_deg <= 150.0:
             raise ValueError(f"hfov must be between 20 and 150 degrees, got {self.hfov_deg}")
+        if self.tour not in TOURS:
+            raise ValueError(f"tour must be one of {', '.join(TOURS)}, got {self.tour!r}")
+        if self.tour == LEAVE and self.columns < 2:
+            raise ValueError(f"a tour that leaves a wing needs at least 2 columns, "
+                             f"got {self.columns}")
         if not 1 <= self.columns <= 6:
             raise ValueError(f"columns must be between 1 and 6, got {self.columns}")
         most = min(MAX_LONG_OBJECTS, (2 * PER_ROOM + 1) * self.columns)
@@ -83,6 +89,16 @@ class LongWorldSpec:
 LONG_SPEC = LongWorldSpec()
 #: the same code path in three minutes, for tests
 SMALL_LONG_SPEC = LongWorldSpec(duration_s=180.0, columns=1, n_objects=9, shared_names=2)
+#: the object map's world: 30 minutes, 9 areas, 36 objects (4 names twice), the west wing's
+#: rooms toured for 7.5 minutes and then left for good, so that many objects go unseen for
+#: over 15 minutes while the east wing keeps others fresh
+LEAVING_SPEC = LongWorldSpec(columns=4, n_objects=36, shared_names=4, tour=LEAVE)
+#: the same code path in three minutes (the wing left after 45 s), for tests
+SMALL_LEAVING_SPEC = LongWorldSpec(duration_s=180.0, columns=2, n_objects=14, shared_names=3,
+                                   tour=LEAVE)
+#: the long worlds a benchmark can ask for by name, and their three-minute versions
+NAMED_SPECS = {REVISIT: LONG_SPEC, LEAVE: LEAVING_SPEC}
+SMALL_SPECS = {REVISIT: SMALL_LONG_SPEC, LEAVE: SMALL_LEAVING_SPEC}
 
 
 @dataclass(frozen=True)
@@ -222,7 +238,8 @@ def build_long_world(spec: LongWorldSpec = LONG_SPEC) -> LongWorld:
     camera = PinholeCamera.from_hfov(spec.width, spec.height, spec.hfov_deg)
     times = np.arange(spec.frames, dtype=np.float64) / spec.rate_hz
     trajectory = plan_tour(plan, objects, areas, float(times[-1]) + 1.0 / spec.rate_hz,
-                           np.random.default_rng([spec.seed, 0x10A6, 3]))
+                           np.random.default_rng([spec.seed, 0x10A6, 3]),
+                           leave=spec.tour == LEAVE)
     poses = tuple(trajectory.pose_at(float(t)) for t in times)
     return LongWorld(spec, plan, objects, areas, camera, trajectory, times, poses)
 
