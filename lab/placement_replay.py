@@ -113,11 +113,12 @@ def with_feet(record: FrameRecord, camera: tuple[np.ndarray, int]) -> FrameRecor
 
 
 def replay(tour: Path, matcher: LabelMatcher, tallies: dict[str, Tally],
-           ends: list[dict[str, Any]], asked: list[dict[str, Any]]) -> tuple[int, int]:
+           ends: list[dict[str, Any]], asked: list[dict[str, Any]], ranges: list[float]
+           ) -> tuple[int, int]:
     """Place ``tour``'s (a ``--keep`` manifest) key frames again, scoring each question into
-    ``tallies`` (each named object's also into ``asked``) and each placement at the end
-    into ``ends``; the placements of some true
-    object at the end and the objects they are of."""
+    ``tallies`` (each named object's also into ``asked``), each placement at the end into
+    ``ends`` and each measured distance's relative error into ``ranges``; the placements of
+    some true object at the end and the objects they are of."""
     kept = json.loads(tour.read_text())
     truth = tour_truth(Path(kept["world"]))
     camera = world_camera(Path(kept["world"]))
@@ -135,6 +136,9 @@ def replay(tour: Path, matcher: LabelMatcher, tallies: dict[str, Tally],
             k = truth.ray_object(ray.stamp, ray.angle)
             if k is not None:
                 reported.setdefault(k, ray.stamp)
+                if ray.distance_m is not None:  # against the distance to the object's centre
+                    true = math.dist((ray.x, ray.y), truth.place(k))
+                    ranges.append((ray.distance_m - true) / true)
     placer = Placer(robot, matcher=matcher)
     now: Now | None = None
     i = 0
@@ -200,8 +204,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     owned = objects = 0
     ends: list[dict[str, Any]] = []
     asked: list[dict[str, Any]] = []
+    ranges: list[float] = []
     for tour in tours:
-        o, n = replay(tour, matcher, tallies, ends, asked)
+        o, n = replay(tour, matcher, tallies, ends, asked, ranges)
         owned, objects = owned + o, objects + n
         log.info("%s: %d placements of %d objects", tour, o, n)
     figs: dict[str, Any] = {h: t.figures() for h, t in tallies.items()}
@@ -210,6 +215,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     figs["at_end"] = {"placements": len(ends),
                       "coverage": round(float(np.mean(cover)), 3) if cover else None,
                       "guesses": sum(not e["triangulated"] for e in ends)}
+    rel = np.asarray(ranges)
+    figs["measured_distances"] = {
+        "rays": len(rel), "median_relative_error": round(float(np.median(rel)), 3),
+        "p90_abs_relative_error": round(float(np.percentile(np.abs(rel), 90)), 3)} if len(
+        rel) else {"rays": 0}
     figs["tours"] = [str(t) for t in tours]
     print(json.dumps(figs, indent=1))
     if args.json is not None:

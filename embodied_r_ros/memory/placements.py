@@ -24,9 +24,16 @@ agree, most of them of one label (the others: wrong names and words the matcher 
 counted as votes): from at least two camera positions, crossing at least
 :data:`~embodied_r_ros.memory.rays.MIN_CROSSING_DEG`, each within :data:`GATE_SIGMAS` of its
 bearing error from the crossing, the crossing surer than :data:`MAX_NEW_UNCERTAINTY_M`. A
-lone ray is never a place; one with a measured distance (a
-colour region's floor distance) places a *guess* there (``triangulated`` False, its
-uncertainty a share of the distance). A new object of a label placed within
+lone ray is never a place.
+
+**Guesses** (one standpoint): rays with a measured floor distance (a colour region's with a
+camera mount; a VLM box's bottom edge, ``foot_deg``, with the height and pitch the row's pose
+states: :func:`~embodied_r_ros.memory.rays.foot_range`) place a *guess* where at least
+:data:`MIN_GUESS_RAYS` pending rays of one label put the object at one spot, within
+:data:`~embodied_r_ros.memory.rays.SIGMAS` of the distance's error (``triangulated`` False,
+its uncertainty a share of the distance); a lone ranged ray, a wrong name now and then, waits
+like any other. A measured distance also gates association: an object farther from the ray's
+distance than that is not what the ray saw. A new object of a label placed within
 :data:`RELOCATE_M` of one that was not seen in this visit is that object again, its earlier
 rays disagreeing (odometry drifted between the visits): it is placed again from the new rays
 and keeps its votes and visits.
@@ -42,7 +49,9 @@ detections with depth, are associated. The null hypothesis beside the objects fo
 et al. (ICRA 2017) and Doherty et al. (2019), with a hard decision per ray (no
 expectation-maximisation, no max-mixture over past decisions: a ray's decision stands). The
 pending pool is delayed bearing-only landmark initialisation (a landmark made once enough
-parallax agrees), without a filter state. The pool is the writer's alone and is not stored:
+parallax agrees), without a filter state; where it differs, a guess from measured distances
+stands in for the landmark until parallax comes (as a range-and-bearing landmark would be
+made from one sighting, but from two that agree). The pool is the writer's alone and is not stored:
 after a restart, the writer puts the rays of its newest stored rows that no placement holds
 back in it (:meth:`Placer.wait`). The module imports no store.
 """
@@ -272,7 +281,7 @@ class Placer:
             return None
         if ray.distance_m is not None:  # a measured distance must agree too
             along = math.hypot(RANGE_SHARE * ray.distance_m, p.uncertainty_m / SIGMAS)
-            if abs(ray.ahead(p.position) - ray.distance_m) > GATE_SIGMAS * along:
+            if abs(ray.ahead(p.position) - ray.distance_m) > SIGMAS * along:
                 return None
         vague = math.log(s / max(spread, MIN_UNCERTAINTY_M / SIGMAS))
         named = math.log(self.label_odds(votes_of(p), label))
