@@ -172,7 +172,9 @@ def replay(tour: Path, matcher: LabelMatcher, tallies: dict[str, Tally],
             notes = place_notes(placements, row["question"], row["options"], now, matcher)
             record = PerceptionRecord((), row["question"], tuple(row["options"]), "",
                                       places=notes)
-            tally.hits.append(solve_record(row["category"], record).letter == row["answer"])
+            found = solve_record(row["category"], record)
+            tally.hits.append(found.letter == row["answer"])
+            asked[-1].update(rule_reader=tally.hits[-1], evidence=found.evidence)
     for record, f in zip(records[i:], frames[i:], strict=True):
         placer.add_frame(record, f.pose)
     owned = [k for p in placer.placements.values() if (k := truth.owner(p)) is not None]
