@@ -33,7 +33,7 @@ from the stored placements, read by the rule reader (:mod:`lab.long_world.oracle
 counts as wrong) and, on ``--reasoner`` questions of each perception's own set, by the
 ``offline`` profile's 135M memory reader and its shipped reasoner (llama.cpp; no target).
 
-**Placement error** (:mod:`_object_map_truth`): a placement is of the true object most of its
+**Placement error** (:mod:`lab.object_map_truth`): a placement is of the true object most of its
 sightings came from (each ray attributed to the object of its frame it points at), not of the
 object its name says. For each object a question names, the error is how far its placement
 seen last (the one a question naming no time reads) puts it from the robot at the ask, against
@@ -104,7 +104,6 @@ from _object_map_figures import (
     summarise,
     targets,
 )
-from _object_map_truth import Truth
 from memory_horizons import add_world_options, reasoner_counts, reasoner_subset, world_of
 
 from embodied_r_ros.backends.factory import create_backend, load_pipeline
@@ -120,6 +119,7 @@ from lab.long_world.object_spread import object_map_questions
 from lab.long_world.oracle import solve_record
 from lab.long_world.sightings import Sightings
 from lab.long_world.world import LEAVE, LongWorld, LongWorldSpec, build_long_world
+from lab.object_map_truth import Truth
 from lab.odometry_drift import drift_track
 from lab.replay import TourRobot
 from lab.scripted_replies import ScriptSettings
@@ -243,13 +243,10 @@ def answer(row: dict[str, Any], robot: TourRobot, retriever: Retriever, truth: T
     mine = [p for p in robot.recorder.store.placements([robot.config.memory.robot], rays=True)
             if (p.robot, p.id) in read]
     for k in (t["object"] for t in row["targets"]):
-        owned = [p for p in mine if truth.owner(p) == k]
-        newest = max(owned, key=lambda p: p.last, default=None)
-        error = None if newest is None else truth.error(newest.position, k, now)
+        error, covered = truth.score(mine, k, now)
         out.objects.append(k)
         out.errors.append(error)
-        out.covered.append(None if newest is None or error is None
-                           else error <= max(newest.uncertainty_m, 0.1))
+        out.covered.append(covered)
         out.odometry.append(truth.odometry_error(k, now))
     if reason:
         pipeline = robot.pipeline
@@ -360,6 +357,17 @@ def write_all(args: argparse.Namespace, argv: Sequence[str] | None, figs: Mappin
         plot(figs, args.out.with_suffix(".png"))
 
 
+def memory_hours(spec: str) -> list[float]:
+    """``--retrieval-hours``: comma-separated lengths above 0."""
+    try:
+        values = [float(v) for v in spec.split(",") if v.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not numbers: {spec!r}") from None
+    if any(v <= 0.0 for v in values):
+        raise argparse.ArgumentTypeError(f"must be above 0: {spec!r}")
+    return values
+
+
 def rates(spec: str) -> list[float]:
     """``--also-wrong-label-rates``: shares between 0 and 1."""
     try:
@@ -410,6 +418,12 @@ def main(argv: Sequence[str] | None = None) -> int:
                         "1 where the cores are shared: its spinning threads wait on each other)")
     parser.add_argument("--no-embedder", action="store_true",
                         help="full-text search alone, even where the embedder is installed")
+    parser.add_argument("--retrieval-hours", type=memory_hours, default=[1.0, 10.0],
+                        help="comma-separated memory lengths (hours) retrieval is timed over "
+                        "after the first tour (empty: none)")
+    parser.add_argument("--keep", type=Path, default=None,
+                        help="keep the worlds, each tour's memory and its questions in this "
+                        "folder (what lab.placement_replay places again)")
     parser.add_argument("--out", type=Path, default=None,
                         help="write OUT.json, OUT.md and OUT.png (after each tour)")
     add_json_option(parser)
@@ -420,7 +434,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     logging.getLogger("httpx").setLevel(logging.WARNING)
     started = time.perf_counter()
-    work = Path(tempfile.mkdtemp(prefix="vlm-object-map-"))
+    work = args.keep or Path(tempfile.mkdtemp(prefix="vlm-object-map-"))
+    work.mkdir(parents=True, exist_ok=True)
     figs: dict[str, Any] = {}
     rows_out: list[dict[str, Any]] = []
     missed: list[str] = []
@@ -449,8 +464,12 @@ def main(argv: Sequence[str] | None = None) -> int:
                          perception, tag, w.name, len(w.rows), len(reasoned))
                 out.append(play(perception, args, w.dir, w.truth, w.table, w.rows, reasoned,
                                 work / f"{perception}-{tag}-{n}.sqlite3",
-                                hours=(1.0, 10.0) if tag == "main" and n == 0 else (),
-                                **kwargs))
+                                hours=args.retrieval_hours if tag == "main" and n == 0
+                                else (), **kwargs))
+                if args.keep is not None and tag == "main":  # for lab.placement_replay
+                    (work / f"{perception}-{tag}-{n}.json").write_text(json.dumps(
+                        {"world": str(w.dir), "memory": f"{perception}-{tag}-{n}.sqlite3",
+                         "rows": w.rows}), encoding="utf-8")
             return pooled(out)
 
         for perception in perceptions:
@@ -477,7 +496,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             meta["seconds"] = round(time.perf_counter() - started, 1)
             write_all(args, argv, figs, missed, meta, rows_out)
     finally:
-        shutil.rmtree(work, ignore_errors=True)
+        if args.keep is None:
+            shutil.rmtree(work, ignore_errors=True)
     print(markdown(figs, missed, meta))
     return 1 if missed else 0
 

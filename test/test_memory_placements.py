@@ -74,8 +74,11 @@ def test_a_lone_ray_is_never_a_place_and_a_measured_distance_is_a_guess() -> Non
                          seen(2.0, Pose(1.0, 1.0, 0.0, 70.0), (1.0, 6.0))]) == []
     # two views from two places: still waiting for a third
     assert place_frames([seen(0.0, here, (1.0, 6.0)), seen(9.0, Pose(5.0, 2.0), (1.0, 6.0))]) == []
-    # a measured distance places a guess there, as sure as that distance
-    (ranged,) = place_frames([seen(0.0, here, (1.0, 6.0), distance_m=5.0)])
+    # a lone measured distance (a wrong label now and then) places nothing either; two that
+    # agree, from one standpoint, place a guess there, as sure as that distance
+    assert place_frames([seen(0.0, here, (1.0, 6.0), distance_m=5.0)]) == []
+    (ranged,) = place_frames([seen(0.0, here, (1.0, 6.0), distance_m=5.0),
+                              seen(2.0, Pose(1.0, 1.0, 0.0, 70.0), (1.0, 6.0), distance_m=5.0)])
     assert not ranged.triangulated and ranged.position == pytest.approx((1.0, 6.0))
     assert ranged.uncertainty_m == pytest.approx(2.0)  # two standard deviations of 20 %
     # a third view crosses the two waiting ones
@@ -231,6 +234,8 @@ def test_a_fleet_on_postgresql_shares_placements_where_it_says_so(postgres: obje
                                              seen(3.0, Pose(1.0, -1.0), RED),
                                              seen(5.0, Pose(0.0, -2.0), RED)])
         _rows(MemoryRecorder(b, "robot-b"), [(FrameRecord(60.0), Pose(4.0, 6.0, 0.0, -90.0)),
+                                             seen(60.5, Pose(4.0, 6.0, 0.0, -80.0), (9.0, 9.0),
+                                                  name="blue object", distance_m=5.8),
                                              seen(61.0, Pose(4.0, 6.0, 0.0, -90.0), (9.0, 9.0),
                                                   name="blue object", distance_m=5.8)])
         assert [p.robot for p in b.placements()] == ["robot-a", "robot-b"]

@@ -98,10 +98,25 @@ def _intrinsics(camera: CameraConfig | None, width: int, height: int) -> np.ndar
 def _ray(k: np.ndarray, u: float, v: float, pitch_deg: float) -> tuple[float, float, float]:
     """(forward, left, up) of the ray through pixel (u, v) for a camera pitched up by
     ``pitch_deg`` (optical frame: x right, y down, z along the view)."""
-    x = (u - k[0, 2]) / k[0, 0]
-    y = (v - k[1, 2]) / k[1, 1]
+    return view_ray((u - k[0, 2]) / k[0, 0], (v - k[1, 2]) / k[1, 1], pitch_deg)
+
+
+def view_ray(right: float, down: float, pitch_deg: float) -> tuple[float, float, float]:
+    """(forward, left, up) of the ray through the normalised image point (``right``,
+    ``down``: offsets from the principal point over the focal length) of a camera pitched up
+    by ``pitch_deg``."""
     p = math.radians(pitch_deg)
-    return (y * math.sin(p) + math.cos(p), -x, -y * math.cos(p) + math.sin(p))
+    return (down * math.sin(p) + math.cos(p), -right, -down * math.cos(p) + math.sin(p))
+
+
+def floor_distance(ray: tuple[float, float, float], height_m: float) -> float | None:
+    """How far along the floor a ray (forward, left, up) from a camera ``height_m`` above the
+    floor meets it; None where it never does or farther than :data:`_MAX_RANGE_M`."""
+    fwd, left, up = ray
+    if up >= 0.0 or height_m <= 0.0:
+        return None
+    ground = height_m / -up * math.hypot(fwd, left)
+    return ground if ground <= _MAX_RANGE_M else None
 
 
 def find_regions(
@@ -142,11 +157,7 @@ def find_regions(
         distance = None
         bottom = stats[best, cv2.CC_STAT_TOP] + stats[best, cv2.CC_STAT_HEIGHT]  # exclusive
         if mount is not None and bottom < h:  # the region's foot is inside the image
-            fwd, left, up = _ray(k, u, bottom / scale - 0.5, pitch)
-            if up < 0.0:
-                t = mount.height_m / -up
-                ground = t * math.hypot(fwd, left)
-                distance = ground if ground <= _MAX_RANGE_M else None
+            distance = floor_distance(_ray(k, u, bottom / scale - 0.5, pitch), mount.height_m)
         found.append(Region(colour, _direction(cx / w, cy / h), _size(share), float(share),
                             bearing, distance))
     found.sort(key=lambda r: -r.share)

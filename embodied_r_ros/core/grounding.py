@@ -6,8 +6,11 @@ first shrinks the frame to ``image_max_side``, then the processor's ``smart_resi
 both sides to multiples of 28 within its pixel bounds. Both steps scale the whole image, so a
 box is mapped back to the camera image by the ratio of the sizes (:func:`model_image_size`).
 
-A box then becomes a bearing (left > 0, from the box centre through ``fx`` and ``cx``) and an
-apparent width (``extent_deg``: the angle between the rays through its left and right edges).
+A box then becomes a bearing (left > 0, from the box centre through ``fx`` and ``cx``), an
+apparent width (``extent_deg``: the angle between the rays through its left and right edges)
+and the angle of its bottom edge below the optical axis (``foot_deg``, through ``fy`` and
+``cy``; none where the box reaches the image's bottom edge and the object's foot may be cut
+off): where the camera's height and pitch are known, that is a floor distance.
 Box coordinates are edges (``[0, 0, W, H]`` is the whole image); the intrinsics use pixel-index
 coordinates (pixel centres at integers, ``cx = (W - 1) / 2`` for a centred axis), as
 :func:`~embodied_r_ros.core.egomotion.camera_matrix` does, so a box over the whole image has
@@ -88,6 +91,17 @@ def box_angles(box: Sequence[float], k: np.ndarray) -> tuple[float, float]:
 
     bearing = math.atan2(cx - ((x1 + x2) / 2 - 0.5), fx)
     return math.degrees(bearing), math.degrees(left_of_axis(x1) - left_of_axis(x2))
+
+
+def box_foot_deg(box: Sequence[float], k: np.ndarray, height: int) -> float | None:
+    """The angle of a box's bottom edge below the optical axis (degrees, down > 0), in the
+    pixels ``k`` is for, an image ``height`` rows high; None where the box reaches the
+    bottom row (the object may go on below the image)."""
+    y2 = float(box[3])
+    if y2 >= height - 1.0:
+        return None
+    fy, cy = float(k[1, 1]), float(k[1, 2])
+    return math.degrees(math.atan2((y2 - 0.5) - cy, fy))
 
 
 def split_boxes(reply: str) -> tuple[str, str | None]:
@@ -182,7 +196,8 @@ def grounded_objects(
         camera_box = (x1 * sx, y1 * sy, x2 * sx, y2 * sy)
         bearing, extent = box_angles(camera_box, k)
         objects.append(SeenObject(label.strip(), bearing_deg=bearing, box=camera_box,
-                                  confidence=_confidence(item), extent_deg=extent))
+                                  confidence=_confidence(item), extent_deg=extent,
+                                  foot_deg=box_foot_deg(camera_box, k, height)))
     return tuple(objects)
 
 

@@ -41,6 +41,10 @@ class SeenObject:
     attributes: tuple[str, ...] = ()
     #: apparent width, degrees of the view the object spans (from its box)
     extent_deg: float | None = None
+    #: the angle of its box's bottom edge below the optical axis (degrees, down > 0; None
+    #: where the box reaches the image's bottom edge): with the camera's height and pitch,
+    #: the floor distance of its foot
+    foot_deg: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {k: v for k, v in asdict(self).items() if v not in (None, ())}

@@ -24,9 +24,16 @@ agree, most of them of one label (the others: wrong names and words the matcher 
 counted as votes): from at least two camera positions, crossing at least
 :data:`~embodied_r_ros.memory.rays.MIN_CROSSING_DEG`, each within :data:`GATE_SIGMAS` of its
 bearing error from the crossing, the crossing surer than :data:`MAX_NEW_UNCERTAINTY_M`. A
-lone ray is never a place; one with a measured distance (a
-colour region's floor distance) places a *guess* there (``triangulated`` False, its
-uncertainty a share of the distance). A new object of a label placed within
+lone ray is never a place.
+
+**Guesses** (one standpoint): rays with a measured floor distance (a colour region's with a
+camera mount; a VLM box's bottom edge, ``foot_deg``, with the height and pitch the row's pose
+states: :func:`~embodied_r_ros.memory.rays.foot_range`) place a *guess* where at least
+:data:`MIN_GUESS_RAYS` pending rays of one label put the object at one spot, within
+:data:`~embodied_r_ros.memory.rays.SIGMAS` of the distance's error (``triangulated`` False,
+its uncertainty a share of the distance); a lone ranged ray, a wrong name now and then, waits
+like any other. A measured distance also gates association: an object farther from the ray's
+distance than that is not what the ray saw. A new object of a label placed within
 :data:`RELOCATE_M` of one that was not seen in this visit is that object again, its earlier
 rays disagreeing (odometry drifted between the visits): it is placed again from the new rays
 and keeps its votes and visits.
@@ -42,7 +49,9 @@ detections with depth, are associated. The null hypothesis beside the objects fo
 et al. (ICRA 2017) and Doherty et al. (2019), with a hard decision per ray (no
 expectation-maximisation, no max-mixture over past decisions: a ray's decision stands). The
 pending pool is delayed bearing-only landmark initialisation (a landmark made once enough
-parallax agrees), without a filter state. The pool is the writer's alone and is not stored:
+parallax agrees), without a filter state; where it differs, a guess from measured distances
+stands in for the landmark until parallax comes (as a range-and-bearing landmark would be
+made from one sighting, but from two that agree). The pool is the writer's alone and is not stored:
 after a restart, the writer puts the rays of its newest stored rows that no placement holds
 back in it (:meth:`Placer.wait`). The module imports no store.
 """
@@ -61,9 +70,11 @@ from embodied_r_ros.memory.rays import (
     BEARING_SIGMA_DEG,
     MIN_CROSSING_DEG,
     MIN_UNCERTAINTY_M,
+    RANGE_SHARE,
     SIGMAS,
     Ray,
     crossing_uncertainty,
+    foot_range,
     guess,
     in_front,
     triangulate,
@@ -83,6 +94,9 @@ NEW_OBJECT_LOG = -6.0
 #: pending rays agreeing on a new object: at least this many, within this many bearing errors
 MIN_RAYS = 3
 GATE_SIGMAS = 3.0
+#: pending rays with measured distances agreeing on a spot place a guess there: at least this
+#: many (a lone ray, mislabelled now and then, places nothing)
+MIN_GUESS_RAYS = 2
 #: a new object's crossing must be at least this sure (metres, as ``uncertainty_m``)
 MAX_NEW_UNCERTAINTY_M = 1.5
 #: a pending ray waits this long (seconds) for others to agree with it
@@ -161,6 +175,8 @@ def frame_rays(record: FrameRecord, pose: Pose | None) -> list[tuple[SeenObject,
             continue
         sigma = max(BEARING_SIGMA_DEG, (obj.extent_deg or 0.0) / 4.0)
         distance = obj.distance_m if obj.distance_m and obj.distance_m > 0 else None
+        if distance is None and obj.foot_deg is not None and math.isfinite(obj.foot_deg):
+            distance = foot_range(obj.bearing_deg, obj.foot_deg, pose)
         out.append((obj, Ray(record.stamp, pose.x, pose.y,
                              math.radians(pose.yaw_deg + obj.bearing_deg), sigma, distance)))
     return out
@@ -263,6 +279,10 @@ class Placer:
         s = math.hypot(spread, p.uncertainty_m / SIGMAS)
         if abs(ray.aside(p.position)) > GATE_SIGMAS * s:
             return None
+        if ray.distance_m is not None:  # a measured distance must agree too
+            along = math.hypot(RANGE_SHARE * ray.distance_m, p.uncertainty_m / SIGMAS)
+            if abs(ray.ahead(p.position) - ray.distance_m) > SIGMAS * along:
+                return None
         vague = math.log(s / max(spread, MIN_UNCERTAINTY_M / SIGMAS))
         named = math.log(self.label_odds(votes_of(p), label))
         return -0.5 * (ray.aside(p.position) / s) ** 2 - vague + named
@@ -302,12 +322,10 @@ class Placer:
         group = [e for e in self.pending if (e.colour is None) == (new.colour is None)
                  and e.ray.stamp != new.ray.stamp
                  and (new.colour is None or e.colour == new.colour)]
-        support = self._agreeing(new, group)
+        support = self._agreeing(new, group) or self._ranged(new, group)
         if support is None:
-            if new.ray.distance_m is None:
-                self.pending = [*self.pending, new][-MAX_PENDING:]
-                return None
-            support = [new]
+            self.pending = [*self.pending, new][-MAX_PENDING:]
+            return None
         used = {id(e) for e in support}
         self.pending = [e for e in self.pending if id(e) not in used]
         rays = [e.ray for e in support]
@@ -371,6 +389,20 @@ class Placer:
                     and (best is None or len(near) > len(best))):
                 best = near
         return best
+
+    def _ranged(self, new: _Pending, group: Sequence[_Pending]) -> list[_Pending] | None:
+        """``new`` and the pending rays of its label whose measured distances put the object
+        where ``new``'s does (within :data:`SIGMAS` of the distance's error): at least
+        :data:`MIN_GUESS_RAYS` of them place a guess; None where they do not."""
+        d = new.ray.distance_m
+        if d is None:
+            return None
+        here = new.ray.point(d)
+        near = [new, *(e for e in group if e.ray.distance_m is not None
+                       and self.matcher.same(e.label, new.label)
+                       and math.dist(e.ray.point(e.ray.distance_m), here)
+                       <= SIGMAS * RANGE_SHARE * max(d, e.ray.distance_m))]
+        return near if len(near) >= MIN_GUESS_RAYS else None
 
     def _relocated(self, new: _Pending, rays: Sequence[Ray]) -> Placement | None:
         """The placed object of ``new``'s label, not seen in this visit, that ``rays`` place

@@ -14,7 +14,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from embodied_r_ros.core.poses import crossing_deg
+from embodied_r_ros.core.colors import floor_distance, view_ray
+from embodied_r_ros.core.poses import Pose, crossing_deg
 
 #: a ray passing this near a crossing is one of the rays that cross there
 RAY_GAP_M = 0.8
@@ -136,3 +137,14 @@ def guess(rays: Sequence[Ray]) -> tuple[tuple[float, float], float]:
                 max(MIN_UNCERTAINTY_M, SIGMAS * RANGE_SHARE * mean))
     newest = max(rays, key=lambda r: r.stamp)
     return newest.point(ASSUMED_RANGE_M), ASSUMED_RANGE_M
+
+
+def foot_range(bearing_deg: float, foot_deg: float, pose: Pose) -> float | None:
+    """The floor distance of an object whose box's bottom edge is ``foot_deg`` below the
+    optical axis, at ``bearing_deg``, from a camera at ``pose`` (its height above the floor
+    and pitch); None where the pose has no height or the edge lies above the horizon."""
+    if pose.z <= 0.0:
+        return None
+    right = -math.tan(math.radians(bearing_deg))
+    return floor_distance(view_ray(right, math.tan(math.radians(foot_deg)), pose.pitch_deg),
+                          pose.z)

@@ -1,4 +1,5 @@
-"""The object-map benchmark's truth: which true object a placement is of, and its errors.
+"""The object-map benchmark's truth: which true object a placement is of, and its errors
+(``bench/vlm_object_map.py``, and ``lab/placement_replay.py`` placing a kept tour again).
 
 A placement is of the true object most of its sightings came from: each ray's frame shows
 some objects (the renderer's truth), and the ray points at one of them, the one whose true
@@ -77,6 +78,24 @@ class Truth:
         est = self.track.relative(position, i, odometry=True)
         true = self.track.relative(self.place(k), i, odometry=False)
         return math.dist(est, true)
+
+    def read(self, placements: Sequence[Placement], k: int) -> Placement | None:
+        """The placement of object ``k`` a question naming no time reads: of those of ``k``,
+        the one seen last."""
+        return max((p for p in placements if self.owner(p) == k), key=lambda p: p.last,
+                   default=None)
+
+    def score(self, placements: Sequence[Placement], k: int, ask: float
+              ) -> tuple[float | None, bool | None]:
+        """A question's error about object ``k`` at ``ask`` from ``placements``: that of the
+        placement of ``k`` seen last (the one a question naming no time reads), and whether
+        the uncertainty it states covers that error; (None, None) where none is of ``k``
+        (unplaced)."""
+        newest = self.read(placements, k)
+        if newest is None:
+            return None, None
+        error = self.error(newest.position, k, ask)
+        return error, error <= max(newest.uncertainty_m, 0.1)
 
     def last_seen(self, k: int, ask: float) -> int | None:
         """The last frame at or before ``ask`` that shows object ``k`` clearly."""
