@@ -149,10 +149,13 @@ def test_tokenizer_has_qwen_special_tokens_and_chat_template(tiny_models_dir: Pa
 
 @pytest.fixture(scope="module")
 def smollm2(smollm2_dir: Path) -> tuple[Any, Any, Path]:
-    """The GGUF-loaded model beside the session's converted copy of it."""
+    """The GGUF-loaded model beside the session's converted copy of it, and the copy's
+    tokenizer (the one the conversion saved: converting it from GGUF again takes 9 s)."""
+    from transformers import AutoTokenizer
+
     pytest.importorskip("gguf")
-    model, tokenizer = offline.load_smollm2_gguf()
-    return model, tokenizer, smollm2_dir
+    model = offline.load_smollm2_gguf_model()
+    return model, AutoTokenizer.from_pretrained(smollm2_dir), smollm2_dir
 
 
 @pytest.mark.slow

@@ -283,7 +283,15 @@ def _reference(name: str) -> ChatBackend:
     from embodied_r_ros.core.config import ModelConfig
 
     return create_backend(ModelConfig(backend="transformers", model=name, dtype="float32",
-                                      device="cpu", batch_size=32), text_only=True)
+                                      device="cpu", batch_size=6), text_only=True)
+
+
+def by_length(rows: tuple[dict, ...]) -> list[dict]:
+    """The rows shortest reference prompt first (its think text, question and options), so
+    that each batch of 6 pads little: 40 % less compute than one batch padded to the longest
+    of 180 to 580 tokens, for the same answers."""
+    return sorted(rows, key=lambda r: len(completion(r, letter=True)) + len(r["question"])
+                  + sum(map(len, r["options"])))
 
 
 @pytest.mark.timeout(600)
@@ -299,7 +307,7 @@ def test_the_shipped_reference_reads_the_gold_rationales_and_the_untrained_model
 
     del smollm2_dir  # the base, converted once into the test run's model cache
     cfg = load_train_config("smollm2-embodied-r")
-    rows = list(built_rows)
+    rows = by_length(built_rows)
     checks = {}
     for name in ("smollm2-135m-embodied-r-reference", "smollm2-135m"):
         reference = _reference(name)

@@ -227,15 +227,23 @@ def smollm2_gguf_path() -> Path:
 
 def load_smollm2_gguf() -> tuple[Any, Any]:
     """SmolLM2-135M-Instruct dequantised from GGUF (about 15 s): ``(model, tokenizer)``."""
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoTokenizer
 
     gguf = smollm2_gguf_path()
-    tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    return load_smollm2_gguf_model(), AutoTokenizer.from_pretrained(gguf.parent,
+                                                                    gguf_file=gguf.name)
+
+
+def load_smollm2_gguf_model() -> Any:
+    """The model alone (its tokenizer's conversion from GGUF costs a third of the load)."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    gguf = smollm2_gguf_path()
     model = AutoModelForCausalLM.from_pretrained(
         gguf.parent, gguf_file=gguf.name, dtype=torch.float32
     )
-    return model.eval(), tokenizer
+    return model.eval()
 
 
 def save_plain_llama(model: Any, tokenizer: Any, dest: str | Path) -> None:
