@@ -114,7 +114,7 @@ from embodied_r_ros.core.request import SCOPE_MEMORY, QueryError
 from embodied_r_ros.memory import MemoryRecorder, Retriever, SqliteMemoryStore
 from embodied_r_ros.memory.factory import retriever_for
 from embodied_r_ros.serving import serve
-from embodied_r_ros.sim.visibility import MIN_SHARE, Visibility
+from embodied_r_ros.sim.visibility import Visibility
 from lab.long_world.object_spread import object_map_questions
 from lab.long_world.oracle import solve_record
 from lab.long_world.sightings import Sightings
@@ -195,8 +195,7 @@ def play(perception: str, args: argparse.Namespace, world_dir: Path, truth_world
                             seed=args.vlm_seed + manifest["spec"]["seed"])
         robot.track_p = list(track.odometry)  # what /odom says; the truth stays apart
         spec = manifest["spec"]
-        truth = Truth(objects, table, track,
-                      math.ceil(MIN_SHARE * table.width * table.height))
+        truth = Truth(objects, table, track)
         if len(track.stamps) != table.n_frames:
             log.warning("odometry samples (%d) and frames (%d) differ: rays are matched to "
                         "the nearest", len(track.stamps), table.n_frames)

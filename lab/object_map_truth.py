@@ -25,22 +25,32 @@ import numpy as np
 from embodied_r_ros.core.poses import wrap_deg
 from embodied_r_ros.memory.placements import Placement
 from embodied_r_ros.sim.scene import SceneObject
+from embodied_r_ros.sim.visibility import MIN_SHARE
 from lab.odometry_drift import DriftedTrack
 from lab.truth_boxes import TruthTable
 
 #: a ray further than this from every object its frame shows is of none
 ATTRIBUTE_DEG = 10.0
+#: a stated uncertainty below this covers an error up to this (metres)
+MIN_COVER_M = 0.1
+
+
+def covers(error_m: float, uncertainty_m: float) -> bool:
+    """Whether a placement's stated uncertainty covers its error."""
+    return error_m <= max(uncertainty_m, MIN_COVER_M)
 
 
 class Truth:
-    """One world's objects, truth boxes and (drifted) track, to score placements by."""
+    """One world's objects, truth boxes and (drifted) track, to score placements by; a frame
+    shows an object clearly from :data:`~embodied_r_ros.sim.visibility.MIN_SHARE` of its
+    pixels."""
 
     def __init__(self, objects: Sequence[SceneObject], table: TruthTable,
-                 track: DriftedTrack, min_pixels: int) -> None:
+                 track: DriftedTrack) -> None:
         self.objects = objects
         self.table = table
         self.track = track
-        self.min_pixels = max(1, min_pixels)
+        self.min_pixels = max(1, math.ceil(MIN_SHARE * table.width * table.height))
         self._owner: dict[tuple[str, int, float], int | None] = {}
 
     def place(self, k: int) -> tuple[float, float]:
@@ -95,7 +105,7 @@ class Truth:
         if newest is None:
             return None, None
         error = self.error(newest.position, k, ask)
-        return error, error <= max(newest.uncertainty_m, 0.1)
+        return error, covers(error, newest.uncertainty_m)
 
     def last_seen(self, k: int, ask: float) -> int | None:
         """The last frame at or before ``ask`` that shows object ``k`` clearly."""

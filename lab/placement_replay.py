@@ -40,10 +40,9 @@ from embodied_r_ros.memory.placements import Placer, frame_rays
 from embodied_r_ros.memory.places import Now, place_notes
 from embodied_r_ros.memory.sqlite_store import SqliteMemoryStore
 from embodied_r_ros.recordings.bags import BagReader
-from embodied_r_ros.sim.visibility import MIN_SHARE
 from lab.long_world.oracle import solve_record
 from lab.long_world.question_rules import HORIZONS as HORIZON_SPANS
-from lab.object_map_truth import Truth
+from lab.object_map_truth import Truth, covers
 from lab.odometry_drift import drift_track
 from lab.scripted_vlm import CACHE_NAME
 from lab.truth_boxes import load_world, truth_table
@@ -80,9 +79,8 @@ class Tally:
                 "rule_reader_n": len(self.hits)}
 
 
-def tour_truth(world: Path) -> Truth:
+def tour_truth(world: Path, manifest: dict[str, Any]) -> Truth:
     """The truth of ``world`` (its objects, truth boxes and exact odometry)."""
-    manifest = json.loads((world / "world.json").read_text())
     truth_world = load_world(world)
     table = truth_table(truth_world, world / CACHE_NAME)
     reader = BagReader(world / "bag").open()
@@ -91,13 +89,11 @@ def tour_truth(world: Path) -> Truth:
     finally:
         reader.close()
     exact = drift_track([t for t, _ in track], [p for _, p in track], 0.0, 0.0, seed=0)
-    return Truth(truth_world.objects, table, exact,
-                 math.ceil(MIN_SHARE * table.width * table.height))
+    return Truth(truth_world.objects, table, exact)
 
 
-def world_camera(world: Path) -> tuple[np.ndarray, int]:
-    """The intrinsics of ``world``'s images and their height in rows."""
-    manifest = json.loads((world / "world.json").read_text())
+def world_camera(manifest: dict[str, Any]) -> tuple[np.ndarray, int]:
+    """The intrinsics of a world's images (its ``world.json``) and their height in rows."""
     cam = manifest["camera"]
     config = CameraConfig(**{k: cam[k] for k in ("fx", "fy", "cx", "cy", "width", "height")})
     return camera_matrix(config, cam["width"], cam["height"]), int(cam["height"])
@@ -120,8 +116,10 @@ def replay(tour: Path, matcher: LabelMatcher, tallies: dict[str, Tally],
     ``ends`` and each measured distance's relative error into ``ranges``; the placements of
     some true object at the end and the objects they are of."""
     kept = json.loads(tour.read_text())
-    truth = tour_truth(Path(kept["world"]))
-    camera = world_camera(Path(kept["world"]))
+    world = Path(kept["world"])
+    manifest = json.loads((world / "world.json").read_text())
+    truth = tour_truth(world, manifest)
+    camera = world_camera(manifest)
     rows = sorted(kept["rows"], key=lambda r: (r["stamp_ns"], r["id"]))
     with SqliteMemoryStore(tour.parent / kept["memory"]) as store:
         robot = store.robots()[0]
@@ -177,15 +175,18 @@ def replay(tour: Path, matcher: LabelMatcher, tallies: dict[str, Tally],
             asked[-1].update(rule_reader=tally.hits[-1], evidence=found.evidence)
     for record, f in zip(records[i:], frames[i:], strict=True):
         placer.add_frame(record, f.pose)
-    owned = [k for p in placer.placements.values() if (k := truth.owner(p)) is not None]
+    owned: list[int] = []
     last = frames[-1].stamp if frames else 0.0
     for p in placer.placements.values():
         k = truth.owner(p)
-        if k is not None:
-            ends.append({"error_m": round(truth.error(p.position, k, last), 3),
-                         "uncertainty_m": round(p.uncertainty_m, 3),
-                         "triangulated": p.triangulated, "age_s": round(last - p.last, 1),
-                         "rays": len(p.rays), "label": p.label})
+        if k is None:
+            continue
+        owned.append(k)
+        error = truth.error(p.position, k, last)
+        ends.append({"error_m": round(error, 3), "uncertainty_m": round(p.uncertainty_m, 3),
+                     "covered": covers(error, p.uncertainty_m),
+                     "triangulated": p.triangulated, "age_s": round(last - p.last, 1),
+                     "rays": len(p.rays), "label": p.label})
     return len(owned), len(set(owned))
 
 
@@ -213,7 +214,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         log.info("%s: %d placements of %d objects", tour, o, n)
     figs: dict[str, Any] = {h: t.figures() for h, t in tallies.items()}
     figs["placements_per_object"] = round(owned / objects, 3) if objects else None
-    cover = [e["error_m"] <= max(e["uncertainty_m"], 0.1) for e in ends]
+    cover = [e["covered"] for e in ends]
     figs["at_end"] = {"placements": len(ends),
                       "coverage": round(float(np.mean(cover)), 3) if cover else None,
                       "guesses": sum(not e["triangulated"] for e in ends)}
