@@ -139,12 +139,13 @@ def _close(node: Any) -> None:
     node.destroy_node()
 
 
-def wait_until(predicate: Callable[[], bool], timeout: float = 10.0, what: str = "") -> None:
+def wait_until(predicate: Callable[[], bool], timeout: float = 10.0, what: str = "",
+               poll: float = 0.01) -> None:
     deadline = time.monotonic() + timeout
     while not predicate():
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout:g} s waiting for {what or predicate}")
-        time.sleep(0.01)
+        time.sleep(poll)
 
 
 def result_of(future: Any, timeout: float = 30.0) -> Any:
