@@ -63,7 +63,8 @@ test: setup
 	@# discovery and sockets, so a serial run left the cores half idle. One OpenMP thread per
 	@# process: torch's pool takes every core by default, so two model tests at once (one per
 	@# worker) would run twice as many spinning threads as there are cores
-	OMP_NUM_THREADS=1 $(PY) -m pytest -q -n auto --dist loadfile test
+	@# --no-loadscope-reorder: the files marked costly start first (test/conftest.py)
+	OMP_NUM_THREADS=1 $(PY) -m pytest -q -n auto --dist loadfile --no-loadscope-reorder test
 
 demo: setup
 	$(PY) -m embodied_r_ros.demo

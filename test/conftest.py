@@ -20,6 +20,32 @@ from embodied_r_ros.core.config import ModelConfig
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "slow: runs for many seconds (real model conversion)")
+    config.addinivalue_line(
+        "markers", "costly(seconds): the file takes about this long on one worker; such files "
+        "run first, longest first")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Files marked ``costly`` first, longest first, then the rest by their number of tests
+    (as pytest-xdist orders them by default; ``make test`` passes ``--no-loadscope-reorder`` so
+    that this order holds). With a test file per worker, a minute-long file started last kept
+    one worker busy while the other stood idle."""
+    def file_of(item: pytest.Item) -> str:
+        return item.nodeid.split("::")[0]
+
+    cost: dict[str, float] = {}
+    count: dict[str, int] = {}
+    first: dict[str, int] = {}
+    for i, item in enumerate(items):
+        name = file_of(item)
+        count[name] = count.get(name, 0) + 1
+        first.setdefault(name, i)
+        mark = item.get_closest_marker("costly")
+        if mark is not None:
+            cost[name] = max(cost.get(name, 0.0), float(mark.args[0]))
+    # a stable sort: each file's tests keep their order
+    items.sort(key=lambda it: (-cost.get(file_of(it), 0.0), -count[file_of(it)],
+                               first[file_of(it)]))
 
 
 @pytest.fixture(scope="session", autouse=True)

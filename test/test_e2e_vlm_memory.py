@@ -29,6 +29,8 @@ from embodied_r_ros.sim.world import EPOCH_NS  # noqa: E402
 from lab.scripted_replies import ScriptSettings  # noqa: E402
 from lab.scripted_vlm import ScriptedVLM  # noqa: E402
 
+pytestmark = pytest.mark.costly(50)  # seconds of one worker: started early
+
 QUADRANTS = ["A. front-left", "B. front-right", "C. back-left", "D. back-right"]
 #: how far the places line may put the object from its true centre. The endpoint moves each
 #: box edge by 5 % of the box's size (one SD): a box centre by about 3.5 % of its width, a

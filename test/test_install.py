@@ -18,6 +18,8 @@ import pytest
 from media import pan_frames, write_video
 from ros_helpers import LOCALHOST_ENV, Spinner, call, domain_id, image_msg, ros_context, wait_until
 
+pytestmark = pytest.mark.costly(140)  # seconds of one worker: started early
+
 REPO = Path(__file__).resolve().parents[1]
 VENV = Path(sys.prefix)
 
@@ -42,32 +44,6 @@ def target(tmp_path_factory: pytest.TempPathFactory) -> Path:
         check=True, capture_output=True, text=True, timeout=600,
     )
     return out
-
-
-def test_a_pip_install_answers_from_another_directory(target: Path, tmp_path: Path) -> None:
-    video = write_video(tmp_path / "pan.mp4", pan_frames(24, 8), fps=8.0)
-    work = tmp_path / "elsewhere"
-    work.mkdir()
-    env = {**os.environ, "PYTHONPATH": str(target), "HF_HUB_OFFLINE": "1"}
-    where = subprocess.run(
-        [sys.executable, "-c", "import embodied_r_ros.core.config as c; print(c.CONFIG_DIR)"],
-        cwd=work, env=env, capture_output=True, text=True, timeout=60, check=True,
-    ).stdout.strip()
-    assert Path(where).is_relative_to(target) and not Path(where).is_symlink()
-    assert (Path(where) / "profiles" / "offline.yaml").is_file()
-    proc = subprocess.run(
-        [str(target / "bin" / "embodied-r"), "ask", str(video), "-q", "Which way did I move?",
-         "-o", "A. left", "-o", "B. right", "--profile", "offline", "--json"],
-        cwd=work, env=env, capture_output=True, text=True, timeout=600,
-    )
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    assert '"profile": "offline"' in proc.stdout and "Frame 0 (" in proc.stdout  # timed lines
-    profiles = subprocess.run(
-        [str(target / "bin" / "embodied-r"), "ask", str(video), "-q", "x?", "-p", "nope"],
-        cwd=work, env=env, capture_output=True, text=True, timeout=60,
-    )
-    assert profiles.returncode == 2
-    assert "known: jetson, offline, paper, server, tiny, workstation" in profiles.stderr
 
 
 @pytest.fixture(scope="module")
@@ -158,3 +134,30 @@ def test_the_colcon_installed_executable_answers_a_query(
     assert str(colcon_install) in subprocess.run(
         [sys.executable, "-c", "import embodied_r_ros; print(embodied_r_ros.__file__)"],
         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60, check=True).stdout
+
+
+# after the colcon build: the offline profile's model, converted by another worker meanwhile
+def test_a_pip_install_answers_from_another_directory(target: Path, tmp_path: Path) -> None:
+    video = write_video(tmp_path / "pan.mp4", pan_frames(24, 8), fps=8.0)
+    work = tmp_path / "elsewhere"
+    work.mkdir()
+    env = {**os.environ, "PYTHONPATH": str(target), "HF_HUB_OFFLINE": "1"}
+    where = subprocess.run(
+        [sys.executable, "-c", "import embodied_r_ros.core.config as c; print(c.CONFIG_DIR)"],
+        cwd=work, env=env, capture_output=True, text=True, timeout=60, check=True,
+    ).stdout.strip()
+    assert Path(where).is_relative_to(target) and not Path(where).is_symlink()
+    assert (Path(where) / "profiles" / "offline.yaml").is_file()
+    proc = subprocess.run(
+        [str(target / "bin" / "embodied-r"), "ask", str(video), "-q", "Which way did I move?",
+         "-o", "A. left", "-o", "B. right", "--profile", "offline", "--json"],
+        cwd=work, env=env, capture_output=True, text=True, timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert '"profile": "offline"' in proc.stdout and "Frame 0 (" in proc.stdout  # timed lines
+    profiles = subprocess.run(
+        [str(target / "bin" / "embodied-r"), "ask", str(video), "-q", "x?", "-p", "nope"],
+        cwd=work, env=env, capture_output=True, text=True, timeout=60,
+    )
+    assert profiles.returncode == 2
+    assert "known: jetson, offline, paper, server, tiny, workstation" in profiles.stderr

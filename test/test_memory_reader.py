@@ -14,6 +14,8 @@ from embodied_r_ros.core.config import ModelConfig
 from embodied_r_ros.core.profiles import load_config
 from embodied_r_ros.core.reasoning import is_well_formed, parse_reasoning
 
+pytestmark = pytest.mark.costly(110)  # seconds of one worker: started early
+
 NAME = "smollm2-135m-embodied-r-memory"
 ROOT = Path(__file__).resolve().parents[1]
 BENCH = ROOT / "results" / "bench" / "memory_horizons_reasoner.json"

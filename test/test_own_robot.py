@@ -30,6 +30,8 @@ from embodied_r_ros.sim.generate import generate_world  # noqa: E402
 from embodied_r_ros.sim.world import EPOCH_NS, WorldSpec  # noqa: E402
 from embodied_r_training.cli import main  # noqa: E402
 
+pytestmark = pytest.mark.costly(45)  # seconds of one worker: started early
+
 SEED = 23
 FRAMES = 220  # 22 s at 10 Hz
 GAP = (8.05, 11.05)  # seconds from the bag start without odometry (3 s: under the stamp gate)

@@ -18,6 +18,8 @@ from embodied_r_ros.core.reasoning import (
 from embodied_r_training.data.rationales import completion, rationale
 from embodied_r_training.rewards import correct
 
+pytestmark = pytest.mark.costly(85)  # seconds of one worker: started early
+
 FORMAT = re.compile(r"^<think>.*?</think>\s*<answer>.*?</answer>$", re.DOTALL)
 NOTHING = "no distinctly coloured object in view."
 

@@ -56,6 +56,8 @@ from embodied_r_ros.nodes.remote_engine import HEARTBEAT_TIMEOUT_SEC  # noqa: E4
 from embodied_r_ros.nodes.runtime import start_nodes  # noqa: E402
 from embodied_r_ros.nodes.transport import QUERY_QOS  # noqa: E402
 
+pytestmark = pytest.mark.costly(60)  # seconds of one worker: started early
+
 NS = "/proc"
 PERCEIVE = f"{NS}/perception/perceive"
 OPTIONS = ["A. left", "B. right"]

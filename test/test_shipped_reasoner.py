@@ -17,6 +17,8 @@ from embodied_r_ros.core.config import ModelConfig
 from embodied_r_ros.core.profiles import load_config
 from embodied_r_ros.core.reasoning import is_well_formed, parse_reasoning
 
+pytestmark = pytest.mark.costly(180)  # seconds of one worker: started early
+
 NAME = "smollm2-135m-embodied-r"
 #: the merge and 24 generations of up to 320 tokens on 2 cores
 SLOW = pytest.mark.timeout(900)
