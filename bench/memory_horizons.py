@@ -60,7 +60,7 @@ from embodied_r_ros.core.perception_text import render
 from embodied_r_ros.core.profiles import load_config
 from embodied_r_ros.core.reasoning import format_question
 from embodied_r_ros.core.records import PerceptionRecord
-from embodied_r_ros.core.request import SCOPE_MEMORY, SCOPE_WINDOW, QueryError
+from embodied_r_ros.core.request import SCOPE_MEMORY, SCOPE_WINDOW, QueryError, validate_query
 from embodied_r_ros.intervals import bootstrap_ci, paired_difference
 from embodied_r_ros.memory import Retriever, SqliteMemoryStore
 from embodied_r_ros.memory.factory import retriever_for
@@ -221,7 +221,7 @@ def answer(row: dict[str, Any], robot: TourRobot, retriever: Retriever,
                             layout=robot.config.perception.frame_layout)
     records: dict[str, PerceptionRecord | None] = {SCOPE_MEMORY: memory_rec}
     try:
-        result, stamps = robot.window(question, options)
+        result, stamps = robot.window(validate_query(question, options))
         records[SCOPE_WINDOW] = result.record
     except QueryError as exc:
         records[SCOPE_WINDOW], stamps = None, []

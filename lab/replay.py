@@ -29,6 +29,7 @@ from embodied_r_ros.core.odometry import pose_near
 from embodied_r_ros.core.perception import PerceptionResult
 from embodied_r_ros.core.pipeline import EmbodiedR
 from embodied_r_ros.core.poses import Pose
+from embodied_r_ros.core.request import Question
 from embodied_r_ros.memory.factory import embedder_for
 from embodied_r_ros.memory.recorder import MemoryRecorder
 from embodied_r_ros.memory.store import MemoryStore
@@ -124,13 +125,11 @@ class TourRobot:
         else:
             self.buffer.skip(stamp)
 
-    def window(self, question: str, options: Sequence[str]
-               ) -> tuple[PerceptionResult, list[float]]:
+    def window(self, question: Question) -> tuple[PerceptionResult, list[float]]:
         """The query without memory: the key-frame budget of the whole buffer, perceived as
         the node does. Raises :class:`~embodied_r_ros.core.pipeline.QueryError`."""
         w = self.buffer.window(0.0)
-        result = self.pipeline.perceive_window(w.decoded(), w.stamps, question, options,
-                                               w.motions)
+        result = self.pipeline.perceive_window(w.decoded(), w.stamps, question, w.motions)
         return result, list(w.stamps)
 
     def _on_frame(self, stamp: float, image: np.ndarray, keyframe: bool) -> None:

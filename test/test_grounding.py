@@ -33,7 +33,7 @@ from embodied_r_ros.core.perception_text import render
 from embodied_r_ros.core.profiles import config_from_dict
 from embodied_r_ros.core.prompts import load_prompts
 from embodied_r_ros.core.reasoning import format_question
-from embodied_r_ros.core.request import validate_query
+from embodied_r_ros.core.request import Question, validate_query
 from embodied_r_ros.recordings.bags import CameraInfo
 
 QWEN25 = ImageGrid(28, 3136, 12845056)  # Qwen2.5-VL's preprocessor_config.json
@@ -317,9 +317,9 @@ def test_a_bags_camera_info_places_the_objects_of_a_window() -> None:
     fx = 640 / math.tan(math.radians(30))  # 60 degrees, calibrated at 1280 x 720
     camera = CameraInfo(width=1280, height=720, fx=fx, fy=fx, cx=639.5, cy=359.5).to_config()
     images, stamps = _frames(2, 128, 72), [0.0, 1.0]
-    window = pipeline.perceive_window(images, stamps, "Where?", [], [None], camera=camera)
+    window = pipeline.perceive_window(images, stamps, Question("Where?"), [None], camera=camera)
     assert [o.extent_deg for f in window.frames for o in f.objects] == pytest.approx([60.0] * 2)
-    guessed = pipeline.perceive_window(images, stamps, "Where?", [], [None])
+    guessed = pipeline.perceive_window(images, stamps, Question("Where?"), [None])
     assert [o.extent_deg for f in guessed.frames for o in f.objects] == pytest.approx([70.0] * 2)
     assert window.text == guessed.text  # the objects are not in the text
 

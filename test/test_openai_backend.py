@@ -33,6 +33,7 @@ from embodied_r_ros.core.cancel import CancelToken
 from embodied_r_ros.core.chat import BackendError, ChatBackend, Completion
 from embodied_r_ros.core.config import ConfigError
 from embodied_r_ros.core.error_codes import BACKEND_DOWN, BACKEND_FAILED, BACKEND_TIMEOUT, CANCELLED
+from embodied_r_ros.core.request import Question
 from embodied_r_ros.serving import OpenAIServer, serve
 
 
@@ -371,7 +372,7 @@ def test_perception_keeps_min_of_frames_and_concurrency_in_flight(
                     "max_concurrency": max_concurrency}},
                 "reasoning": {"model": {"model": "x"}}, "cache": {"enabled": False}})
             p = load_pipeline(cfg, vlm=create_backend(cfg.perception.vlm), reasoning=False)
-            result = p.perceive(images, list(range(n_frames)), "Which way?", [],
+            result = p.perceive(images, list(range(n_frames)), Question("Which way?"),
                                 motions=[None] * (n_frames - 1))
             texts.append(result.text)
             assert vlm.peak == expected_peak

@@ -23,7 +23,7 @@ from embodied_r_ros.core.pipeline import MAX_PERCEPTION_CHARS, EmbodiedR, QueryE
 from embodied_r_ros.core.profiles import config_from_dict, load_config
 from embodied_r_ros.core.prompts import default_prompts
 from embodied_r_ros.core.reasoning import extract_answer, parse_options
-from embodied_r_ros.core.request import validate_query
+from embodied_r_ros.core.request import Question, validate_query
 
 OPTIONS = ["A. rotate left", "B. rotate right"]
 
@@ -199,5 +199,5 @@ def test_an_oversize_perception_text_is_the_models_failure_not_a_bad_request() -
     pipeline = load_pipeline(cfg, vlm=Verbose(), reasoning=False)
     images = [np.full((32, 32, 3), v, np.uint8) for v in (10, 200, 90)]
     with pytest.raises(QueryError) as err:
-        pipeline.perceive(images, [0.0, 1.0, 2.0], "Which way?", [], motions=[None, None])
+        pipeline.perceive(images, [0.0, 1.0, 2.0], Question("Which way?"), motions=[None, None])
     assert err.value.code == BACKEND_FAILED and "perception model" in str(err.value)

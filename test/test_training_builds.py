@@ -336,3 +336,24 @@ def test_late_failures_come_early(bag: Path, questions: Path, tmp_path: Path,
     err = capsys.readouterr().err
     assert "1 question(s) cannot make train/val/test" in err and "split by question" not in err
     assert not (tmp_path / "ds").exists()
+
+
+def test_each_question_is_checked_once_before_any_frame_is_read(tmp_path: Path) -> None:
+    """The builder is an entry: a sample made in Python (no importer checked it) whose
+    question fails ``ask``'s check is one BuildError naming it, before any frame is read."""
+    from embodied_r_training.data.dataset_files import BuildError
+    from embodied_r_training.data.samples import Sample
+
+    config = load_config("offline", overrides={"cache": {"dir": str(tmp_path / "cache")}})
+    good = Sample("q0", "s0", "c", "Which way?", ["A. left", "B. right"], "A", "x.mp4")
+    bad = Sample("q1", "s1", "c", "   ", ["A. left", "B. right"], "A", "x.mp4")
+    read: list[str] = []
+
+    def frames_for(sample):  # noqa: ANN001, ANN202
+        read.append(sample.id)
+        raise AssertionError("no frame is read before every question passed")
+
+    with pytest.raises(BuildError, match=r"^question q1: EMPTY_QUESTION: the question is empty$"):
+        build_dataset([good, bad], frames_for, EmbodiedR(config), tmp_path / "ds",
+                      fingerprint="f", split_by="question", folds=0, progress=False)
+    assert read == [] and not (tmp_path / "ds").exists()

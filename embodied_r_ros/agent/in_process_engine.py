@@ -46,8 +46,7 @@ class LocalEngine:
         result = self.perception().perceive_window(
             window.decoded(),
             window.stamps,
-            question.text,
-            question.options,
+            question,
             window.motions,
             on_progress=on_progress,
             cancel=cancel,

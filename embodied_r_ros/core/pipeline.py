@@ -116,8 +116,7 @@ class EmbodiedR:
         self,
         images: Sequence[np.ndarray],
         stamps: Sequence[float],
-        question: str,
-        options: Sequence[str],
+        question: Question | None,
         *,
         motions: Sequence[Motion | None] | None = None,
         motion_source: MotionSource | Sequence[MotionSource] = "odometry",
@@ -126,9 +125,10 @@ class EmbodiedR:
         question_block: str | None = None,
         camera: CameraConfig | None = None,
     ) -> PerceptionResult:
-        """Describe key frames; ``motions`` measured by ``motion_source`` (visual ego-motion
-        is computed here when none are given). ``question_block``: the question as a benchmark
-        words it, options included (default: ``format_question(question, options)``);
+        """Describe key frames for ``question`` (as an entry checked it; None: for no question,
+        as the memory's background describer does); ``motions`` measured by ``motion_source``
+        (visual ego-motion is computed here when none are given). ``question_block``: the
+        question as a benchmark words it, options included (default: ``format_question``);
         ``camera``: the intrinsics grounded objects are placed with (a bag's CameraInfo)."""
         if not images:
             raise QueryError(NO_FRAMES, "no frames to perceive")
@@ -136,16 +136,17 @@ class EmbodiedR:
             raise QueryError(BACKEND_DOWN, "no perception model is loaded")
         if motions is None:
             motions, motion_source = self.visual_motions(images), "visual"
+        text, options = (question.text, question.options) if question else ("", ())
         try:
             result = self.perceiver.describe(
                 images,
                 stamps,
-                question_block or format_question(question, options),
+                question_block or format_question(text, options),
                 motions,
                 motion_source=motion_source,
                 on_progress=on_progress,
                 cancel=cancel,
-                question=question,
+                question=text,
                 options=options,
                 camera=camera,
             )
@@ -184,8 +185,7 @@ class EmbodiedR:
         self,
         images: Sequence[np.ndarray],
         stamps: Sequence[float],
-        question: str,
-        options: Sequence[str],
+        question: Question | None,
         motions: Sequence[Motion | None],
         *,
         camera: CameraConfig | None = None,
@@ -199,7 +199,7 @@ class EmbodiedR:
         motions and of grounded objects (a bag's CameraInfo; else the configured ones, and the
         live camera's for grounding)."""
         completed, sources = self.complete_motions(images, motions, camera)
-        return self.perceive(images, stamps, question, options, motions=completed,
+        return self.perceive(images, stamps, question, motions=completed,
                              motion_source=sources, on_progress=on_progress, cancel=cancel,
                              camera=camera)
 
@@ -255,8 +255,7 @@ class EmbodiedR:
         perception = self.perceive(
             images,
             stamps,
-            question.text,
-            question.options,
+            question,
             motions=motions,
             motion_source=motion_source,
             on_progress=on_progress,

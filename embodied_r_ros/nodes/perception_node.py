@@ -312,8 +312,7 @@ class PerceptionNode(ModelNode):
             res = pipeline.perceive_window(
                 images,
                 [stamp_to_sec(m.header.stamp) for m in goal.key_frames],
-                question.text,
-                question.options,
+                question,
                 [msg_to_motion(m) for m in goal.motions],
                 on_progress=feedback,
                 cancel=token,

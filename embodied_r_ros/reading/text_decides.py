@@ -73,8 +73,8 @@ class TextDecides:
             selection, images, motions = self.pipeline.robot_keyframes(frames, self.track)
             record = None
             if selection.images:
-                result = self.pipeline.perceive_window(images, selection.stamps, "", [],
-                                                       motions, camera=self.camera)
+                result = self.pipeline.perceive_window(images, selection.stamps, None, motions,
+                                                       camera=self.camera)
                 record = result.record.frames
             self._clips[(start, end)] = record
         return self._clips[(start, end)]

@@ -27,9 +27,16 @@ from typing import Any
 
 from embodied_r_ros.core.pipeline import NO_FRAMES, EmbodiedR, QueryError
 from embodied_r_ros.core.reasoning import format_question
+from embodied_r_ros.core.request import Question
 from embodied_r_training.data.dataset_files import BuildError, write_table
 from embodied_r_training.data.journal import JOURNAL, JOURNAL_DIR, Journal, read_journal, sample_key
-from embodied_r_training.data.samples import FramesFn, KeyFrames, Sample, SkipSample
+from embodied_r_training.data.samples import (
+    FramesFn,
+    KeyFrames,
+    Sample,
+    SkipSample,
+    check_sample,
+)
 from embodied_r_training.data.splits import SplitBy, feasible_folds, make_splits
 
 log = logging.getLogger(__name__)
@@ -109,19 +116,33 @@ def check_build(
     return usable
 
 
-def perceive_sample(pipeline: EmbodiedR, sample: Sample, frames: KeyFrames) -> dict[str, Any]:
-    """The table row of one sample (the journal adds its key; ``_cached`` marks a row whose
-    perception came from the cache). ``sample.extra["question_block"]`` is the question as the
-    benchmark words it (the official route); without it the block is formatted."""
+def checked_questions(samples: Sequence[Sample]) -> dict[str, Question]:
+    """Each sample's question as ``ask`` checks it (:func:`check_sample`), once, before any
+    model loads; a sample that fails is a :class:`BuildError` naming it."""
+    questions: dict[str, Question] = {}
+    for sample in samples:
+        try:
+            questions[sample.id] = check_sample(sample)
+        except ValueError as exc:
+            raise BuildError(f"question {sample.id}: {exc}") from None
+    return questions
+
+
+def perceive_sample(pipeline: EmbodiedR, sample: Sample, question: Question,
+                    frames: KeyFrames) -> dict[str, Any]:
+    """The table row of one sample, perceived for its checked ``question`` (the journal adds
+    its key; ``_cached`` marks a row whose perception came from the cache).
+    ``sample.extra["question_block"]`` is the question as the benchmark words it (the
+    official route); without it the block is formatted."""
     block = sample.extra.get("question_block") or format_question(sample.question,
                                                                    sample.options)
     if frames.robot:  # the robot's rule: the same call as the nodes make
-        result = pipeline.perceive_window(frames.images, frames.stamps, sample.question,
-                                          sample.options, frames.motions, camera=frames.camera)
+        result = pipeline.perceive_window(frames.images, frames.stamps, question,
+                                          frames.motions, camera=frames.camera)
     else:
-        result = pipeline.perceive(frames.images, frames.stamps, sample.question,
-                                   sample.options, motions=frames.motions,
-                                   motion_source=frames.motion_source, question_block=block)
+        result = pipeline.perceive(frames.images, frames.stamps, question,
+                                   motions=frames.motions, motion_source=frames.motion_source,
+                                   question_block=block)
     return {
         "id": sample.id,
         "scene": sample.scene,
@@ -174,6 +195,7 @@ def build_dataset(
     created = not out.exists()
     report = BuildReport()
     folds = check_build(samples, split_by=split_by, seed=seed, fractions=fractions, folds=folds)
+    questions = checked_questions(samples)
     journal_path = out / JOURNAL_DIR / JOURNAL
     done = read_journal(journal_path)
     journal = Journal(journal_path)
@@ -187,7 +209,8 @@ def build_dataset(
                 report.reused += 1
             else:
                 try:
-                    row = perceive_sample(pipeline, sample, frames_for(sample))
+                    row = perceive_sample(pipeline, sample, questions[sample.id],
+                                          frames_for(sample))
                 except SkipSample as exc:
                     report.skip(sample.id, str(exc))
                     row = None

@@ -17,7 +17,7 @@ from embodied_r_ros.core.perception import MotionSource
 from embodied_r_ros.core.pipeline import EmbodiedR
 from embodied_r_ros.core.poses import Pose
 from embodied_r_ros.core.reasoning import parse_options
-from embodied_r_ros.core.request import QueryError, validate_query
+from embodied_r_ros.core.request import QueryError, Question, validate_query
 
 
 @dataclass(frozen=True)
@@ -56,9 +56,9 @@ class SkipSample(Exception):
     """This sample cannot be used (no frames in its window, unreadable video): count, go on."""
 
 
-def check_sample(sample: Sample) -> None:
-    """The question and options must pass what ``ask`` checks, and the solution must be one
-    of the options' letters (ValueError, one line)."""
+def check_sample(sample: Sample) -> Question:
+    """The question and options as ``ask`` checks them (the :class:`Question` perception is
+    given), and the solution one of the options' letters (ValueError, one line)."""
     try:
         question = validate_query(sample.question, sample.options)
     except QueryError as exc:
@@ -66,6 +66,7 @@ def check_sample(sample: Sample) -> None:
     letters = [letter for letter, _ in parse_options(question.options)]
     if sample.solution not in letters:
         raise ValueError(f"answer {sample.solution!r} is not one of {''.join(letters)}")
+    return question
 
 
 def keyframes_of(
