@@ -39,6 +39,7 @@ from embodied_r_ros.core.pipeline import EmbodiedR, QueryError
 from embodied_r_ros.core.profiles import load_config
 from embodied_r_ros.core.reasoning import format_question
 from embodied_r_ros.core.records import PerceptionRecord
+from embodied_r_ros.core.request import validate_query
 from embodied_r_ros.memory import SqliteMemoryStore
 from embodied_r_ros.memory.factory import retriever_for
 from embodied_r_training.data.builders import perception_manifest
@@ -80,8 +81,9 @@ def world_rows(world: Path, scene: str, work: Path, window: bool = True
             records = {"memory": sel.record(q["question"], q["options"], block,
                                             layout=config.perception.frame_layout)}
             if window:
+                asked = validate_query(q["question"], q["options"])
                 try:
-                    records["window"] = r.window(q["question"], q["options"])[0].record
+                    records["window"] = r.window(asked)[0].record
                 except QueryError as exc:
                     log.warning("%s: no window text (%s)", q["id"], exc)
             return [_row(q, scene, source, record, pipeline)
