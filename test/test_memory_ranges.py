@@ -122,3 +122,23 @@ def test_a_measured_distance_keeps_a_ray_off_an_object_behind_its_own() -> None:
     (placed,) = place_frames(frames)
     assert placed.votes == (("lamp", 4),)
     assert np.allclose(placed.position, lamp, atol=1e-6)
+
+
+def test_a_measured_distance_and_a_ray_through_it_from_elsewhere_place_the_object() -> None:
+    """A chair seen once from afar (its box's foot gives its distance) and once close up from
+    another place (its foot below the image, no distance): the close ray passes through the
+    measured place, so the two place the chair, within the stated uncertainty. Either ray
+    alone places nothing, nor does a close ray that misses the measured place."""
+    chair = (4.0, 1.0)
+    far = Pose(0.0, 0.0, HEIGHT_M, 10.0, PITCH_DEG)
+    b, foot = view(far, chair)
+    first = (FrameRecord(0.0, objects=(SeenObject("chair", bearing_deg=b + 0.4,
+                                                  foot_deg=foot + 0.3),)), far)
+    near = Pose(2.5, -0.5, HEIGHT_M, 45.0, PITCH_DEG)
+    close = [(FrameRecord(5.0, objects=(SeenObject("chair", bearing_deg=view(near, spot)[0]),)),
+              near) for spot in (chair, (4.0, 3.0))]
+    (placed,) = place_frames([first, close[0]])
+    assert placed.sightings == 2 and placed.votes == (("chair", 2),)
+    assert math.dist(placed.position, chair) <= placed.uncertainty_m <= 0.45 * 4.1
+    assert place_frames([first]) == [] and place_frames([close[0]]) == []
+    assert place_frames([first, close[1]]) == []

@@ -31,8 +31,11 @@ camera mount; a VLM box's bottom edge, ``foot_deg``, with the height and pitch t
 states: :func:`~embodied_r_ros.memory.rays.foot_range`) place a *guess* where at least
 :data:`MIN_GUESS_RAYS` pending rays of one label put the object at one spot, within
 :data:`~embodied_r_ros.memory.rays.SIGMAS` of the distance's error (``triangulated`` False,
-its uncertainty a share of the distance); a lone ranged ray, a wrong name now and then, waits
-like any other. A measured distance also gates association: an object farther from the ray's
+its uncertainty a share of the distance); so does a ranged ray with one of its label without a
+distance, from another camera position, that passes through the place it measured (an object
+seen from afar, then close up with its foot below the image: where the two cross wide enough,
+they place a crossing). A lone ranged ray, a wrong name now and then, waits like any other. A
+measured distance also gates association: an object farther from the ray's
 distance than that is not what the ray saw. A new object of a label placed within
 :data:`RELOCATE_M` of one that was not seen in this visit is that object again, its earlier
 rays disagreeing (odometry drifted between the visits): it is placed again from the new rays
@@ -51,7 +54,8 @@ expectation-maximisation, no max-mixture over past decisions: a ray's decision s
 pending pool is delayed bearing-only landmark initialisation (a landmark made once enough
 parallax agrees), without a filter state; where it differs, a guess from measured distances
 stands in for the landmark until parallax comes (as a range-and-bearing landmark would be
-made from one sighting, but from two that agree). The pool is the writer's alone and is not stored:
+made from one sighting, but from two that agree: two measured distances, or one and a bearing
+from elsewhere through its place). The pool is the writer's alone and is not stored:
 after a restart, the writer puts the rays of its newest stored rows that no placement holds
 back in it (:meth:`Placer.wait`). The module imports no store.
 """
@@ -322,7 +326,8 @@ class Placer:
         group = [e for e in self.pending if (e.colour is None) == (new.colour is None)
                  and e.ray.stamp != new.ray.stamp
                  and (new.colour is None or e.colour == new.colour)]
-        support = self._agreeing(new, group) or self._ranged(new, group)
+        support = (self._agreeing(new, group) or self._ranged(new, group)
+                   or self._anchored(new, group))
         if support is None:
             self.pending = [*self.pending, new][-MAX_PENDING:]
             return None
@@ -403,6 +408,24 @@ class Placer:
                        and math.dist(e.ray.point(e.ray.distance_m), here)
                        <= SIGMAS * RANGE_SHARE * max(d, e.ray.distance_m))]
         return near if len(near) >= MIN_GUESS_RAYS else None
+
+    def _anchored(self, new: _Pending, group: Sequence[_Pending]) -> list[_Pending] | None:
+        """A pending ray of ``new``'s label with a measured distance and the rays of that label
+        without one that pass through the place it measured (each within :data:`GATE_SIGMAS`
+        of its bearing error), ``new`` among them: at least :data:`MIN_GUESS_RAYS`, from at
+        least two camera positions, place the object (where they cross, else a guess at the
+        measured distance); None where none does. So an object seen once from afar, its
+        distance measured, and once close up, its foot below the image, is placed."""
+        same = [new, *(e for e in group if self.matcher.same(e.label, new.label))]
+        for anchor in sorted((e for e in same if e.ray.distance_m is not None),
+                             key=lambda e: -e.ray.stamp):
+            here = anchor.ray.point(anchor.ray.distance_m or 0.0)
+            near = [anchor, *(e for e in same if e.ray.distance_m is None and in_front(here, e.ray)
+                              and abs(e.ray.aside(here)) <= GATE_SIGMAS * e.ray.spread(here))]
+            if (any(e is new for e in near) and len(near) >= MIN_GUESS_RAYS
+                    and _positions([e.ray for e in near]) >= 2):
+                return near
+        return None
 
     def _relocated(self, new: _Pending, rays: Sequence[Ray]) -> Placement | None:
         """The placed object of ``new``'s label, not seen in this visit, that ``rays`` place
