@@ -203,6 +203,12 @@ def _visits(stamps: Iterable[tuple[float, float]]) -> tuple[tuple[float, float],
     return tuple((a, b) for a, b in out[-MAX_VISITS:])
 
 
+def _through(q: tuple[float, float], ray: Ray) -> bool:
+    """Whether ``ray`` passes through ``q``: in front of its camera and within
+    :data:`GATE_SIGMAS` of its bearing error there."""
+    return in_front(q, ray) and abs(ray.aside(q)) <= GATE_SIGMAS * ray.spread(q)
+
+
 def _positions(rays: Sequence[Ray]) -> int:
     """How many distinct camera positions ``rays`` were cast from."""
     seen: list[tuple[float, float]] = []
@@ -379,8 +385,7 @@ class Placer:
             q = triangulate([new.ray, other.ray])
             if q is None:
                 continue
-            near = [e for e in (new, *group) if in_front(q, e.ray)
-                    and abs(e.ray.aside(q)) <= GATE_SIGMAS * e.ray.spread(q)]
+            near = [e for e in (new, *group) if _through(q, e.ray)]
             q = triangulate([e.ray for e in near])
             if q is None:
                 continue
@@ -420,8 +425,8 @@ class Placer:
         for anchor in sorted((e for e in same if e.ray.distance_m is not None),
                              key=lambda e: -e.ray.stamp):
             here = anchor.ray.point(anchor.ray.distance_m or 0.0)
-            near = [anchor, *(e for e in same if e.ray.distance_m is None and in_front(here, e.ray)
-                              and abs(e.ray.aside(here)) <= GATE_SIGMAS * e.ray.spread(here))]
+            near = [anchor, *(e for e in same
+                              if e.ray.distance_m is None and _through(here, e.ray))]
             if (any(e is new for e in near) and len(near) >= MIN_GUESS_RAYS
                     and _positions([e.ray for e in near]) >= 2):
                 return near
