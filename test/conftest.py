@@ -35,17 +35,14 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
     cost: dict[str, float] = {}
     count: dict[str, int] = {}
-    first: dict[str, int] = {}
-    for i, item in enumerate(items):
+    for item in items:
         name = file_of(item)
         count[name] = count.get(name, 0) + 1
-        first.setdefault(name, i)
         mark = item.get_closest_marker("costly")
         if mark is not None:
             cost[name] = max(cost.get(name, 0.0), float(mark.args[0]))
-    # a stable sort: each file's tests keep their order
-    items.sort(key=lambda it: (-cost.get(file_of(it), 0.0), -count[file_of(it)],
-                               first[file_of(it)]))
+    # a stable sort: files of equal keys keep their order, and each file's tests theirs
+    items.sort(key=lambda it: (-cost.get(file_of(it), 0.0), -count[file_of(it)]))
 
 
 @pytest.fixture(scope="session", autouse=True)
