@@ -209,6 +209,12 @@ def _through(q: tuple[float, float], ray: Ray) -> bool:
     return in_front(q, ray) and abs(ray.aside(q)) <= GATE_SIGMAS * ray.spread(q)
 
 
+def _coincide(a: Ray, at_a: tuple[float, float], b: Ray, at_b: tuple[float, float]) -> bool:
+    """Whether rays ``a`` and ``b``, their measured places ``at_a`` and ``at_b``, saw one spot:
+    each passes through the other's place."""
+    return _through(at_a, b) and _through(at_b, a)
+
+
 def _positions(rays: Sequence[Ray]) -> int:
     """How many distinct camera positions ``rays`` were cast from."""
     seen: list[tuple[float, float]] = []
@@ -408,10 +414,15 @@ class Placer:
         if d is None:
             return None
         here = new.ray.point(d)
-        near = [new, *(e for e in group if e.ray.distance_m is not None
-                       and self.matcher.same(e.label, new.label)
-                       and math.dist(e.ray.point(e.ray.distance_m), here)
-                       <= SIGMAS * RANGE_SHARE * max(d, e.ray.distance_m))]
+        near = [new]
+        for e in group:
+            if e.ray.distance_m is None or not self.matcher.near(e.label, new.label):
+                continue
+            there = e.ray.point(e.ray.distance_m)
+            if math.dist(there, here) > SIGMAS * RANGE_SHARE * max(d, e.ray.distance_m):
+                continue
+            if self.matcher.same(e.label, new.label) or _coincide(new.ray, here, e.ray, there):
+                near.append(e)
         return near if len(near) >= MIN_GUESS_RAYS else None
 
     def _anchored(self, new: _Pending, group: Sequence[_Pending]) -> list[_Pending] | None:
@@ -421,7 +432,7 @@ class Placer:
         least two camera positions, place the object (where they cross, else a guess at the
         measured distance); None where none does. So an object seen once from afar, its
         distance measured, and once close up, its foot below the image, is placed."""
-        same = [new, *(e for e in group if self.matcher.same(e.label, new.label))]
+        same = [new, *(e for e in group if self.matcher.near(e.label, new.label, by_head=False))]
         for anchor in sorted((e for e in same if e.ray.distance_m is not None),
                              key=lambda e: -e.ray.stamp):
             here = anchor.ray.point(anchor.ray.distance_m or 0.0)
