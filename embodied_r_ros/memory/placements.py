@@ -248,8 +248,7 @@ class Placer:
     def add_frame(self, record: FrameRecord, pose: Pose | None
                   ) -> tuple[list[Placement], list[int]]:
         """Place the objects ``record`` shows from ``pose``: the placements changed or
-        created, and the ids of those merged into others (gone: none here, kept for the
-        stores' interface)."""
+        created, and the ids of those merged into others (gone)."""
         changed: dict[int, Placement] = {}
         self.pending = [e for e in self.pending if record.stamp - e.ray.stamp <= PENDING_S]
         taken: set[int] = set()  # one frame shows an object once
@@ -264,7 +263,35 @@ class Placer:
                 taken.add(p.id)
                 self.placements[p.id] = p
                 changed[p.id] = p
-        return list(changed.values()), []
+        gone: list[int] = []
+        for pid in sorted(changed):
+            p = self.placements.get(pid)
+            twin = None if p is None else self._twin(p)
+            if p is None or twin is None:
+                continue
+            keep, drop = (twin, p) if twin.id < p.id else (p, twin)
+            merged = self._placed(keep, [*keep.rays, *drop.rays], [*keep.visits, *drop.visits],
+                                  keep.sightings + drop.sightings,
+                                  self._voted(votes_of(keep), [v for v, n in votes_of(drop)
+                                                               for _ in range(n)]))
+            del self.placements[drop.id]
+            changed.pop(drop.id, None)
+            gone.append(drop.id)
+            self.placements[keep.id] = changed[keep.id] = merged
+        return list(changed.values()), gone
+
+    def _twin(self, p: Placement) -> Placement | None:
+        """The placement that is ``p`` under another name: of a label the matcher calls near,
+        placed within the uncertainty of both, and never seen in one frame with it (one
+        frame shows an object once). So two objects of one colour stay two unless their
+        places coincide."""
+        stamps = {r.stamp for r in p.rays}
+        near = [o for o in self.placements.values()
+                if o.id != p.id and o.colour == p.colour
+                and math.dist(o.position, p.position) < min(o.uncertainty_m, p.uncertainty_m)
+                and not stamps & {r.stamp for r in o.rays}
+                and self.matcher.near(o.label, p.label)]
+        return min(near, key=lambda o: math.dist(o.position, p.position), default=None)
 
     def wait(self, record: FrameRecord, pose: Pose | None) -> None:
         """Put the rays of an already placed ``record`` that no placement holds back in the
