@@ -35,7 +35,7 @@ RANGE_SHARE = 0.2
 #: standard deviations an uncertainty states (two: about 95 % of places lie within it)
 SIGMAS = 2.0
 #: no place is surer than this (an object's centre, not its surface, is placed)
-MIN_UNCERTAINTY_M = 0.25
+MIN_UNCERTAINTY_M = 0.3
 
 
 @dataclass(frozen=True)
@@ -105,10 +105,13 @@ def triangulate(rays: Sequence[Ray]) -> tuple[float, float] | None:
 
 
 def crossing_uncertainty(q: tuple[float, float], rays: Sequence[Ray]) -> float:
-    """How far off the crossing ``q`` of ``rays`` may be (metres, :data:`SIGMAS` standard
-    deviations along its worst axis): the covariance of the least-squares crossing with each
-    ray's perpendicular error its range times its bearing error, scaled by the rays' spread
-    about ``q`` where they scatter more than those errors explain."""
+    """How far off the crossing ``q`` of ``rays`` may be (metres): :data:`SIGMAS` times the
+    root of the covariance's trace, the covariance that of the least-squares crossing with
+    each ray's perpendicular error its range times its bearing error, scaled by the rays'
+    spread about ``q`` where they scatter more than those errors explain. The trace, not the
+    worst axis alone: an error in the plane has two axes, and where they are alike (rays
+    crossing square) two standard deviations of one cover only 86 % of places, of the trace
+    at least 95 %."""
     a11 = a12 = a22 = chi2 = 0.0
     for r in rays:
         s = r.spread(q)
@@ -119,11 +122,9 @@ def crossing_uncertainty(q: tuple[float, float], rays: Sequence[Ray]) -> float:
     det = a11 * a22 - a12 * a12
     if det <= 0.0:
         return MAX_RANGE_M
-    # the larger eigenvalue of the inverse is 1 / the smaller eigenvalue of the matrix
-    small = (a11 + a22) / 2.0 - math.sqrt(((a11 - a22) / 2.0) ** 2 + a12 * a12)
     dof = len(rays) - 2
     scale = max(1.0, chi2 / dof) if dof > 0 else 1.0
-    return max(MIN_UNCERTAINTY_M, SIGMAS * math.sqrt(scale / max(small, 1e-12)))
+    return max(MIN_UNCERTAINTY_M, SIGMAS * math.sqrt(scale * (a11 + a22) / det))
 
 
 def guess(rays: Sequence[Ray]) -> tuple[tuple[float, float], float]:
