@@ -34,6 +34,10 @@ BEARING_SIGMA_DEG = 1.0
 RANGE_SHARE = 0.2
 #: standard deviations an uncertainty states (two: about 95 % of places lie within it)
 SIGMAS = 2.0
+#: a ray passes through a place within this many of its bearing errors there
+GATE_SIGMAS = 3.0
+#: camera positions closer than this are one position
+SAME_POSE_M = 0.3
 #: no place is surer than this (an object's centre, not its surface, is placed)
 MIN_UNCERTAINTY_M = 0.3
 
@@ -84,6 +88,27 @@ def in_front(q: tuple[float, float], ray: Ray) -> bool:
 def fits(q: tuple[float, float], ray: Ray) -> bool:
     """Whether place ``q`` lies in front of ``ray``'s camera, in range, near the ray."""
     return in_front(q, ray) and abs(ray.aside(q)) < RAY_GAP_M
+
+
+def through(q: tuple[float, float], ray: Ray) -> bool:
+    """Whether ``ray`` passes through ``q``: in front of its camera and within
+    :data:`GATE_SIGMAS` of its bearing error there."""
+    return in_front(q, ray) and abs(ray.aside(q)) <= GATE_SIGMAS * ray.spread(q)
+
+
+def coincide(a: Ray, at_a: tuple[float, float], b: Ray, at_b: tuple[float, float]) -> bool:
+    """Whether rays ``a`` and ``b``, their measured places ``at_a`` and ``at_b``, saw one spot:
+    each passes through the other's place."""
+    return through(at_a, b) and through(at_b, a)
+
+
+def positions(rays: Sequence[Ray]) -> int:
+    """How many distinct camera positions ``rays`` were cast from."""
+    seen: list[tuple[float, float]] = []
+    for r in rays:
+        if all(math.dist((r.x, r.y), s) >= SAME_POSE_M for s in seen):
+            seen.append((r.x, r.y))
+    return len(seen)
 
 
 def triangulate(rays: Sequence[Ray]) -> tuple[float, float] | None:
