@@ -6,11 +6,13 @@ uncertainty of a crossing or a guess covers the truth under the noise the bench'
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import numpy as np
 
 from embodied_r_ros.core.poses import Pose
 from embodied_r_ros.core.records import FrameRecord, SeenObject
+from embodied_r_ros.memory import MemoryRow, SqliteMemoryStore
 from embodied_r_ros.memory.labels import LabelMatcher
 from embodied_r_ros.memory.placements import Placement, Placer, place_frames
 from embodied_r_ros.memory.rays import Ray
@@ -92,6 +94,22 @@ def test_a_placement_meeting_another_of_a_near_label_is_merged_into_it() -> None
     together = Placer("robot", [cone, _placed(2, "green pylon", (4.05, 2.0), [0.0, 4.0])])
     assert together.add_frame(*ranged(9.0, Pose(0.0, 0.0), "green cone", CONE))[1] == []
     assert len(together.placements) == 2
+
+
+def test_a_merged_twin_leaves_the_store(tmp_path: Path) -> None:
+    """The store drops the placement merged into another, as the writer saves a frame's
+    changes."""
+    cone, pylon = _placed(1, "green cone", CONE, [0.0, 1.0, 2.0]), _placed(
+        2, "green pylon", (4.05, 2.0), [3.0, 4.0, 5.0])
+    with SqliteMemoryStore(tmp_path / "memory.sqlite3", writable=True) as store:
+        row = store.add(MemoryRow(stamp=9.0, description="I see a cone.", pose=Pose(0.0, 0.0),
+                                  pose_source="odometry"))
+        store.save_placements("robot", [cone, pylon], [], row)
+        changed, gone = Placer("robot", store.placements(rays=True)).add_frame(
+            *ranged(9.0, Pose(0.0, 0.0), "green cone", CONE))
+        store.save_placements("robot", changed, gone, row)
+        (kept,) = store.placements()
+    assert kept.id == 1 and dict(kept.votes) == {"green cone": 4, "green pylon": 3}
 
 
 def test_crossings_and_guesses_cover_the_truth_under_the_bench_noise() -> None:
