@@ -128,6 +128,19 @@ class LabelMatcher:
             self._same[key] = verdict
         return self._same[key]
 
+    def near(self, a: str, b: str, by_head: bool = True) -> bool:
+        """Whether labels ``a`` and ``b`` may be one object named twice, though not
+        :meth:`same`: both state a colour and share it ("green pylon" and "green cone": a
+        synonym the matcher does not join) or, where ``by_head``, both have one head noun
+        ("cyan cylinder" and "blue cylinder": a wrong colour). Only where rays of the two
+        coincide does it count (:mod:`~embodied_r_ros.memory.placements`)."""
+        if self.same(a, b):
+            return True
+        ha, hb = head_word(a), head_word(b)
+        if not (ha and hb):
+            return False
+        return (by_head and ha == hb) or bool(_colours(label_words(a)) & _colours(label_words(b)))
+
     def _cosine(self, a: str, b: str) -> float:
         assert self.embedder is not None
         va, vb = self.embedder.embed([a, b])

@@ -9,41 +9,38 @@ counted as one) and named by the best-supported one (``label``).
 
 **Association** scores a ray against every placed object in front of its camera: the
 log-likelihood of the object's distance from the ray (the ray's range times its bearing error
-and the place's own uncertainty, added in quadrature; a vague place explains any one ray less
-well than a sure one) plus the log-probability of the ray's
-label given the object's votes under a confusion prior (a VLM names an object by another
-object's name :data:`CONFUSION` of the time, a given wrong name a :data:`WRONG_NAME` share of
-that). Beside them stands a *new object* hypothesis of constant score :data:`NEW_OBJECT_LOG`;
-the best hypothesis wins. So a mislabelled ray through a well-seen chair adds one vote to the
-chair, while a table's rays a few bearing errors beside it do not join it: the wrong label
-costs more than the miss.
+and the place's own uncertainty, in quadrature: a vague place explains any one ray less well)
+plus the log-probability of the ray's label given the object's votes under a confusion prior
+(a VLM names an object by another object's name :data:`CONFUSION` of the time, a given wrong
+name a :data:`WRONG_NAME` share of that). Beside them stands a *new object* hypothesis of
+constant score :data:`NEW_OBJECT_LOG`; the best wins. So a mislabelled ray through a well-seen
+chair adds one vote to the chair, while a table's rays a few bearing errors beside it do not
+join it: the wrong label costs more than the miss. A measured distance gates it too.
 
 **New objects** (delayed initialisation): a ray that no object explains waits in a pending
 pool (:data:`PENDING_S`). An object is made only where at least :data:`MIN_RAYS` pending rays
-agree, most of them of one label (the others: wrong names and words the matcher does not join,
-counted as votes): from at least two camera positions, crossing at least
-:data:`~embodied_r_ros.memory.rays.MIN_CROSSING_DEG`, each within :data:`GATE_SIGMAS` of its
-bearing error from the crossing, the crossing surer than :data:`MAX_NEW_UNCERTAINTY_M`. A
-lone ray is never a place.
-
-**Guesses** (one standpoint): rays with a measured floor distance (a colour region's with a
-camera mount; a VLM box's bottom edge, ``foot_deg``, with the height and pitch the row's pose
-states: :func:`~embodied_r_ros.memory.rays.foot_range`) place a *guess* where at least
-:data:`MIN_GUESS_RAYS` pending rays of one label put the object at one spot, within
-:data:`~embodied_r_ros.memory.rays.SIGMAS` of the distance's error (``triangulated`` False,
-its uncertainty a share of the distance); so does a ranged ray with one of its label without a
-distance, from another camera position, that passes through the place it measured (an object
-seen from afar, then close up with its foot below the image: where the two cross wide enough,
-they place a crossing). A lone ranged ray, a wrong name now and then, waits like any other. A
-measured distance also gates association: an object farther from the ray's
-distance than that is not what the ray saw. A new object of a label placed within
-:data:`RELOCATE_M` of one that was not seen in this visit is that object again, its earlier
-rays disagreeing (odometry drifted between the visits): it is placed again from the new rays
-and keeps its votes and visits.
+agree, most of them of one label (the others counted as votes): from at least two camera
+positions, crossing at least :data:`~embodied_r_ros.memory.rays.MIN_CROSSING_DEG`, each within
+:data:`GATE_SIGMAS` of its bearing error from the crossing, the crossing surer than
+:data:`MAX_NEW_UNCERTAINTY_M`. A lone ray is never a place. **Guesses** (one standpoint): at
+least :data:`MIN_GUESS_RAYS` pending rays of one label whose measured floor distances
+(:func:`~embodied_r_ros.memory.rays.foot_range`) put the object at one spot place a *guess*
+(``triangulated`` False, as sure as the distance); so does a ranged ray with one of its label
+without a distance, from another camera position, through the place it measured (seen from
+afar, then close up with its foot below the image; a crossing where they cross wide enough).
+Labels the matcher does not join but calls near (:meth:`LabelMatcher.near`: a shared colour,
+"green pylon" for "green cone"; a shared head noun, a wrong colour) count as one there only
+where their rays coincide (two ranged rays, each through the other's place); a ranged ray
+anchors rays sharing its colour, not its head noun alone (two wrong names of one shape would
+place a third object). A new object within :data:`RELOCATE_M` of one of its label not seen in
+this visit is that object again (odometry drifted): placed again from the new rays, keeping
+votes and visits. After each frame, a changed placement within the uncertainty of both of
+another's of a near label, never seen in one frame with it, is that object under another name:
+the newer is merged into the older (``gone`` to the store).
 
 **Place**: the least-squares crossing of the newest :data:`MAX_RAYS` rays, or of the newest of
-them that still cross at one spot (the place follows the newest sightings: what drift moved
-between visits, the newest visit states in the odometry frame the robot has now).
+them that still cross at one spot (the newest visit states in the odometry frame the robot has
+now what drift moved), as sure as :func:`~embodied_r_ros.memory.rays.crossing_uncertainty`.
 
 Method followed and where it differs: the label votes and the best-supported name are
 ConceptGraphs' (Gu et al. 2024), which associates by geometry and appearance and drops objects
@@ -52,12 +49,11 @@ detections with depth, are associated. The null hypothesis beside the objects fo
 et al. (ICRA 2017) and Doherty et al. (2019), with a hard decision per ray (no
 expectation-maximisation, no max-mixture over past decisions: a ray's decision stands). The
 pending pool is delayed bearing-only landmark initialisation (a landmark made once enough
-parallax agrees), without a filter state; where it differs, a guess from measured distances
-stands in for the landmark until parallax comes (as a range-and-bearing landmark would be
-made from one sighting, but from two that agree: two measured distances, or one and a bearing
-from elsewhere through its place). The pool is the writer's alone and is not stored:
-after a restart, the writer puts the rays of its newest stored rows that no placement holds
-back in it (:meth:`Placer.wait`). The module imports no store.
+parallax agrees), without a filter state; a guess from two measured distances that agree (or
+one and a bearing from elsewhere through its place) stands in for the landmark until parallax
+comes. The pool is the writer's alone and is not stored: after a restart, the writer puts the
+rays of its newest stored rows that no placement holds back in it (:meth:`Placer.wait`). The
+module imports no store.
 """
 
 from __future__ import annotations
@@ -72,15 +68,20 @@ from embodied_r_ros.memory.labels import LabelMatcher, head_word
 from embodied_r_ros.memory.rays import (
     ASSUMED_RANGE_M,
     BEARING_SIGMA_DEG,
+    GATE_SIGMAS,
     MIN_CROSSING_DEG,
     MIN_UNCERTAINTY_M,
     RANGE_SHARE,
+    SAME_POSE_M,
     SIGMAS,
     Ray,
+    coincide,
     crossing_uncertainty,
     foot_range,
     guess,
     in_front,
+    positions,
+    through,
     triangulate,
 )
 
@@ -95,9 +96,8 @@ WRONG_NAME = 0.1
 #: the score of the new-object hypothesis: a correctly named object explains a ray up to about
 #: 3.4 bearing errors off, a wrongly named one up to about 1.7
 NEW_OBJECT_LOG = -6.0
-#: pending rays agreeing on a new object: at least this many, within this many bearing errors
+#: pending rays agreeing on a new object: at least this many
 MIN_RAYS = 3
-GATE_SIGMAS = 3.0
 #: pending rays with measured distances agreeing on a spot place a guess there: at least this
 #: many (a lone ray, mislabelled now and then, places nothing)
 MIN_GUESS_RAYS = 2
@@ -106,8 +106,6 @@ MAX_NEW_UNCERTAINTY_M = 1.5
 #: a pending ray waits this long (seconds) for others to agree with it
 PENDING_S = 600.0
 MAX_PENDING = 512
-#: camera positions closer than this are one position
-SAME_POSE_M = 0.3
 #: a new object this near an unseen object of its label is that object (odometry drifted)
 RELOCATE_M = 1.5
 #: rays and visits a placement keeps (the newest): its place follows the newest sightings
@@ -203,21 +201,6 @@ def _visits(stamps: Iterable[tuple[float, float]]) -> tuple[tuple[float, float],
     return tuple((a, b) for a, b in out[-MAX_VISITS:])
 
 
-def _through(q: tuple[float, float], ray: Ray) -> bool:
-    """Whether ``ray`` passes through ``q``: in front of its camera and within
-    :data:`GATE_SIGMAS` of its bearing error there."""
-    return in_front(q, ray) and abs(ray.aside(q)) <= GATE_SIGMAS * ray.spread(q)
-
-
-def _positions(rays: Sequence[Ray]) -> int:
-    """How many distinct camera positions ``rays`` were cast from."""
-    seen: list[tuple[float, float]] = []
-    for r in rays:
-        if all(math.dist((r.x, r.y), s) >= SAME_POSE_M for s in seen):
-            seen.append((r.x, r.y))
-    return len(seen)
-
-
 @dataclass(frozen=True)
 class _Pending:
     label: str
@@ -242,8 +225,7 @@ class Placer:
     def add_frame(self, record: FrameRecord, pose: Pose | None
                   ) -> tuple[list[Placement], list[int]]:
         """Place the objects ``record`` shows from ``pose``: the placements changed or
-        created, and the ids of those merged into others (gone: none here, kept for the
-        stores' interface)."""
+        created, and the ids of those merged into others (gone)."""
         changed: dict[int, Placement] = {}
         self.pending = [e for e in self.pending if record.stamp - e.ray.stamp <= PENDING_S]
         taken: set[int] = set()  # one frame shows an object once
@@ -258,7 +240,31 @@ class Placer:
                 taken.add(p.id)
                 self.placements[p.id] = p
                 changed[p.id] = p
-        return list(changed.values()), []
+        gone: list[int] = []
+        for pid in sorted(changed):
+            p = self.placements.get(pid)
+            twin = None if p is None else self._twin(p)
+            if p is not None and twin is not None:  # one object under two names: merged
+                keep, drop = sorted((p, twin), key=lambda o: o.id)
+                self.placements[keep.id] = changed[keep.id] = self._placed(
+                    keep, [*keep.rays, *drop.rays], [*keep.visits, *drop.visits],
+                    keep.sightings + drop.sightings, self._voted(votes_of(keep), [
+                        v for v, n in votes_of(drop) for _ in range(n)]))
+                del self.placements[drop.id]
+                changed.pop(drop.id, None)
+                gone.append(drop.id)
+        return list(changed.values()), gone
+
+    def _twin(self, p: Placement) -> Placement | None:
+        """The placement that is ``p`` under another name: of a label the matcher calls near,
+        within the uncertainty of both, never seen in one frame with it (a frame shows an
+        object once). Two objects of one colour stay two unless their places coincide."""
+        stamps = {r.stamp for r in p.rays}
+        return min((o for o in self.placements.values() if o.id != p.id and o.colour == p.colour
+                    and math.dist(o.position, p.position) < min(o.uncertainty_m, p.uncertainty_m)
+                    and not stamps & {r.stamp for r in o.rays}
+                    and self.matcher.near(o.label, p.label)),
+                   key=lambda o: math.dist(o.position, p.position), default=None)
 
     def wait(self, record: FrameRecord, pose: Pose | None) -> None:
         """Put the rays of an already placed ``record`` that no placement holds back in the
@@ -385,7 +391,7 @@ class Placer:
             q = triangulate([new.ray, other.ray])
             if q is None:
                 continue
-            near = [e for e in (new, *group) if _through(q, e.ray)]
+            near = [e for e in (new, *group) if through(q, e.ray)]
             q = triangulate([e.ray for e in near])
             if q is None:
                 continue
@@ -393,7 +399,7 @@ class Placer:
             rays = [e.ray for e in near]
             named = sum(self.matcher.same(e.label, new.label) for e in near)
             q = triangulate(rays)
-            if (len(near) >= MIN_RAYS and 2 * named > len(near) and _positions(rays) >= 2
+            if (len(near) >= MIN_RAYS and 2 * named > len(near) and positions(rays) >= 2
                     and crossing_deg([r.angle for r in rays]) >= MIN_CROSSING_DEG
                     and q is not None and crossing_uncertainty(q, rays) <= MAX_NEW_UNCERTAINTY_M
                     and (best is None or len(near) > len(best))):
@@ -401,34 +407,37 @@ class Placer:
         return best
 
     def _ranged(self, new: _Pending, group: Sequence[_Pending]) -> list[_Pending] | None:
-        """``new`` and the pending rays of its label whose measured distances put the object
-        where ``new``'s does (within :data:`SIGMAS` of the distance's error): at least
-        :data:`MIN_GUESS_RAYS` of them place a guess; None where they do not."""
-        d = new.ray.distance_m
-        if d is None:
+        """``new`` and the pending rays of its label (or of a near label, their rays
+        coinciding) whose measured distances put the object where ``new``'s does (within
+        :data:`SIGMAS` of the distance's error): at least :data:`MIN_GUESS_RAYS` of them
+        place a guess; None where they do not."""
+        if (d := new.ray.distance_m) is None:
             return None
-        here = new.ray.point(d)
-        near = [new, *(e for e in group if e.ray.distance_m is not None
-                       and self.matcher.same(e.label, new.label)
-                       and math.dist(e.ray.point(e.ray.distance_m), here)
-                       <= SIGMAS * RANGE_SHARE * max(d, e.ray.distance_m))]
+        here, near = new.ray.point(d), [new]
+        for e in group:
+            there = e.ray.point(e.ray.distance_m or 0.0)
+            if (e.ray.distance_m is not None and self.matcher.near(e.label, new.label)
+                    and math.dist(there, here) <= SIGMAS * RANGE_SHARE * max(d, e.ray.distance_m)
+                    and (self.matcher.same(e.label, new.label)
+                         or coincide(new.ray, here, e.ray, there))):
+                near.append(e)
         return near if len(near) >= MIN_GUESS_RAYS else None
 
     def _anchored(self, new: _Pending, group: Sequence[_Pending]) -> list[_Pending] | None:
-        """A pending ray of ``new``'s label with a measured distance and the rays of that label
-        without one that pass through the place it measured (each within :data:`GATE_SIGMAS`
-        of its bearing error), ``new`` among them: at least :data:`MIN_GUESS_RAYS`, from at
-        least two camera positions, place the object (where they cross, else a guess at the
-        measured distance); None where none does. So an object seen once from afar, its
-        distance measured, and once close up, its foot below the image, is placed."""
-        same = [new, *(e for e in group if self.matcher.same(e.label, new.label))]
+        """A pending ray of ``new``'s label (or one sharing its colour) with a measured
+        distance and the rays of those labels without one that pass through the place it
+        measured (:func:`~embodied_r_ros.memory.rays.through`), ``new`` among them: at least
+        :data:`MIN_GUESS_RAYS`, from at least two camera positions, place the object (where
+        they cross, else a guess at the measured distance); None where none does. So an
+        object seen from afar, its distance measured, and close up, its foot below the image."""
+        same = [new, *(e for e in group if self.matcher.near(e.label, new.label, by_head=False))]
         for anchor in sorted((e for e in same if e.ray.distance_m is not None),
                              key=lambda e: -e.ray.stamp):
             here = anchor.ray.point(anchor.ray.distance_m or 0.0)
             near = [anchor, *(e for e in same
-                              if e.ray.distance_m is None and _through(here, e.ray))]
+                              if e.ray.distance_m is None and through(here, e.ray))]
             if (any(e is new for e in near) and len(near) >= MIN_GUESS_RAYS
-                    and _positions([e.ray for e in near]) >= 2):
+                    and positions([e.ray for e in near]) >= 2):
                 return near
         return None
 

@@ -34,8 +34,12 @@ BEARING_SIGMA_DEG = 1.0
 RANGE_SHARE = 0.2
 #: standard deviations an uncertainty states (two: about 95 % of places lie within it)
 SIGMAS = 2.0
+#: a ray passes through a place within this many of its bearing errors there
+GATE_SIGMAS = 3.0
+#: camera positions closer than this are one position
+SAME_POSE_M = 0.3
 #: no place is surer than this (an object's centre, not its surface, is placed)
-MIN_UNCERTAINTY_M = 0.25
+MIN_UNCERTAINTY_M = 0.3
 
 
 @dataclass(frozen=True)
@@ -86,6 +90,27 @@ def fits(q: tuple[float, float], ray: Ray) -> bool:
     return in_front(q, ray) and abs(ray.aside(q)) < RAY_GAP_M
 
 
+def through(q: tuple[float, float], ray: Ray) -> bool:
+    """Whether ``ray`` passes through ``q``: in front of its camera and within
+    :data:`GATE_SIGMAS` of its bearing error there."""
+    return in_front(q, ray) and abs(ray.aside(q)) <= GATE_SIGMAS * ray.spread(q)
+
+
+def coincide(a: Ray, at_a: tuple[float, float], b: Ray, at_b: tuple[float, float]) -> bool:
+    """Whether rays ``a`` and ``b``, their measured places ``at_a`` and ``at_b``, saw one spot:
+    each passes through the other's place."""
+    return through(at_a, b) and through(at_b, a)
+
+
+def positions(rays: Sequence[Ray]) -> int:
+    """How many distinct camera positions ``rays`` were cast from."""
+    seen: list[tuple[float, float]] = []
+    for r in rays:
+        if all(math.dist((r.x, r.y), s) >= SAME_POSE_M for s in seen):
+            seen.append((r.x, r.y))
+    return len(seen)
+
+
 def triangulate(rays: Sequence[Ray]) -> tuple[float, float] | None:
     """The least-squares crossing of ``rays``, where they cross wide enough to place it (in
     front of every camera, within range, every ray within :data:`RAY_GAP_M`), else None."""
@@ -105,10 +130,13 @@ def triangulate(rays: Sequence[Ray]) -> tuple[float, float] | None:
 
 
 def crossing_uncertainty(q: tuple[float, float], rays: Sequence[Ray]) -> float:
-    """How far off the crossing ``q`` of ``rays`` may be (metres, :data:`SIGMAS` standard
-    deviations along its worst axis): the covariance of the least-squares crossing with each
-    ray's perpendicular error its range times its bearing error, scaled by the rays' spread
-    about ``q`` where they scatter more than those errors explain."""
+    """How far off the crossing ``q`` of ``rays`` may be (metres): :data:`SIGMAS` times the
+    root of the covariance's trace, the covariance that of the least-squares crossing with
+    each ray's perpendicular error its range times its bearing error, scaled by the rays'
+    spread about ``q`` where they scatter more than those errors explain. The trace, not the
+    worst axis alone: an error in the plane has two axes, and where they are alike (rays
+    crossing square) two standard deviations of one cover only 86 % of places, of the trace
+    at least 95 %."""
     a11 = a12 = a22 = chi2 = 0.0
     for r in rays:
         s = r.spread(q)
@@ -119,11 +147,9 @@ def crossing_uncertainty(q: tuple[float, float], rays: Sequence[Ray]) -> float:
     det = a11 * a22 - a12 * a12
     if det <= 0.0:
         return MAX_RANGE_M
-    # the larger eigenvalue of the inverse is 1 / the smaller eigenvalue of the matrix
-    small = (a11 + a22) / 2.0 - math.sqrt(((a11 - a22) / 2.0) ** 2 + a12 * a12)
     dof = len(rays) - 2
     scale = max(1.0, chi2 / dof) if dof > 0 else 1.0
-    return max(MIN_UNCERTAINTY_M, SIGMAS * math.sqrt(scale / max(small, 1e-12)))
+    return max(MIN_UNCERTAINTY_M, SIGMAS * math.sqrt(scale * (a11 + a22) / det))
 
 
 def guess(rays: Sequence[Ray]) -> tuple[tuple[float, float], float]:
