@@ -16,11 +16,11 @@ import pytest
 from embodied_r_ros.core.perception_text import render
 from embodied_r_ros.core.poses import Pose
 from embodied_r_ros.core.reasoning import format_question
-from embodied_r_ros.core.records import FrameRecord, ObjectPlace, SeenObject
+from embodied_r_ros.core.records import FrameRecord, ObjectPlace, PerceptionRecord, SeenObject
 from embodied_r_ros.memory import MemoryRecorder, Retriever, SqliteMemoryStore, memory_record
 from embodied_r_ros.memory.embedder import MiniLMEmbedder
 from embodied_r_ros.memory.labels import LabelMatcher, head_word, singular
-from embodied_r_ros.memory.placements import Placement, place_frames
+from embodied_r_ros.memory.placements import LONE_WAIT_S, Placement, place_frames
 from embodied_r_ros.memory.places import Now, place_notes
 from embodied_r_ros.memory.store import MemoryStore
 
@@ -74,7 +74,7 @@ def test_a_lone_ray_is_never_a_place_and_a_measured_distance_is_a_guess() -> Non
                          seen(2.0, Pose(1.0, 1.0, 0.0, 70.0), (1.0, 6.0))]) == []
     # two views from two places: still waiting for a third
     assert place_frames([seen(0.0, here, (1.0, 6.0)), seen(9.0, Pose(5.0, 2.0), (1.0, 6.0))]) == []
-    # a lone measured distance (a wrong label now and then) places nothing either; two that
+    # a lone measured distance (a wrong label now and then) places nothing at once; two that
     # agree, from one standpoint, place a guess there, as sure as that distance
     assert place_frames([seen(0.0, here, (1.0, 6.0), distance_m=5.0)]) == []
     (ranged,) = place_frames([seen(0.0, here, (1.0, 6.0), distance_m=5.0),
@@ -89,6 +89,23 @@ def test_a_lone_ray_is_never_a_place_and_a_measured_distance_is_a_guess() -> Non
     late = place_frames([seen(0.0, here, (1.0, 6.0)), seen(9.0, Pose(5.0, 2.0), (1.0, 6.0)),
                          seen(1200.0, Pose(4.0, 1.0), (1.0, 6.0))])
     assert late == []
+
+
+def test_a_lone_ranged_ray_left_alone_becomes_a_guess_stated_as_such() -> None:
+    """A chair seen once with its distance measured, then nothing of it while the robot moves
+    on: once it has waited long enough it is a guess at that distance, as sure as the distance,
+    and the places block says it was guessed. Without a distance it never places."""
+    here, on = Pose(1.0, 1.0, 0.0, 90.0), Pose(6.0, 0.0)
+    ranged = seen(0.0, here, (1.0, 6.0), name="chair", distance_m=5.0)
+    assert place_frames([ranged, (FrameRecord(LONE_WAIT_S - 1.0), on)]) == []  # still waiting
+    (chair,) = place_frames([ranged, (FrameRecord(LONE_WAIT_S + 1.0), on)])
+    assert not chair.triangulated and chair.sightings == 1 and chair.label == "chair"
+    assert chair.position == pytest.approx((1.0, 6.0)) and chair.uncertainty_m == pytest.approx(2.0)
+    notes = place_notes([chair], "Where is the chair?", [], Now(30.0, 6.0, 0.0, 0.0))
+    text = render(PerceptionRecord((), "Where is the chair?", (), "", places=notes))
+    assert "chair" in text and "guessed from one view, within about 2.0 m" in text
+    bare = seen(0.0, here, (1.0, 6.0), name="chair")
+    assert place_frames([bare, *((FrameRecord(t), on) for t in (30.0, 300.0, 590.0))]) == []
 
 
 def test_a_vlms_labelled_objects_are_placed_the_same_way_by_their_labels() -> None:

@@ -22,7 +22,8 @@ pool (:data:`PENDING_S`). An object is made only where at least :data:`MIN_RAYS`
 agree, most of them of one label (the others counted as votes): from at least two camera
 positions, crossing at least :data:`~embodied_r_ros.memory.rays.MIN_CROSSING_DEG`, each within
 :data:`GATE_SIGMAS` of its bearing error from the crossing, the crossing surer than
-:data:`MAX_NEW_UNCERTAINTY_M`. A lone ray is never a place. **Guesses** (one standpoint): at
+:data:`MAX_NEW_UNCERTAINTY_M`. A lone ray without a measured distance is never a place.
+**Guesses** (one standpoint): at
 least :data:`MIN_GUESS_RAYS` pending rays of one label whose measured floor distances
 (:func:`~embodied_r_ros.memory.rays.foot_range`) put the object at one spot place a *guess*
 (``triangulated`` False, as sure as the distance); so does a ranged ray with one of its label
@@ -32,7 +33,10 @@ Labels the matcher does not join but calls near (:meth:`LabelMatcher.near`: a sh
 "green pylon" for "green cone"; a shared head noun, a wrong colour) count as one there only
 where their rays coincide (two ranged rays, each through the other's place); a ranged ray
 anchors rays sharing its colour, not its head noun alone (two wrong names of one shape would
-place a third object). A new object within :data:`RELOCATE_M` of one of its label not seen in
+place a third object). A lone ranged ray left alone :data:`LONE_WAIT_S` (no pending ray
+through its place, no placement in its gate) places a guess: an object seen once is a guess, not
+unplaced; waiting lets its other rays come first (placing at once made twice the placements).
+A new object within :data:`RELOCATE_M` of one of its label not seen in
 this visit is that object again (odometry drifted): placed again from the new rays, keeping
 votes and visits. After each frame, a changed placement within the uncertainty of both of
 another's of a near label, never seen in one frame with it, is that object under another name:
@@ -63,11 +67,10 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 
 from embodied_r_ros.core.poses import Pose, crossing_deg
-from embodied_r_ros.core.records import FrameRecord, SeenObject
+from embodied_r_ros.core.records import FrameRecord
 from embodied_r_ros.memory.labels import LabelMatcher, head_word
 from embodied_r_ros.memory.rays import (
     ASSUMED_RANGE_M,
-    BEARING_SIGMA_DEG,
     GATE_SIGMAS,
     MIN_CROSSING_DEG,
     MIN_UNCERTAINTY_M,
@@ -77,15 +80,16 @@ from embodied_r_ros.memory.rays import (
     Ray,
     coincide,
     crossing_uncertainty,
-    foot_range,
     guess,
     in_front,
     positions,
     through,
     triangulate,
 )
+from embodied_r_ros.memory.sightings import frame_rays, is_region, object_key
 
-__all__ = ["ASSUMED_RANGE_M", "Placement", "Placer", "Ray", "object_key", "place_frames"]
+__all__ = ["ASSUMED_RANGE_M", "Placement", "Placer", "Ray", "frame_rays", "object_key",
+           "place_frames"]
 
 #: rays of one object closer in time than this belong to one visit
 VISIT_GAP_S = 45.0
@@ -101,6 +105,8 @@ MIN_RAYS = 3
 #: pending rays with measured distances agreeing on a spot place a guess there: at least this
 #: many (a lone ray, mislabelled now and then, places nothing)
 MIN_GUESS_RAYS = 2
+#: a pending ray with a measured distance left alone this long (seconds) places a guess
+LONE_WAIT_S = 20.0
 #: a new object's crossing must be at least this sure (metres, as ``uncertainty_m``)
 MAX_NEW_UNCERTAINTY_M = 1.5
 #: a pending ray waits this long (seconds) for others to agree with it
@@ -151,37 +157,6 @@ class Placement:
     @property
     def last(self) -> float:
         return self.visits[-1][1]
-
-
-def object_key(obj: SeenObject) -> str | None:
-    """The kind of object ``obj`` is: a colour region's name ("red object"), a labelled
-    object's head noun ("chair"); None for a label of no content word."""
-    if is_region(obj):
-        return obj.name
-    return head_word(obj.name)
-
-
-def is_region(obj: SeenObject) -> bool:
-    """Whether ``obj`` is a colour region of the geometric perception ("red object")."""
-    return bool(obj.colour) and obj.name == f"{obj.colour} object"
-
-
-def frame_rays(record: FrameRecord, pose: Pose | None) -> list[tuple[SeenObject, Ray]]:
-    """The rays of the objects ``record`` shows with a bearing, from camera pose ``pose``
-    (none without a pose)."""
-    if pose is None:
-        return []
-    out = []
-    for obj in record.objects:
-        if obj.bearing_deg is None or not math.isfinite(obj.bearing_deg):
-            continue
-        sigma = max(BEARING_SIGMA_DEG, (obj.extent_deg or 0.0) / 4.0)
-        distance = obj.distance_m if obj.distance_m and obj.distance_m > 0 else None
-        if distance is None and obj.foot_deg is not None and math.isfinite(obj.foot_deg):
-            distance = foot_range(obj.bearing_deg, obj.foot_deg, pose)
-        out.append((obj, Ray(record.stamp, pose.x, pose.y,
-                             math.radians(pose.yaw_deg + obj.bearing_deg), sigma, distance)))
-    return out
 
 
 def votes_of(p: Placement) -> tuple[tuple[str, int], ...]:
@@ -240,6 +215,8 @@ class Placer:
                 taken.add(p.id)
                 self.placements[p.id] = p
                 changed[p.id] = p
+        for p in self._lone(record.stamp):
+            self.placements[p.id] = changed[p.id] = p
         gone: list[int] = []
         for pid in sorted(changed):
             p = self.placements.get(pid)
@@ -343,6 +320,11 @@ class Placer:
         if support is None:
             self.pending = [*self.pending, new][-MAX_PENDING:]
             return None
+        return self._made(new, support)
+
+    def _made(self, new: _Pending, support: Sequence[_Pending]) -> Placement:
+        """The object ``support`` (pending rays, ``new`` among them) places: a placed one
+        again where they fall on it (moved or missed), else a new one."""
         used = {id(e) for e in support}
         self.pending = [e for e in self.pending if id(e) not in used]
         rays = [e.ray for e in support]
@@ -360,6 +342,23 @@ class Placer:
                           0.0, False, (), (new.ray.x, new.ray.y), (), 0, votes)
         self._next += 1
         return self._claim(self._placed(fresh, rays, visits, len(rays), votes))
+
+    def _lone(self, now: float) -> list[Placement]:
+        """Guesses from pending rays with a measured distance left alone :data:`LONE_WAIT_S`:
+        no other pending ray through the place they measured, no placement in their gate
+        (nor one of their label in their bearing's gate alone: a distance mismeasured)."""
+        out = []
+        for e in [e for e in self.pending if e.ray.distance_m and now - e.ray.stamp >= LONE_WAIT_S]:
+            here, bare = e.ray.point(e.ray.distance_m or 0.0), replace(e.ray, distance_m=None)
+            if e in self.pending and not any(
+                    o is not e and (o.colour is None) == (e.colour is None) and through(here, o.ray)
+                    for o in self.pending) and not any(
+                    (p.colour is None) == (e.colour is None) and self.score(
+                        p, e.label, bare if self.matcher.same(p.label, e.label) else e.ray)
+                    is not None for p in self.placements.values()):
+                out.append(p := self._made(e, [e]))
+                self.placements[p.id] = p
+        return out
 
     def _claim(self, p: Placement) -> Placement:
         """``p`` with the pending rays it explains better than a new object would (rays of
