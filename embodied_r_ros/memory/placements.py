@@ -63,7 +63,7 @@ module imports no store.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 
 from embodied_r_ros.core.poses import Pose, crossing_deg
@@ -183,6 +183,11 @@ class _Pending:
     ray: Ray
 
 
+def _same_kind(a: _Pending | Placement, b: _Pending | Placement) -> bool:
+    """Whether both are colour regions or both labelled objects: the two never mix."""
+    return (a.colour is None) == (b.colour is None)
+
+
 class Placer:
     """One robot's placements, updated frame by frame (see the module notes); ``matcher``
     says which labels are one (None: head nouns alone). Not thread-safe (the memory's one
@@ -215,13 +220,11 @@ class Placer:
                 taken.add(p.id)
                 self.placements[p.id] = p
                 changed[p.id] = p
-        for p in self._lone(record.stamp):
-            self.placements[p.id] = changed[p.id] = p
+        changed.update((p.id, p) for p in self._lone(record.stamp))
         gone: list[int] = []
-        for pid in sorted(changed):
+        for pid in sorted(changed):  # one object under two names: merged
             p = self.placements.get(pid)
-            twin = None if p is None else self._twin(p)
-            if p is not None and twin is not None:  # one object under two names: merged
+            if p is not None and (twin := self._twin(p)) is not None:
                 keep, drop = sorted((p, twin), key=lambda o: o.id)
                 self.placements[keep.id] = changed[keep.id] = self._placed(
                     keep, [*keep.rays, *drop.rays], [*keep.visits, *drop.visits],
@@ -312,7 +315,7 @@ class Placer:
     def _initialise(self, new: _Pending) -> Placement | None:
         """A new object from ``new`` and the pending rays that agree with it, or a guess
         where ``new`` measured its distance; else ``new`` waits (None)."""
-        group = [e for e in self.pending if (e.colour is None) == (new.colour is None)
+        group = [e for e in self.pending if _same_kind(e, new)
                  and e.ray.stamp != new.ray.stamp
                  and (new.colour is None or e.colour == new.colour)]
         support = (self._agreeing(new, group) or self._ranged(new, group)
@@ -343,22 +346,22 @@ class Placer:
         self._next += 1
         return self._claim(self._placed(fresh, rays, visits, len(rays), votes))
 
-    def _lone(self, now: float) -> list[Placement]:
-        """Guesses from pending rays with a measured distance left alone :data:`LONE_WAIT_S`:
-        no other pending ray through the place they measured, no placement in their gate
-        (nor one of their label in their bearing's gate alone: a distance mismeasured)."""
-        out = []
+    def _lone(self, now: float) -> Iterator[Placement]:
+        """Guesses from pending rays with a measured distance :meth:`_left_alone` long enough."""
         for e in [e for e in self.pending if e.ray.distance_m and now - e.ray.stamp >= LONE_WAIT_S]:
-            here, bare = e.ray.point(e.ray.distance_m or 0.0), replace(e.ray, distance_m=None)
-            if e in self.pending and not any(
-                    o is not e and (o.colour is None) == (e.colour is None) and through(here, o.ray)
-                    for o in self.pending) and not any(
-                    (p.colour is None) == (e.colour is None) and self.score(
-                        p, e.label, bare if self.matcher.same(p.label, e.label) else e.ray)
-                    is not None for p in self.placements.values()):
-                out.append(p := self._made(e, [e]))
-                self.placements[p.id] = p
-        return out
+            if e in self.pending and self._left_alone(e):  # not taken by an earlier guess
+                self.placements[p.id] = (p := self._made(e, [e]))  # the value first
+                yield p
+
+    def _left_alone(self, e: _Pending) -> bool:
+        """Left alone: no other pending ray through the place ``e`` measured, no placement in
+        its gate (nor one of its label in its bearing's gate: a distance mismeasured)."""
+        here, bare = e.ray.point(e.ray.distance_m or 0.0), replace(e.ray, distance_m=None)
+        if any(o is not e and _same_kind(o, e) and through(here, o.ray) for o in self.pending):
+            return False
+        return not any(_same_kind(p, e) and self.score(
+            p, e.label, bare if self.matcher.same(p.label, e.label) else e.ray) is not None
+            for p in self.placements.values())
 
     def _claim(self, p: Placement) -> Placement:
         """``p`` with the pending rays it explains better than a new object would (rays of
@@ -367,7 +370,7 @@ class Placer:
         mine = []
         for e in self.pending:
             score = (self.score(p, e.label, e.ray)
-                     if (e.colour is None) == (p.colour is None) and e.ray.stamp not in stamps
+                     if _same_kind(e, p) and e.ray.stamp not in stamps
                      else None)
             if score is not None and score > NEW_OBJECT_LOG:
                 mine.append(e)
@@ -447,8 +450,7 @@ class Placer:
         if q is None:
             return None
         near = [p for p in self.placements.values()
-                if (p.colour is None) == (new.colour is None)
-                and new.ray.stamp - p.last > VISIT_GAP_S
+                if _same_kind(p, new) and new.ray.stamp - p.last > VISIT_GAP_S
                 and math.dist(p.position, q) < RELOCATE_M and self.matcher.same(p.label, new.label)]
         return min(near, key=lambda p: math.dist(p.position, q), default=None)
 
@@ -460,8 +462,7 @@ class Placer:
             return None
         spread = crossing_uncertainty(q, rays)
         near = [p for p in self.placements.values()
-                if (p.colour is None) == (new.colour is None)
-                and math.dist(p.position, q) < min(p.uncertainty_m, spread)
+                if _same_kind(p, new) and math.dist(p.position, q) < min(p.uncertainty_m, spread)
                 and self.matcher.same(p.label, new.label)]
         return min(near, key=lambda p: math.dist(p.position, q), default=None)
 
