@@ -397,7 +397,7 @@ class Placer:
             q = triangulate([e.ray for e in near])
             if q is None:
                 continue
-            near = [e for e in near if abs(e.ray.aside(q)) <= GATE_SIGMAS * e.ray.spread(q)]
+            near = [e for e in near if through(q, e.ray)]  # q is in front of each (triangulate)
             rays = [e.ray for e in near]
             named = sum(self.matcher.same(e.label, new.label) for e in near)
             q = triangulate(rays)
