@@ -234,7 +234,8 @@ def answer(row: dict[str, Any], robot: TourRobot, retriever: Retriever, truth: T
     t0 = time.perf_counter()
     sel = retriever.select(robot.config.memory.robot, question, options, now=now)
     record = sel.record(question, options, format_question(question, options),
-                        layout=robot.config.perception.frame_layout)
+                        layout=robot.config.perception.frame_layout,
+                        live=robot.buffer.pose_now())
     out = Asked(row, retrieval_ms=(time.perf_counter() - t0) * 1e3)
     found = solve_record(row["category"], record)
     out.letter, out.evidence = found.letter, found.evidence

@@ -6,11 +6,12 @@ in stamp order, to a fresh :class:`~embodied_r_ros.memory.placements.Placer` (th
 label matcher, with the embedder where installed) and, at each question's ask time, scores the
 placements as the benchmark does (:mod:`lab.object_map_truth`): the placement error of each
 named object, unplaced objects, the stated uncertainty's coverage, and the rule reader
-(:mod:`lab.long_world.oracle`) on the places block written from the placements, with the robot
-at its newest key frame. Perception and retrieval are not run again, so a change of the placer
-is measured without the tours (the places block is all the rule reader reads for the
-benchmark's two kinds of question). At the end of each tour, the placements per true object
-placed.
+(:mod:`lab.long_world.oracle`) on the places block written from the placements, counted from
+the robot's odometry pose at the ask as the query server counts it
+(:meth:`~embodied_r_ros.memory.places.Now.counted_from`). Perception and retrieval are not
+run again, so a change of the placer is measured without the tours (the places block is all
+the rule reader reads for the benchmark's two kinds of question). At the end of each tour,
+the placements per true object placed.
 
 Run: ``.venv/bin/python -m lab.placement_replay DIR [DIR ...] [--json OUT]`` (each DIR a
 ``--keep`` folder; its tours are pooled).
@@ -19,6 +20,7 @@ Run: ``.venv/bin/python -m lab.placement_replay DIR [DIR ...] [--json OUT]`` (ea
 from __future__ import annotations
 
 import argparse
+import bisect
 import json
 import logging
 import math
@@ -33,6 +35,7 @@ import numpy as np
 from embodied_r_ros.core.config import CameraConfig
 from embodied_r_ros.core.egomotion import camera_matrix
 from embodied_r_ros.core.grounding import box_foot_deg
+from embodied_r_ros.core.poses import StampedPose
 from embodied_r_ros.core.records import FrameRecord, PerceptionRecord
 from embodied_r_ros.memory.embedder import load_embedder
 from embodied_r_ros.memory.labels import LabelMatcher
@@ -92,6 +95,13 @@ def tour_truth(world: Path, manifest: dict[str, Any]) -> Truth:
     return Truth(truth_world.objects, table, exact)
 
 
+def pose_at_ask(truth: Truth, ask: float) -> StampedPose:
+    """The odometry's newest pose at ``ask``: what the tour's frame buffer held then."""
+    track = truth.track
+    i = max(bisect.bisect_right(track.stamps, ask + 1e-6) - 1, 0)
+    return StampedPose(track.stamps[i], track.odometry[i])
+
+
 def world_camera(manifest: dict[str, Any]) -> tuple[np.ndarray, int]:
     """The intrinsics of a world's images (its ``world.json``) and their height in rows."""
     cam = manifest["camera"]
@@ -138,7 +148,7 @@ def replay(tour: Path, matcher: LabelMatcher, tallies: dict[str, Tally],
                     true = math.dist((ray.x, ray.y), truth.place(k))
                     ranges.append((ray.distance_m - true) / true)
     placer = Placer(robot, matcher=matcher)
-    now: Now | None = None
+    newest: StampedPose | None = None
     i = 0
     for row in rows:
         ask = row["stamp_ns"] / 1e9
@@ -146,8 +156,9 @@ def replay(tour: Path, matcher: LabelMatcher, tallies: dict[str, Tally],
             f = frames[i]
             placer.add_frame(records[i], f.pose)
             if f.pose is not None:
-                now = Now.at(f.stamp, f.pose)
+                newest = StampedPose(f.stamp, f.pose)
             i += 1
+        now = None if newest is None else Now.counted_from(newest, pose_at_ask(truth, ask))
         placements = list(placer.placements.values())
         tally = tallies[row["horizon"]]
         for k in (t["object"] for t in row["targets"]):

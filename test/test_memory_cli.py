@@ -196,6 +196,9 @@ class NoEngine:
 
     perceive = window
 
+    def pose_now(self, *_args: object) -> None:
+        return None  # the memory counts from its newest frame
+
     def reason(self, perception: str, options: object, cancel: object, scope: str) -> object:
         from embodied_r_ros.core.reasoning import Reasoning
 

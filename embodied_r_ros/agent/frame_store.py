@@ -32,7 +32,7 @@ from embodied_r_ros.core.error_codes import BAD_STAMP, NO_FRAMES
 from embodied_r_ros.core.images import decode_image, encode_jpeg, resize_max_side
 from embodied_r_ros.core.keyframes import KeyframeDecision, KeyframeExtractor, finalize_positions
 from embodied_r_ros.core.odometry import PoseTrack, odometry_motions, pose_near
-from embodied_r_ros.core.poses import Pose
+from embodied_r_ros.core.poses import Pose, StampedPose
 from embodied_r_ros.core.request import QueryError, check_window_sec
 
 log = logging.getLogger(__name__)
@@ -360,6 +360,18 @@ class FrameStore:
         ``odom_tolerance_sec``), None where none is that close: what the memory stores."""
         with self._lock:
             return self._track.at(stamp, self.odom_tolerance_sec)
+
+    def pose_now(self) -> StampedPose | None:
+        """The camera's pose at the newest frame or odometry pose received, by the lookup key
+        frames get (None: none is that close): where a question read from the memory counts
+        "now" from, later than the newest key frame the memory stored."""
+        with self._lock:
+            stamps = [s for s in (self.stats.last_frame_stamp, self.stats.last_pose_stamp)
+                      if s is not None]
+            if not stamps:
+                return None
+            pose = self._track.at(max(stamps), self.odom_tolerance_sec)
+            return None if pose is None else StampedPose(max(stamps), pose)
 
     @property
     def poses_dropped(self) -> int:

@@ -12,10 +12,12 @@ from embodied_r_ros.agent.frame_store import Window
 from embodied_r_ros.core.cancel import CancelToken
 from embodied_r_ros.core.perception import ProgressFn
 from embodied_r_ros.core.pipeline import EmbodiedR
+from embodied_r_ros.core.poses import StampedPose
 from embodied_r_ros.core.reasoning import Reasoning
 from embodied_r_ros.core.request import SCOPE_WINDOW, Question
 
 WindowFn = Callable[[float], Window]
+PoseNowFn = Callable[[], StampedPose | None]
 PipelineFn = Callable[[], EmbodiedR]
 #: the reasoning node's ``reason`` (publishes the prompt on its debug topic)
 #: (perception text, options, cancel, scope) -> the reasoning LM's answer
@@ -28,13 +30,20 @@ class LocalEngine:
         windows: Mapping[str, WindowFn],
         perception: PipelineFn,
         reasoning: ReasonFn,
+        poses: Mapping[str, PoseNowFn] | None = None,
     ) -> None:
+        """``poses``: each camera's pose now (its frame store's ``pose_now``)."""
         self.windows = dict(windows)
         self.perception = perception
         self.reasoning = reasoning
+        self.poses = dict(poses or {})
 
     def window(self, camera: str, window_sec: float, cancel: CancelToken) -> Window:
         return self.windows[camera](window_sec)
+
+    def pose_now(self, camera: str, cancel: CancelToken) -> StampedPose | None:
+        pose_now = self.poses.get(camera)
+        return None if pose_now is None else pose_now()
 
     def perceive(
         self,

@@ -26,6 +26,7 @@ from embodied_r_ros.core.cancel import CancelToken
 from embodied_r_ros.core.chat import raise_if_stopped
 from embodied_r_ros.core.error_codes import BACKEND_DOWN, BUSY, INTERNAL
 from embodied_r_ros.core.perception import ProgressFn
+from embodied_r_ros.core.poses import StampedPose
 from embodied_r_ros.core.query_result import MemoryFrameUsed, QueryResult
 from embodied_r_ros.core.reasoning import Reasoning
 from embodied_r_ros.core.request import (
@@ -73,14 +74,20 @@ class Engine(Protocol):
         the text (the memory reader reads a memory's)."""
         ...
 
+    def pose_now(self, camera: str, cancel: CancelToken) -> StampedPose | None:
+        """``camera``'s pose now, as its frame buffer last knew it; None where it knows none or
+        cannot be reached (a memory question is then counted from the memory's newest frame)."""
+        ...
+
 
 class MemorySource(Protocol):
     """Where a scope-memory question's text comes from
     (:class:`~embodied_r_ros.memory.service.MemoryReader`)."""
 
-    def perception(self, question: str, options: Sequence[str]
-                   ) -> tuple[str, list[MemoryFrameUsed]]:
-        """The reasoner's user message and the stored frames it was written from."""
+    def perception(self, question: str, options: Sequence[str],
+                   live: StampedPose | None = None) -> tuple[str, list[MemoryFrameUsed]]:
+        """The reasoner's user message and the stored frames it was written from, where the
+        named objects are now counted from ``live``, the robot's pose at the ask."""
         ...
 
 
@@ -283,7 +290,10 @@ class QueryRunner:
             t0 = time.perf_counter()
             if scope == SCOPE_MEMORY:
                 assert self.memory is not None  # validated
-                perception, used = self.memory.perception(question.text, question.options)
+                live = self.engine.pose_now(camera, cancel)
+                raise_if_stopped(cancel)
+                perception, used = self.memory.perception(question.text, question.options,
+                                                          live)
                 stamps = [u.stamp for u in used]
             else:
                 window = self.engine.window(camera, window_sec, cancel)

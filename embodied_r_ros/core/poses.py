@@ -116,6 +116,15 @@ class Pose:
         return cls(px, py, pz, math.degrees(yaw), -math.degrees(ros_pitch))
 
 
+@dataclass(frozen=True)
+class StampedPose:
+    """Where the camera was at ``stamp`` (seconds): the robot's pose now, as the frame buffer
+    last knew it."""
+
+    stamp: float
+    pose: Pose
+
+
 def relative_motion(a: Pose, b: Pose) -> Motion:
     """Metric motion from ``a`` to ``b``, in ``a``'s heading frame (see the module notes)."""
     delta = a.heading_rotation().T @ (b.position - a.position)

@@ -24,7 +24,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from embodied_r_ros.core.colors import COLOUR_NAMES
-from embodied_r_ros.core.poses import Pose, heading_deg, wrap_deg
+from embodied_r_ros.core.poses import Pose, StampedPose, heading_deg, wrap_deg
 from embodied_r_ros.core.records import (
     ColourNote,
     ObjectPlace,
@@ -43,10 +43,16 @@ NEARBY_PER_OBJECT = 3
 _WORD_RE = re.compile(r"[a-z]+")
 
 
+#: the live pose counts as "now" only this long after the memory's newest posed frame: later
+#: the memory may have stopped being written (a restart with a fresh odometry origin), while
+#: its newest frame's pose is in its own frame for sure
+LIVE_POSE_MAX_GAP_S = 120.0
+
+
 @dataclass(frozen=True)
 class Now:
-    """The robot now, as the places block counts from it: the newest frame's stamp and the
-    camera's newest known floor pose."""
+    """The robot now, as the places block counts from it: a stamp and the camera's floor pose
+    then."""
 
     stamp: float
     x: float
@@ -56,6 +62,17 @@ class Now:
     @classmethod
     def at(cls, stamp: float, pose: Pose) -> Now:
         return cls(stamp, pose.x, pose.y, pose.yaw_deg)
+
+    @classmethod
+    def counted_from(cls, newest: StampedPose, live: StampedPose | None) -> Now:
+        """The robot's live pose (the frame buffer's, at the ask) where it is from the memory's
+        timeline, else its newest posed frame's. A robot turns between key frames: a question
+        asked 30 degrees of turn after the newest one is about where things are from where it
+        faces now. The live pose is not taken when older than that frame (another timeline: a
+        bag replayed from its start) or more than :data:`LIVE_POSE_MAX_GAP_S` newer."""
+        if live is not None and 0.0 <= live.stamp - newest.stamp <= LIVE_POSE_MAX_GAP_S:
+            return cls.at(live.stamp, live.pose)
+        return cls.at(newest.stamp, newest.pose)
 
     def distance(self, q: tuple[float, float]) -> float:
         return math.dist((self.x, self.y), q)

@@ -32,6 +32,7 @@ import numpy as np
 
 from embodied_r_ros.core.config import KEY_FRAME_BUDGET, LATEST_FRAMES
 from embodied_r_ros.core.perception_text import FrameLayout
+from embodied_r_ros.core.poses import StampedPose
 from embodied_r_ros.core.records import PerceptionRecord
 from embodied_r_ros.memory.embedder import TextEmbedder
 from embodied_r_ros.memory.labels import LabelMatcher
@@ -69,10 +70,12 @@ class Selection:
     matcher: LabelMatcher | None = None
 
     def record(self, question: str, options: Sequence[str], question_block: str,
-               layout: FrameLayout = "timed") -> PerceptionRecord:
-        """The record the reasoner's user message is rendered from, from these frames."""
+               layout: FrameLayout = "timed", live: StampedPose | None = None
+               ) -> PerceptionRecord:
+        """The record the reasoner's user message is rendered from, from these frames, its
+        places counted from ``live`` (the robot's pose at the ask) where given."""
         return memory_record(self.rows, question, options, question_block, layout,
-                             self.adjacent, self.placements, self.matcher)
+                             self.adjacent, self.placements, self.matcher, live)
 
 
 class _Picker:

@@ -23,7 +23,7 @@ from embodied_r_ros.core.error_codes import BAD_TIME_PHRASE as QUERY_BAD_TIME_PH
 from embodied_r_ros.core.error_codes import MEMORY_UNAVAILABLE, NO_FRAMES
 from embodied_r_ros.core.perception_text import render
 from embodied_r_ros.core.pipeline import QueryError
-from embodied_r_ros.core.poses import Pose
+from embodied_r_ros.core.poses import Pose, StampedPose
 from embodied_r_ros.core.prompts import PromptSet, prompts_from
 from embodied_r_ros.core.query_result import MemoryFrameUsed
 from embodied_r_ros.core.reasoning import format_question
@@ -135,9 +135,10 @@ class MemoryReader:
                     self._drop()
                 raise
 
-    def perception(self, question: str, options: Sequence[str]
-                   ) -> tuple[str, list[MemoryFrameUsed]]:
-        """The reasoner's user message and the frames it was written from; raises
+    def perception(self, question: str, options: Sequence[str],
+                   live: StampedPose | None = None) -> tuple[str, list[MemoryFrameUsed]]:
+        """The reasoner's user message and the frames it was written from, the named objects
+        placed from ``live`` (the robot's pose at the ask) where given; raises
         :class:`QueryError` (``BAD_TIME_PHRASE``, ``MEMORY_UNAVAILABLE``, ``NO_FRAMES``)."""
         try:
             selection = self.select(question, options)
@@ -146,7 +147,7 @@ class MemoryReader:
         if not selection.rows:
             raise QueryError(NO_FRAMES, "; ".join(selection.notes) or "the memory is empty")
         record = selection.record(question, options, format_question(question, options),
-                                  layout=self.config.perception.frame_layout)
+                                  layout=self.config.perception.frame_layout, live=live)
         return render(record, self.prompts), frames_used(selection)
 
     def close(self) -> None:

@@ -10,7 +10,8 @@ arrived is kept only where the previous selected row is also the previous stored
 describes that pair, no other), and a frame without a pose on either side reads "an unknown
 motion": dead reckoning the text recomputes every pose it states. Where the named objects are
 now is written after the frames from the memory's placements (:mod:`.places`), relative to the
-newest selected frame, at the newest pose among them.
+robot's pose at the ask where the caller knows it (the frame buffer's), else to the newest
+selected frame, at the newest pose among them.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from embodied_r_ros.core.perception_text import UNKNOWN_MOTION, FrameLayout
-from embodied_r_ros.core.poses import relative_motion
+from embodied_r_ros.core.poses import StampedPose, relative_motion
 from embodied_r_ros.core.records import FrameRecord, MotionSource, PerceptionRecord, TextStyle
 from embodied_r_ros.memory.labels import LabelMatcher
 from embodied_r_ros.memory.placements import Placement, place_frames
@@ -58,9 +59,10 @@ def records_from_rows(rows: Sequence[MemoryRow], adjacent: Sequence[bool] | None
     return tuple(out)
 
 
-def now_of(rows: Sequence[MemoryRow]) -> Now | None:
-    """The robot now as ``rows`` know it: the newest row's stamp, the newest pose among them
-    (None: no row has a pose)."""
+def now_of(rows: Sequence[MemoryRow], live: StampedPose | None = None) -> Now | None:
+    """The robot now: ``live`` (its pose at the ask) where it follows the rows' timeline
+    (:meth:`~embodied_r_ros.memory.places.Now.counted_from`), else as ``rows`` know it, the
+    newest row's stamp and the newest pose among them (None: no row has a pose)."""
     if not rows:
         return None
     newest = max(rows, key=lambda r: r.stamp)
@@ -69,21 +71,23 @@ def now_of(rows: Sequence[MemoryRow]) -> Now | None:
         return None
     pose = max(posed, key=lambda r: r.stamp).pose
     assert pose is not None
-    return Now.at(newest.stamp, pose)
+    return Now.counted_from(StampedPose(newest.stamp, pose), live)
 
 
 def memory_record(rows: Sequence[MemoryRow], question: str, options: Sequence[str],
                   question_block: str, layout: FrameLayout = "timed",
                   adjacent: Sequence[bool] | None = None,
                   placements: Sequence[Placement] | None = None,
-                  matcher: LabelMatcher | None = None) -> PerceptionRecord:
+                  matcher: LabelMatcher | None = None,
+                  live: StampedPose | None = None) -> PerceptionRecord:
     """The record of the reasoner's user message for ``rows`` (see :func:`records_from_rows`),
     with where the named objects are now for the renderer to write after the frames
     (:func:`~embodied_r_ros.memory.places.place_notes`): from ``placements`` (the store's),
-    else placed from ``rows`` themselves; none where no row has a pose."""
+    else placed from ``rows`` themselves, counted from the robot's pose now (``live``, see
+    :func:`now_of`); none where no row has a pose."""
     record = PerceptionRecord(records_from_rows(rows, adjacent), question, tuple(options),
                               question_block, TextStyle(layout, True, UNKNOWN_MOTION))
-    now = now_of(rows)
+    now = now_of(rows, live)
     if now is None:
         return replace(record, places=())
     if placements is None:

@@ -125,7 +125,8 @@ def build_nodes(
                     cam, stamp, image, key))
     writer, why_not = record_memory(config, perception, buffers, query.get_logger())
     query.attach(LocalEngine({b.camera_name: b.window for b in buffers},
-                             perception.serving, reasoning.reason),
+                             perception.serving, reasoning.reason,
+                             {b.camera_name: b.store.pose_now for b in buffers}),
                  memory=MemoryReader(config) if config.memory.enabled else None)
     query.serve_memory(writer, why_not)
     nodes: list[Node] = [perception, reasoning, query, *buffers]

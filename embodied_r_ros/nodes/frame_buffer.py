@@ -54,6 +54,7 @@ from embodied_r_ros.nodes.conversions import (
     motion_to_msg,
     odometry_to_pose,
     pose_to_msg,
+    sec_to_stamp,
     stamp_of_cdr,
     stamp_to_sec,
 )
@@ -388,11 +389,17 @@ class FrameBufferNode(Node):
         return self.store.window(window_sec, anchor)
 
     def _on_get_window(self, request: Any, response: Any) -> Any:
-        w = self.window(float(request.window_sec))  # QueryError: answered by the guard
+        if not request.pose_only:
+            w = self.window(float(request.window_sec))  # QueryError: answered by the guard
+            response.key_frames = [jpeg_to_compressed(j, s) for j, s in zip(w.jpegs, w.stamps,
+                                                                             strict=True)]
+            response.motions = [motion_to_msg(m) for m in w.motions]
+        now = self.store.pose_now()
+        if now is not None:
+            response.has_pose_now = True
+            response.pose_now_stamp = sec_to_stamp(now.stamp)
+            response.pose_now = pose_to_msg(now.pose)
         response.success = True
-        response.key_frames = [jpeg_to_compressed(j, s) for j, s in zip(w.jpegs, w.stamps,
-                                                                         strict=True)]
-        response.motions = [motion_to_msg(m) for m in w.motions]
         return response
 
     def diagnostics(self) -> list[Any]:

@@ -36,12 +36,14 @@ from embodied_r_ros.core.cancel import CancelToken
 from embodied_r_ros.core.chat import raise_if_stopped
 from embodied_r_ros.core.error_codes import BACKEND_DOWN, BACKEND_FAILED
 from embodied_r_ros.core.perception import ProgressFn
+from embodied_r_ros.core.poses import StampedPose
 from embodied_r_ros.core.reasoning import Reasoning, is_well_formed
 from embodied_r_ros.core.request import SCOPE_WINDOW, QueryError, Question
 from embodied_r_ros.nodes.conversions import (
     jpeg_to_compressed,
     motion_to_msg,
     msg_to_motion,
+    msg_to_pose,
     stamp_to_sec,
 )
 from embodied_r_ros.nodes.transport import (
@@ -157,11 +159,12 @@ class RemoteEngine:
 
     # -- frames --------------------------------------------------------------------------------
 
-    def window(self, camera: str, window_sec: float, cancel: CancelToken) -> Window:
+    def _get_window(self, camera: str, request: Any, cancel: CancelToken) -> Any:
+        """The frame buffer's answer to ``request``; raises :class:`QueryError`."""
         client = self._windows[camera]
         what = f"the frame buffer of camera '{camera}'"
         self._wait_ready(client.service_is_ready, what, cancel)
-        future = client.call_async(self._types[0].Request(window_sec=window_sec))
+        future = client.call_async(request)
         limit = time.monotonic() + cancel.bound(self.window_timeout_sec)
         presence = _Presence(client.service_is_ready, what)
         answered = done_event(future)
@@ -178,6 +181,10 @@ class RemoteEngine:
         res = future.result()
         if not res.success:
             raise QueryError(res.error_code or BACKEND_FAILED, res.error)
+        return res
+
+    def window(self, camera: str, window_sec: float, cancel: CancelToken) -> Window:
+        res = self._get_window(camera, self._types[0].Request(window_sec=window_sec), cancel)
         # JPEG bytes only: they are shipped on to the perception node and decoded there, once
         return Window(
             stamps=[stamp_to_sec(m.header.stamp) for m in res.key_frames],
@@ -185,6 +192,21 @@ class RemoteEngine:
             motions=[msg_to_motion(m) for m in res.motions],
             n_sampled=len(res.key_frames),
         )
+
+    def pose_now(self, camera: str, cancel: CancelToken) -> StampedPose | None:
+        """The frame buffer's pose now; None (logged) where it cannot say: the memory's question
+        is then answered from its newest frame, not refused."""
+        try:
+            res = self._get_window(camera, self._types[0].Request(pose_only=True), cancel)
+            if not res.has_pose_now:
+                return None
+            return StampedPose(stamp_to_sec(res.pose_now_stamp), msg_to_pose(res.pose_now))
+        except (QueryError, ValueError) as exc:
+            raise_if_stopped(cancel)
+            self.node.get_logger().warning(
+                f"no pose now from camera '{camera}' (the memory counts from its newest "
+                f"frame): {exc}", throttle_duration_sec=30.0)
+            return None
 
     # -- goals ---------------------------------------------------------------------------------
 
