@@ -12,9 +12,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from embodied_r_ros.agent.in_process_engine import LocalEngine
 from embodied_r_ros.agent.query_runner import QueryRequest, QueryRunner
 from embodied_r_ros.cli import main
-from embodied_r_ros.core.poses import Pose
+from embodied_r_ros.core.poses import Pose, StampedPose
 from embodied_r_ros.core.profiles import load_config
 from embodied_r_ros.core.records import FrameRecord, SeenObject
 from embodied_r_ros.core.streaming import KeyFrameNote
@@ -26,6 +27,7 @@ from embodied_r_ros.memory.export import (
     POSE_TOPIC,
     THUMBNAIL_TOPIC,
 )
+from embodied_r_ros.memory.places import LIVE_POSE_MAX_GAP_S
 from embodied_r_ros.memory.service import MemoryReader, MemoryWriter
 
 T0 = 1000.0
@@ -279,6 +281,38 @@ def test_search_lists_the_placed_objects_the_question_names(
     assert code == 0 and "placed (1 named):" in out
     assert "  office chair [robot] at (6.00, -2.00) m, within " in out
     assert "places: - office chair seen 0 s ago (last 0 s ago); now 2.8 m away" in out
+
+
+def test_a_memory_question_counts_from_the_robots_pose_now(placed_db: Path) -> None:
+    """The places block is counted from the frame buffer's pose at the ask: the robot turned
+    135 degrees after its newest key frame (at (4, 0) facing +x) has the red box at (4, 2) on
+    its front-right. A pose from before that key frame (another timeline) or long after it
+    (the memory stopped being written) is not taken."""
+    reader = MemoryReader(config_for(placed_db))
+    newest = T0 + 20.0
+    question = "Where is the red box relative to you now?"
+    quadrants = ["A. front-left", "B. front-right", "C. back-left", "D. back-right"]
+    lines = []
+    try:
+        for live in (StampedPose(newest + 3.0, Pose(4.0, 0.0, 0.0, 135.0)), None,
+                     StampedPose(newest - 3.0, Pose(4.0, 0.0, 0.0, 135.0)),
+                     StampedPose(newest + LIVE_POSE_MAX_GAP_S + 1.0,
+                                 Pose(4.0, 0.0, 0.0, 135.0))):
+            engine = LocalEngine({}, lambda: pytest.fail("a window was perceived"),
+                                 NoEngine().reason,
+                                 {"front": lambda live=live: live})
+            r = QueryRunner(engine, ["front"], memory=reader).run(
+                QueryRequest(question, quadrants, scope="memory"))
+            assert r.success, r.error
+            lines.append(next(line for line in r.perception.splitlines()
+                              if line.startswith("- red object seen")))
+    finally:
+        reader.close()
+    turned, *kept = lines
+    assert "; now 2.0 m away, front-right (45 degrees right)" in turned
+    assert "(last 3 s ago)" in turned  # its age counted to the ask
+    for line in kept:
+        assert "; now 2.0 m away, back-left (90 degrees left)" in line, line
 
 
 def test_plot_draws_the_placed_objects(placed_db: Path, tmp_path: Path,

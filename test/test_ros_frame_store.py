@@ -134,6 +134,28 @@ def test_odometry_motion_between_key_frames() -> None:
         assert m.translation == pytest.approx(0.5 * (b - a), rel=0.05)
 
 
+def test_the_pose_now_is_the_newest_odometry_or_the_track_at_the_newest_frame() -> None:
+    store = FrameStore(KeyframeConfig(sample_fps=1.0), odom_tolerance_sec=0.1)
+    assert store.pose_now() is None  # nothing received yet
+    fill(store, n=20)  # frames to 101.9 s, no pose: none known
+    assert store.pose_now() is None
+    for t in (101.9, 102.0, 102.4):  # odometry keeps coming after the last frame
+        store.add_pose(t, Pose(x=t - 100.0, yaw_deg=30.0))
+    now = store.pose_now()
+    assert now is not None and (now.stamp, now.pose.x) == pytest.approx((102.4, 2.4))
+    # a tf track: looked up at the newest frame, by the same tolerance
+    track = PoseBuffer()
+    track.add(101.85, Pose(x=7.0))
+    tf = FrameStore(KeyframeConfig(sample_fps=1.0), odom_tolerance_sec=0.1, pose_track=track)
+    fill(tf, n=20)
+    for t in (101.8, 101.9):
+        tf.handled(t)
+    now = tf.pose_now()
+    assert now is not None and (now.stamp, now.pose.x) == (101.9, 7.0)
+    tf.handled(102.5)  # the chain has nothing that close to the newest frame
+    assert tf.pose_now() is None
+
+
 def test_pose_buffer_nearest_respects_tolerance() -> None:
     poses = PoseBuffer()
     for i in range(5):

@@ -16,7 +16,10 @@ from ros_helpers import (
     MEMORY_CONFIG,
     Spinner,
     call,
+    feed,
     feed_with_odometry,
+    odom_msg,
+    pose_received,
     require_ros,
     ros_context,
     wait_matched,
@@ -30,11 +33,16 @@ from nav_msgs.msg import Odometry  # noqa: E402
 from rclpy.parameter import Parameter  # noqa: E402
 from sensor_msgs.msg import Image  # noqa: E402
 
-from embodied_r_interfaces.srv import MemoryClear, MemoryStats, SpatialQuery  # noqa: E402
+from embodied_r_interfaces.srv import (  # noqa: E402
+    GetWindow,
+    MemoryClear,
+    MemoryStats,
+    SpatialQuery,
+)
 from embodied_r_ros.core.chat import Health  # noqa: E402
 from embodied_r_ros.core.perception_text import PLACES_HEADING  # noqa: E402
 from embodied_r_ros.memory import SqliteMemoryStore  # noqa: E402
-from embodied_r_ros.nodes.conversions import stamp_to_sec  # noqa: E402
+from embodied_r_ros.nodes.conversions import msg_to_pose, stamp_to_sec  # noqa: E402
 from embodied_r_ros.nodes.frame_buffer import FrameBufferNode  # noqa: E402
 from embodied_r_ros.nodes.model_node import model_status  # noqa: E402
 from embodied_r_ros.nodes.perception_node import PerceptionNode  # noqa: E402
@@ -194,3 +202,39 @@ def test_the_perception_node_serves_the_memory_stats(
     status = s.perception.diagnostics()[0]
     values = {kv.key: kv.value for kv in status.values}
     assert values["memory_rows_recorded"] == str(rows)
+
+
+def test_a_memory_question_counts_from_the_frame_buffers_pose_now(
+        separate: tuple[SeparateMemory, Path]) -> None:
+    """The robot turns after its last frame: the frame buffer answers its pose now over
+    GetWindow (no frames shipped), and the stand-alone query server hands that pose, not the
+    newest key frame's, to the memory it reads."""
+    s, _ = separate
+    turned = odom_msg(STAMPS[-1] + 2.0, 3.0, 1.0, 120.0)
+    feed(s.odom.publish, [turned], pose_received(s.buffer.store))
+    window = s.tester.create_client(GetWindow, f"{NS}/frames/front/get_window")
+    r = call(window, GetWindow.Request(pose_only=True))
+    assert r.success and r.has_pose_now and not r.key_frames
+    assert stamp_to_sec(r.pose_now_stamp) == STAMPS[-1] + 2.0
+    pose = msg_to_pose(r.pose_now)
+    assert (pose.x, pose.y, pose.yaw_deg) == pytest.approx((3.0, 1.0, 120.0))
+    runner = s.query.runner
+    assert runner is not None and runner.memory is not None
+    reader, handed = runner.memory, []
+
+    class Recording:
+        def perception(self, question: str, options: Any, live: Any = None) -> Any:
+            handed.append(live)
+            return reader.perception(question, options, live)
+
+    runner.memory = Recording()
+    try:
+        q = call(s.client, SpatialQuery.Request(question="Where is the red object now?",
+                                                options=["A. left", "B. right"],
+                                                scope="memory"))
+    finally:
+        runner.memory = reader
+    assert q.success, q.error
+    (live,) = handed
+    assert live is not None and live.stamp == STAMPS[-1] + 2.0
+    assert (live.pose.x, live.pose.yaw_deg) == pytest.approx((3.0, 120.0))

@@ -195,7 +195,13 @@ class RemoteEngine:
 
     def pose_now(self, camera: str, cancel: CancelToken) -> StampedPose | None:
         """The frame buffer's pose now; None (logged) where it cannot say: the memory's question
-        is then answered from its newest frame, not refused."""
+        is then answered from its newest frame, not refused, nor kept waiting for a buffer that
+        is not running."""
+        if not self._windows[camera].service_is_ready():
+            self.node.get_logger().warning(
+                f"no frame buffer of camera '{camera}' to ask the pose now: the memory counts "
+                "from its newest frame", throttle_duration_sec=30.0)
+            return None
         try:
             res = self._get_window(camera, self._types[0].Request(pose_only=True), cancel)
             if not res.has_pose_now:
