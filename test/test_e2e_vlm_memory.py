@@ -117,7 +117,8 @@ def test_where_is_the_object_you_saw_minutes_ago_after_a_restart(
     lines = [m for m in _LINE.finditer(r.perception) if m.group("name") == obj["name"]]
     assert lines, f"no places line for the {obj['name']}:\n{r.perception[-1500:]}"
     line = lines[0]  # the one seen nearest the time the question names comes first
-    # the places block counts from the newest frame read, at its pose (the odometry's)
+    # the restarted process has had no odometry: the places block counts from the newest
+    # frame read, at its pose (the odometry's when it was stored)
     frame = manifest["frames"][round((max(used) - EPOCH_NS / 1e9) * SPEC.rate_hz)]
     bearing = math.radians(frame["yaw_deg"] + float(line.group("b")) *
                            (1.0 if line.group("side") == "left" else -1.0))
