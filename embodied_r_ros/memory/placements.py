@@ -67,7 +67,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 
 from embodied_r_ros.core.poses import Pose, crossing_deg
-from embodied_r_ros.core.records import FrameRecord
+from embodied_r_ros.core.records import FrameRecord, SeenObject
 from embodied_r_ros.memory.labels import LabelMatcher, head_word
 from embodied_r_ros.memory.rays import (
     ASSUMED_RANGE_M,
@@ -182,6 +182,11 @@ class _Pending:
     colour: str | None
     ray: Ray
 
+    @classmethod
+    def sighted(cls, obj: SeenObject, ray: Ray) -> _Pending:
+        """The sighting of ``obj`` along ``ray``: a colour region keeps its colour."""
+        return cls(obj.name, obj.colour if is_region(obj) else None, ray)
+
 
 def _same_kind(a: _Pending | Placement, b: _Pending | Placement) -> bool:
     """Whether both are colour regions or both labelled objects: the two never mix."""
@@ -212,10 +217,10 @@ class Placer:
         for obj, ray in frame_rays(record, pose):
             if object_key(obj) is None:
                 continue
-            colour = obj.colour if is_region(obj) else None
-            p = self._associate(obj.name, colour, ray, taken)
+            seen = _Pending.sighted(obj, ray)
+            p = self._associate(seen, taken)
             if p is None:
-                p = self._initialise(_Pending(obj.name, colour, ray))
+                p = self._initialise(seen)
             if p is not None:
                 taken.add(p.id)
                 self.placements[p.id] = p
@@ -252,8 +257,7 @@ class Placer:
         held = {(r.stamp, round(r.angle, 5)) for p in self.placements.values() for r in p.rays}
         for obj, ray in frame_rays(record, pose):
             if object_key(obj) is not None and (ray.stamp, round(ray.angle, 5)) not in held:
-                colour = obj.colour if is_region(obj) else None
-                self.pending = [*self.pending, _Pending(obj.name, colour, ray)][-MAX_PENDING:]
+                self.pending = [*self.pending, _Pending.sighted(obj, ray)][-MAX_PENDING:]
 
     # -- association -------------------------------------------------------------------------
 
@@ -283,21 +287,21 @@ class Placer:
         named = math.log(self.label_odds(votes_of(p), label))
         return -0.5 * (ray.aside(p.position) / s) ** 2 - vague + named
 
-    def _associate(self, label: str, colour: str | None, ray: Ray, taken: set[int]
-                   ) -> Placement | None:
-        """The placement ``ray`` joins (placed again with it), None where the new-object
-        hypothesis wins."""
+    def _associate(self, seen: _Pending, taken: set[int]) -> Placement | None:
+        """The placement sighting ``seen`` joins (placed again with it), None where the
+        new-object hypothesis wins."""
         best, best_score = None, NEW_OBJECT_LOG
         for p in self.placements.values():
-            if p.id in taken or (p.colour is None) != (colour is None):
+            if p.id in taken or not _same_kind(p, seen):
                 continue
-            s = self.score(p, label, ray)
+            s = self.score(p, seen.label, seen.ray)
             if s is not None and s > best_score:
                 best, best_score = p, s
         if best is None:
             return None
+        ray = seen.ray
         return self._placed(best, [*best.rays, ray], [*best.visits, (ray.stamp, ray.stamp)],
-                            best.sightings + 1, self._voted(votes_of(best), [label]))
+                            best.sightings + 1, self._voted(votes_of(best), [seen.label]))
 
     def _voted(self, votes: Sequence[tuple[str, int]], labels: Iterable[str]
                ) -> tuple[tuple[str, int], ...]:
